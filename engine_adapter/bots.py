@@ -1,0 +1,244 @@
+"""Bot processes: claim System instructions, run them, write the reply and the terminal signal.
+
+A claim is a committed row with a lease and an attempt number (the fencing token): the terminal
+is written, and the done event emitted, only if that attempt is still the current one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import db, threads
+from .process_runner import ProcessResult, group_exists, kill_group, run_process
+from .settings import threadline_home
+from .workers import Worker, crash_point
+
+log = logging.getLogger("threadline.bots")
+
+LEASE_S = 30
+DEFAULT_TIMEOUT_S = 600.0
+MAX_BACKOFF_S = 60.0
+PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
+AGENT_ENV = "THREADLINE_AGENT_CMD"
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    step_key: str
+    attempt: int
+    failures: int
+    bot: str
+    text: str
+    data: dict[str, Any]
+
+
+def agent_command(bot: str) -> str | None:
+    """The external agent backend of a bot: THREADLINE_AGENT_CMD_<BOT>, else THREADLINE_AGENT_CMD."""
+    specific = f"{AGENT_ENV}_{bot.upper().replace('-', '_')}"
+    return os.environ.get(specific) or os.environ.get(AGENT_ENV)
+
+
+class BotSlot:
+    """One claim-run-report loop on connections of its own."""
+
+    def __init__(self, worker: Worker, url: str | None, bots: list[str] | None, stop: threading.Event):
+        self.worker = worker
+        self.bots = bots
+        self.stop = stop
+        self.conn = db.connect(url)
+        self.listen_conn = db.connect(url)
+        self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
+        self.current_pgid: int | None = None
+
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                claim = self.claim()
+                if claim is None:
+                    for _ in self.listen_conn.notifies(timeout=1.0, stop_after=1):
+                        pass
+                    continue
+                self.execute(claim)
+            except psycopg.OperationalError:
+                if not self.stop.is_set():
+                    log.exception("database connection lost; bot slot stops")
+                    self.stop.set()
+                return
+
+    # -- claim --------------------------------------------------------------------------------
+    def claim(self) -> Claim | None:
+        with self.conn.transaction():
+            cand = db.fetch_one(self.conn, "claim_candidate", dict(bots=self.bots))
+            if cand is None:
+                return None
+            key = cand["await_key"]
+            for lost in db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key)):
+                self.reap(lost)
+            counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))
+            instruction = db.fetch_one(self.conn, "instruction_for",
+                                       dict(run_id=cand["run_id"], step_key=key))
+            conn_params = dict(step_key=key, attempt=counts["next_attempt"], run_id=cand["run_id"],
+                               worker_id=self.worker.id, host=self.worker.host, lease_s=LEASE_S)
+            self.conn.execute(db.q("insert_claim"), conn_params)
+            if counts["next_attempt"] > 1:
+                threads.append(self.conn, str(cand["run_id"]), "bot", cand["bot"], "progress",
+                               f"Attempt {counts['next_attempt']} of step {instruction['data']['step']} starting.",
+                               step_key=key, data={"attempt": counts["next_attempt"]})
+            db.notify(self.conn, str(cand["run_id"]), "claim")
+        crash_point("bot_after_claim")
+        return Claim(str(cand["run_id"]), key, counts["next_attempt"], counts["failures"], cand["bot"],
+                     instruction["text"], instruction["data"])
+
+    def reap(self, lost: dict[str, Any]) -> None:
+        """A dead attempt's process group must be gone before the next attempt starts."""
+        if lost["pgid"] and lost["host"] == socket.gethostname() and group_exists(lost["pgid"]):
+            log.info("killing process group %s left by %s", lost["pgid"], lost["worker_id"])
+            kill_group(lost["pgid"], grace_s=0)
+
+    # -- run ----------------------------------------------------------------------------------
+    def execute(self, claim: Claim) -> None:
+        kind = claim.data["kind"]
+        timeout_s = claim.data.get("timeout_s") or DEFAULT_TIMEOUT_S
+        workdir = claim.data.get("workdir") or str(threadline_home() / "runs" / claim.run_id)
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        if kind == "dispatch_task":
+            backend = agent_command(claim.bot)
+            if backend is None:
+                self.report(claim, "failed", (
+                    f"bot {claim.bot!r} has no agent backend: set {AGENT_ENV}_"
+                    f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command that reads "
+                    f"the instruction on stdin and writes its reply on stdout"), None)
+                return
+            command, stdin_text = backend, claim.text
+        else:
+            command, stdin_text = claim.text, None
+        result = run_process(
+            command, cwd=workdir, env=self.step_env(claim), timeout_s=timeout_s, stdin_text=stdin_text,
+            on_start=lambda pgid: self.started(claim, pgid),
+            on_output=lambda text: self.progress(claim, text),
+            should_continue=lambda: self.still_current(claim),
+        )
+        self.current_pgid = None
+        if result.stopped:
+            log.info("attempt %s of %s stopped: run cancelled or attempt superseded", claim.attempt, claim.step_key)
+            self.close_claim(claim, "cancelled")
+            return
+        status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
+        self.report(claim, status, self.summarise(result, timeout_s), result)
+
+    def step_env(self, claim: Claim) -> dict[str, str]:
+        # A clean environment: no database credentials, so no step can approve its own gate.
+        env = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
+        env["HOME"] = os.environ.get("HOME", "/")
+        for name in claim.data.get("env") or []:
+            if name in os.environ:
+                env[name] = os.environ[name]
+        env["THREADLINE_RUN_ID"] = claim.run_id
+        env["THREADLINE_STEP_KEY"] = claim.step_key
+        return env
+
+    def started(self, claim: Claim, pgid: int) -> None:
+        self.current_pgid = pgid
+        self.conn.execute(db.q("set_claim_pgid"), dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt))
+        crash_point("bot_after_start")
+
+    def progress(self, claim: Claim, text: str) -> None:
+        with self.conn.transaction():
+            threads.append(self.conn, claim.run_id, "bot", claim.bot, "progress", text,
+                           step_key=claim.step_key, data={"attempt": claim.attempt})
+            db.notify(self.conn, claim.run_id, "progress")
+
+    def still_current(self, claim: Claim) -> bool:
+        row = db.fetch_one(self.conn, "extend_claim", dict(step_key=claim.step_key, attempt=claim.attempt,
+                                                           lease_s=LEASE_S))
+        return bool(row and row["live"])
+
+    @staticmethod
+    def summarise(result: ProcessResult, timeout_s: float) -> str:
+        text = result.output
+        if result.dropped_bytes:
+            text += f"\n[{result.dropped_bytes} more bytes of output dropped]"
+        if result.timed_out:
+            text += f"\n[timed out after {timeout_s:g}s; process group killed]"
+        return text
+
+    # -- report -------------------------------------------------------------------------------
+    def report(self, claim: Claim, status: str, output: str, result: ProcessResult | None) -> None:
+        """Reply, terminal signal and done event in one transaction, fenced by the attempt."""
+        crash_point("bot_before_terminal")
+        retries = int(claim.data.get("retries") or 0)
+        with self.conn.transaction():
+            row = db.fetch_one(self.conn, "lock_claim", dict(step_key=claim.step_key, attempt=claim.attempt))
+            if row is None or row["finished_at"] is not None or row["superseded"]:
+                log.info("attempt %s of %s is no longer current; result dropped", claim.attempt, claim.step_key)
+                return
+            run = threads.lock_run(self.conn, claim.run_id)
+            if not (run["state"] == "running" and run["await_key"] == claim.step_key and run["awaiting"]):
+                self.finish(claim, "cancelled", None)
+                return
+            exit_code = result.exit_code if result else None
+            if status == "failed" and claim.failures < retries:
+                backoff = min(2.0 ** claim.failures, MAX_BACKOFF_S)
+                self.finish(claim, "failed", backoff)
+                threads.append(self.conn, claim.run_id, "bot", claim.bot, "progress",
+                               f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
+                               f"({retries - claim.failures} retries left).",
+                               step_key=claim.step_key, data={"attempt": claim.attempt, "exit_code": exit_code})
+                db.notify(self.conn, claim.run_id, "retry")
+                return
+            self.finish(claim, status, None)
+            payload = {"status": status, "output": output, "exit_code": exit_code,
+                       "attempt": claim.attempt,
+                       "duration_s": round(result.duration_s, 3) if result else 0.0}
+            threads.append(self.conn, claim.run_id, "bot", claim.bot, "message", output or "(no output)",
+                           step_key=claim.step_key, data={"attempt": claim.attempt, "exit_code": exit_code})
+            threads.append(self.conn, claim.run_id, "bot", claim.bot, f"signal.dispatch.{status}",
+                           f"step {claim.data['step']} {status}", step_key=claim.step_key,
+                           dedupe_key=f"terminal:{claim.step_key}", data=payload)
+            threads.emit_step_done(self.conn, claim.run_id, claim.step_key, payload)
+        crash_point("bot_after_terminal")
+
+    def finish(self, claim: Claim, outcome: str, backoff_s: float | None) -> None:
+        self.conn.execute(db.q("finish_claim"), dict(step_key=claim.step_key, attempt=claim.attempt,
+                                                     outcome=outcome, backoff_s=backoff_s))
+
+    def close_claim(self, claim: Claim, outcome: str) -> None:
+        with self.conn.transaction():
+            self.finish(claim, outcome, None)
+
+    def close(self) -> None:
+        if self.current_pgid:
+            kill_group(self.current_pgid)
+        for c in (self.listen_conn, self.conn):
+            try:
+                c.close()
+            except Exception:  # closing on the way out
+                pass
+
+
+def main(url: str | None = None, concurrency: int | None = None, bots: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s bots %(levelname)s %(message)s")
+    concurrency = concurrency or int(os.environ.get("THREADLINE_BOT_CONCURRENCY", "4"))
+    worker = Worker("bots", url)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    slots = [BotSlot(worker, url, bots, stop) for _ in range(concurrency)]
+    log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
+    threads_ = [threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True) for i, s in enumerate(slots)]
+    for t in threads_:
+        t.start()
+    stop.wait()
+    for s in slots:
+        s.close()
+    worker.close()

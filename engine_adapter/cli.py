@@ -1,0 +1,328 @@
+"""The `threadline` command. Read commands take --json; errors name the problem and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+EXIT_INVALID = 10  # recipe validate: the recipe is invalid
+
+
+def _conn() -> Any:
+    from . import db
+
+    return db.connect()
+
+
+def _print(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    else:
+        print(text(value))
+
+
+def _actor(args: argparse.Namespace) -> str:
+    return getattr(args, "as_", None) or getpass.getuser()
+
+
+# -- commands --------------------------------------------------------------------------------------
+def cmd_up(args: argparse.Namespace) -> int:
+    from .supervisor import up
+
+    return up(console=not args.no_console, port=args.port)
+
+
+def cmd_conductor(args: argparse.Namespace) -> int:
+    from .conductor import main
+
+    main()
+    return 0
+
+
+def cmd_bots(args: argparse.Namespace) -> int:
+    from .bots import main
+
+    main(concurrency=args.concurrency, bots=args.bot or None)
+    return 0
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from console.app import serve
+
+    serve(port=args.port)
+    return 0
+
+
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    from .schema import migrate
+
+    with _conn() as conn:
+        applied = migrate(conn)
+    print("applied: " + ", ".join(applied) if applied else "up to date")
+    return 0
+
+
+def cmd_db_url(args: argparse.Namespace) -> int:
+    from .settings import database_url
+
+    print(database_url())
+    return 0
+
+
+def cmd_recipe_validate(args: argparse.Namespace) -> int:
+    from .recipes import RecipeError, load_recipe_file
+
+    try:
+        recipe = load_recipe_file(args.file)
+    except RecipeError as err:
+        _print(args, {"valid": False, "errors": err.errors}, lambda v: "\n".join(v["errors"]))
+        return EXIT_INVALID
+    _print(args, {"valid": True, "slug": recipe.slug, "hash": recipe.canonical_hash},
+           lambda v: f"{v['slug']}: valid ({v['hash'][:12]})")
+    return 0
+
+
+def cmd_recipe_apply(args: argparse.Namespace) -> int:
+    from .recipes import RecipeError, load_recipe_file
+    from .workflows import apply_recipe
+
+    try:
+        recipe = load_recipe_file(args.file)
+    except RecipeError as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_INVALID
+    with _conn() as conn:
+        applied = apply_recipe(conn, recipe)
+    _print(args, applied.__dict__, lambda a: f"{a['slug']} v{a['version']}" + ("" if a["changed"] else " (unchanged)"))
+    return 0
+
+
+def cmd_recipe_list(args: argparse.Namespace) -> int:
+    from .workflows import list_workflows
+
+    with _conn() as conn:
+        rows = list_workflows(conn)
+    _print(args, rows, lambda rs: "\n".join(
+        f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}" for r in rs) or "no workflows yet")
+    return 0
+
+
+def cmd_recipe_show(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .workflows import get_workflow, list_versions
+
+    with _conn() as conn:
+        wf = get_workflow(conn, args.slug)
+        wf["versions"] = list_versions(conn, args.slug)
+    _print(args, wf, lambda w: yaml.safe_dump(w["recipe"], sort_keys=False, allow_unicode=True).rstrip()
+           + f"\n# v{w['version']} · {w['hash'][:12]} · {len(w['versions'])} versions")
+    return 0
+
+
+def cmd_spawn(args: argparse.Namespace) -> int:
+    from .spawn import spawn
+
+    try:
+        payload = json.loads(args.payload) if args.payload else {}
+    except json.JSONDecodeError as err:
+        print(f"--payload: not valid JSON: {err}", file=sys.stderr)
+        return 2
+    with _conn() as conn:
+        result = spawn(conn, args.slug, payload, trigger={"kind": "manual", "caller": _actor(args)},
+                       idempotency_key=args.idempotency_key)
+    _print(args, {"run_id": result.run_id, "created": result.created},
+           lambda v: v["run_id"] + ("" if v["created"] else "  (existing run for this idempotency key)"))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from .read_model import health, list_runs
+
+    with _conn() as conn:
+        h = health(conn)
+        runs = list_runs(conn, workflow=args.workflow, state=args.state, limit=args.limit)
+    value = {"health": h["status"], "runs": runs}
+
+    def text(v: dict[str, Any]) -> str:
+        lines = [f"health: {v['health']}"]
+        lines += [f"{r['run_id']}  {r['workflow']:<20} {r['state']:<10} {r['current_step'] or '':<14} "
+                  f"{r['created_at']:%Y-%m-%d %H:%M:%S}" for r in v["runs"]]
+        return "\n".join(lines if v["runs"] else lines + ["no runs yet: `threadline spawn SLUG`"])
+
+    _print(args, value, text)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .read_model import show_run
+
+    with _conn() as conn:
+        run = show_run(conn, args.run_id)
+
+    def text(r: dict[str, Any]) -> str:
+        lines = [f"run {r['run_id']} · {r['workflow']} v{r['workflow_version']} · {r['state']}", ""]
+        lines += [f"  {s['status']:<10} {s['id']:<16} {s['kind']:<13} attempts {s['attempts']}"
+                  for s in r["steps"]]
+        lines.append("")
+        for e in r["thread"]:
+            who = e["author"] if e["author_kind"] != "system" else "System"
+            lines.append(f"#{e['seq']:<3} {who} [{e['kind']}] {e['text']}")
+        return "\n".join(lines)
+
+    _print(args, run, text)
+    return 0
+
+
+def cmd_reply(args: argparse.Namespace) -> int:
+    from .threads import reply
+
+    with _conn() as conn:
+        outcome = reply(conn, args.run_id, args.text, _actor(args))
+    _print(args, outcome.__dict__, lambda o: f"entry #{o['seq']}" + (
+        f" · gate {o['decision']}" if o["decision"] else "") + (f"\n{o['hint']}" if o["hint"] else ""))
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    from .threads import decide
+
+    with _conn() as conn:
+        key = decide(conn, args.run_id, args.command, _actor(args), args.reason, gate_key=args.gate)
+    print(f"{args.command}d gate {key}" if args.command == "approve" else f"denied gate {key}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from .commands import cancel_run
+
+    with _conn() as conn:
+        cancel_run(conn, args.run_id, _actor(args), args.reason)
+    print(f"cancelled {args.run_id}")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    from .commands import retry_run
+
+    with _conn() as conn:
+        key = retry_run(conn, args.run_id, _actor(args))
+    print(f"retrying {key}")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from .read_model import health
+
+    with _conn() as conn:
+        h = health(conn)
+
+    def text(v: dict[str, Any]) -> str:
+        lines = [f"status: {v['status']}  (runnable unclaimed: {v['runnable_unclaimed']})"]
+        for kind in ("conductors", "bots"):
+            for w in v[kind]:
+                lines.append(f"  {kind[:-1]:<9} {'alive' if w['alive'] else 'DEAD ':<5} {w['id']}  "
+                             f"beat {w['last_beat_age_s']}s ago")
+        return "\n".join(lines)
+
+    _print(args, h, text)
+    return 0 if h["status"] == "ok" else 1
+
+
+# -- parser ----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="threadline", description="Durable workflows where every run is a thread.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, json_flag: bool = False) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        if json_flag:
+            sp.add_argument("--json", action="store_true", help="print JSON")
+        return sp
+
+    sp = add("up", cmd_up, "run everything: embedded Postgres, conductor, bots, console")
+    sp.add_argument("--no-console", action="store_true")
+    sp.add_argument("--port", type=int, default=5006, help="console port (default 5006)")
+    add("conductor", cmd_conductor, "run a conductor process")
+    sp = add("bots", cmd_bots, "run a bot process")
+    sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
+    sp.add_argument("--bot", action="append", help="serve only this bot (repeatable; default all)")
+    sp = add("console", cmd_console, "serve the web console")
+    sp.add_argument("--port", type=int, default=5006)
+
+    dbp = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
+    dbp.add_parser("migrate", help="apply migrations").set_defaults(fn=cmd_db_migrate)
+    dbp.add_parser("url", help="print the database URL").set_defaults(fn=cmd_db_url)
+
+    rp = sub.add_parser("recipe", help="workflow recipes").add_subparsers(dest="recipe_command", required=True)
+    for name, fn, hlp in (("apply", cmd_recipe_apply, "create or update a workflow from FILE"),
+                          ("validate", cmd_recipe_validate, "check FILE; exit 10 with the errors when invalid")):
+        sp = rp.add_parser(name, help=hlp)
+        sp.add_argument("file", type=Path)
+        sp.add_argument("--json", action="store_true")
+        sp.set_defaults(fn=fn)
+    sp = rp.add_parser("list", help="list workflows")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_recipe_list)
+    sp = rp.add_parser("show", help="show a workflow's recipe")
+    sp.add_argument("slug")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_recipe_show)
+
+    sp = add("spawn", cmd_spawn, "start a run of workflow SLUG; prints the run id", json_flag=True)
+    sp.add_argument("slug")
+    sp.add_argument("--payload", help="JSON object")
+    sp.add_argument("--idempotency-key")
+    sp.add_argument("--as", dest="as_")
+    sp = add("runs", cmd_runs, "list runs, leading with health", json_flag=True)
+    sp.add_argument("--workflow")
+    sp.add_argument("--state")
+    sp.add_argument("--limit", type=int, default=50)
+    sp = add("show", cmd_show, "a run: its steps and its thread", json_flag=True)
+    sp.add_argument("run_id")
+    sp = add("reply", cmd_reply, "reply in a run's thread as a human", json_flag=True)
+    sp.add_argument("run_id")
+    sp.add_argument("text")
+    sp.add_argument("--as", dest="as_")
+    for name in ("approve", "deny"):
+        sp = add(name, cmd_decide, f"{name} the gate a run waits at")
+        sp.add_argument("run_id")
+        sp.add_argument("--reason")
+        sp.add_argument("--gate", help="the gate's step key; refused if that gate is no longer open")
+        sp.add_argument("--as", dest="as_")
+    sp = add("cancel", cmd_cancel, "cancel a run (stops a running command)")
+    sp.add_argument("run_id")
+    sp.add_argument("--reason")
+    sp.add_argument("--as", dest="as_")
+    sp = add("retry", cmd_retry, "resume a failed run at its failed step")
+    sp.add_argument("run_id")
+    sp.add_argument("--as", dest="as_")
+    add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .settings import NotConfigured
+
+    known: tuple[type[Exception], ...] = (NotConfigured,)
+    try:
+        from . import commands, recipes, spawn, threads, workflows
+
+        known += (LookupError, commands.CommandRefused, threads.DecisionRefused, spawn.SpawnError,
+                  recipes.RecipeError, ValueError)
+        return args.fn(args)
+    except known as err:
+        print(f"threadline: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Operator commands on runs: cancel and retry (replies and decisions live in threads.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from . import db, names, threads
+from .settings import QUEUE
+
+TERMINAL = ("completed", "cancelled")
+
+
+class CommandRefused(RuntimeError):
+    """The run is not in a state the command applies to; nothing was written."""
+
+
+def cancel_run(conn: psycopg.Connection[Any], run_id: str, actor: str, reason: str | None = None) -> None:
+    """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL)."""
+    with conn.transaction():
+        run = threads.lock_run(conn, run_id)
+        if run["state"] in TERMINAL:
+            raise CommandRefused(f"run {run_id} is already {run['state']}")
+        db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
+        conn.execute(db.q("set_run_state"), {
+            "run_id": run_id, "state": "cancelled", "step": run["current_step"], "try": run["current_try"],
+            "await_key": None, "await_kind": None, "awaiting": False, "wake_at": None})
+        text = f"Run cancelled by {actor}" + (f": {reason}" if reason else ".")
+        threads.append(conn, run_id, "human", actor, "decision", text, data={"decision": "cancel"})
+        db.notify(conn, run_id, "cancelled")
+
+
+def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: str) -> str:
+    """Resume a failed run at its failed step with a new try; completed steps are not re-run."""
+    with conn.transaction():
+        run = threads.lock_run(conn, run_id)
+        task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
+        if task and task["state"] == "failed":
+            # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
+            db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
+            threads.append(conn, run_id, "human", actor, "decision", f"Retry requested by {actor} (engine retry).")
+            db.notify(conn, run_id, "retry")
+            return f"{run_id}:engine"
+        if run["state"] != "failed":
+            raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
+        key = names.step_key(run_id, run["current_step"], run["current_try"])
+        db.fetch_one(conn, "emit_event", dict(queue=QUEUE, event=names.retry_event(key),
+                                              payload=psycopg.types.json.Jsonb({"actor": actor})))
+        conn.execute(db.q("set_run_state"), {
+            "run_id": run_id, "state": "running", "step": run["current_step"], "try": run["current_try"],
+            "await_key": None, "await_kind": None, "awaiting": False, "wake_at": None})
+        threads.append(conn, run_id, "human", actor, "decision",
+                       f"Retry requested by {actor}: step {run['current_step']} gets try {run['current_try'] + 1}.",
+                       data={"decision": "retry"})
+        db.notify(conn, run_id, "retry")
+        return key

@@ -1,0 +1,326 @@
+"""The conductor: runs the one generic workflow handler on Absurd. It never runs tools.
+
+Per step and try it SENDs an instruction into the run thread and PARKs on the step's done
+event, holding no process. Its loop LISTENs with a timeout of min(next wake-up, 1 s), then
+claims work; timers heartbeat, reconcile and recover runs held by dead conductors.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import time
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from absurd_sdk import Absurd, CancelledTask
+from absurd_sdk import TimeoutError as AwaitTimeout
+from psycopg.types.json import Jsonb
+
+from . import db, names, threads
+from .recipes import Step, parse_duration
+from .render import RenderError, render
+from .settings import HANDLER_NAME, QUEUE
+from .workers import Worker, crash_point
+
+log = logging.getLogger("threadline.conductor")
+
+# The engine lease on a run matters only while the conductor SENDs (milliseconds): parked runs
+# hold no lease. 30 s is generous for a SEND on a loaded machine yet short for a last-resort
+# expiry; recovery normally comes sooner, from the liveness lock (see recover_dead_conductors).
+CLAIM_TIMEOUT_S = 30
+SWEEP_EVERY_S = 1.0
+BATCH = 10
+
+
+class Conductor:
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url
+        self.worker = Worker("conductor", url)
+        self.conn = db.connect(url)
+        self.engine = Absurd(self.conn, queue_name=QUEUE)
+        self.engine.register_task(HANDLER_NAME)(self.handle_run)
+        self.listen_conn = db.connect(url)
+        self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
+        self._stopping = False
+        self._last_sweep = 0.0
+
+    # -- loop ---------------------------------------------------------------------------------
+    def run_forever(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
+        log.info("conductor %s started", self.worker.id)
+        self.recover_dead_conductors()
+        try:
+            while not self._stopping:
+                self.tick()
+        finally:
+            self.close()
+
+    def tick(self) -> None:
+        """One turn: timers, claim and run what is due, then wait for a notification."""
+        now = time.monotonic()
+        if now - self._last_sweep >= SWEEP_EVERY_S:
+            self._last_sweep = now
+            self.reconcile()
+            self.recover_dead_conductors()
+        while self.work_once():
+            pass
+        self.wait_for_wake()
+
+    def work_once(self) -> bool:
+        tasks = self.engine.claim_tasks(batch_size=BATCH, claim_timeout=CLAIM_TIMEOUT_S,
+                                        worker_id=self.worker.id)
+        for task in tasks:
+            # The SDK's executor: replays checkpoints, completes, suspends or fails the run.
+            self.engine._execute_task(task, CLAIM_TIMEOUT_S)
+        return len(tasks) == BATCH
+
+    def wait_for_wake(self) -> None:
+        row = db.fetch_one(self.conn, "next_wake")
+        seconds = row["seconds"] if row and row["seconds"] is not None else 1.0
+        timeout = min(max(seconds, 0.0), 1.0)
+        if timeout <= 0:
+            return
+        for _ in self.listen_conn.notifies(timeout=timeout, stop_after=1):
+            pass
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def close(self) -> None:
+        for closer in (self.listen_conn.close, self.conn.close, self.worker.close):
+            try:
+                closer()
+            except Exception:  # closing on the way out; nothing left to protect
+                pass
+
+    # -- timers -------------------------------------------------------------------------------
+    def reconcile(self) -> int:
+        """The finish backstop: emit done events for terminals already in a thread."""
+        emitted = 0
+        for row in db.fetch_all(self.conn, "unreconciled_terminals"):
+            with self.conn.transaction():
+                threads.emit_step_done(self.conn, str(row["run_id"]), row["await_key"], row["payload"])
+            emitted += 1
+        return emitted
+
+    def recover_dead_conductors(self) -> int:
+        """Runs claimed by a conductor that died mid-SEND go back to the queue at once."""
+        recovered = 0
+        for row in db.fetch_all(self.conn, "runs_held_by_dead_conductors"):
+            reason = {"name": "$ConductorDied", "message": f"conductor {row['claimed_by']} died"}
+            try:
+                db.fetch_one(self.conn, "fail_engine_run",
+                             dict(queue=QUEUE, run_id=row["run_id"], reason=Jsonb(reason)))
+                recovered += 1
+            except psycopg.Error as err:  # raced with another conductor's recovery
+                log.info("recovery of %s skipped: %s", row["run_id"], err)
+        return recovered
+
+    # -- the one handler ----------------------------------------------------------------------
+    def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return RunHandler(self.conn, ctx, params).run()
+
+
+class RunHandler:
+    """Deterministic replay of one run: every side effect sits behind a named checkpoint."""
+
+    def __init__(self, conn: psycopg.Connection[Any], ctx: Any, params: dict[str, Any]) -> None:
+        self.conn = conn
+        self.ctx = ctx
+        self.run_id = str(ctx.task_id)
+        self.payload = params["payload"]
+        self.steps = [Step.from_dict(s) for s in params["recipe"]["steps"]]
+        self.recipe = params["recipe"]
+        self.outputs: dict[str, Any] = {}
+
+    def run(self) -> dict[str, Any]:
+        for step in self.steps:
+            try_no = 1
+            while True:
+                result = self.run_step(step, try_no)
+                status = result["status"]
+                if status == "completed" or (status == "failed" and step.on_failure == "continue"):
+                    self.outputs[step.id] = result.get("output", "")
+                    break
+                if status == "cancelled":
+                    self.end_cancelled(step, try_no, result)
+                self.park_failed(step, try_no, result)
+                try_no += 1
+        self.ctx.step("finish", self.finish)
+        return {"outputs": self.outputs}
+
+    def run_step(self, step: Step, try_no: int) -> dict[str, Any]:
+        if step.kind in ("run_command", "dispatch_task"):
+            return self.bot_step(step, try_no)
+        if step.kind in ("sleep", "sleep_until"):
+            return self.sleep_step(step, try_no)
+        return self.gate_step(step, try_no)
+
+    # -- SEND and PARK ------------------------------------------------------------------------
+    def bot_step(self, step: Step, try_no: int) -> dict[str, Any]:
+        key = names.step_key(self.run_id, step.id, try_no)
+        sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
+                             lambda: self.send_instruction(step, try_no, key))
+        crash_point("after_send_checkpoint")
+        if not sent["ok"]:
+            return {"status": "failed", "output": sent["error"]}
+        return self.ctx.await_event(names.done_event(key), names.done_checkpoint(step.id, try_no))
+
+    def send_instruction(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
+        with self.conn.transaction():
+            try:
+                text = render(step.text, self.payload, self.outputs, shell=step.kind == "run_command")
+            except RenderError as err:
+                self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
+                return {"ok": False, "error": str(err)}
+            data = {
+                "step": step.id, "kind": step.kind, "try": try_no, "timeout_s": step.timeout_s,
+                "retries": step.retries, "workdir": self.recipe.get("workdir"),
+                "env": self.recipe.get("env", []),
+            }
+            seq = threads.append(self.conn, self.run_id, "system", "threadline", "instruction", text,
+                                 step_key=key, dedupe_key=f"instruction:{key}", data=data)
+            if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
+                self.set_state("running", step.id, try_no, await_key=key, await_kind="bot")
+            db.notify(self.conn, self.run_id, "instruction")
+        crash_point("after_send_commit")
+        return {"ok": True}
+
+    def gate_step(self, step: Step, try_no: int) -> dict[str, Any]:
+        key = names.step_key(self.run_id, step.id, try_no)
+        sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
+                             lambda: self.send_question(step, try_no, key))
+        if not sent["ok"]:
+            return {"status": "failed", "output": sent["error"]}
+        timeout = None
+        if sent.get("deadline"):
+            remaining = (datetime.fromisoformat(sent["deadline"]) - self.db_now()).total_seconds()
+            timeout = max(0, math.ceil(remaining))
+        try:
+            decision = self.ctx.await_event(names.done_event(key), names.done_checkpoint(step.id, try_no),
+                                            timeout=timeout)
+        except AwaitTimeout:
+            # Absurd writes no checkpoint on timeout: emit the same done event with a timeout
+            # decision (first write wins against a late approval) and await it again.
+            threads.time_out_gate(self.conn, self.run_id, key)
+            decision = self.ctx.await_event(names.done_event(key),
+                                            names.late_done_checkpoint(step.id, try_no))
+        return self.gate_result(step, decision)
+
+    def gate_result(self, step: Step, decision: dict[str, Any]) -> dict[str, Any]:
+        kind = decision["decision"]
+        if kind == "timeout":
+            kind = step.on_timeout or "deny"
+            reason = f"gate {step.id} timed out"
+        else:
+            reason = decision.get("text") or ""
+        if kind in ("approve", "reply"):
+            return {"status": "completed", "output": decision.get("text", ""), "decision": decision}
+        return {"status": "cancelled", "output": reason, "decision": decision,
+                "reason": f"denied by {decision.get('actor')}" + (f": {reason}" if reason else "")}
+
+    def send_question(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
+        with self.conn.transaction():
+            try:
+                text = render(step.text, self.payload, self.outputs, shell=False)
+            except RenderError as err:
+                self.note(f"Gate {step.id} failed before it opened: {err}", key, f"render:{key}")
+                return {"ok": False, "error": str(err)}
+            deadline = None
+            if step.timeout_s:
+                deadline = self.db_now().timestamp() + step.timeout_s
+                deadline = datetime.fromtimestamp(deadline, self.db_now().tzinfo).isoformat()
+            data = {"step": step.id, "kind": "human_gate", "try": try_no, "accept": step.accept,
+                    "approvers": list(step.approvers), "from": step.from_, "deadline": deadline}
+            seq = threads.append(self.conn, self.run_id, "system", "threadline", "question", text,
+                                 step_key=key, dedupe_key=f"question:{key}", data=data)
+            if seq is not None:
+                self.set_state("waiting", step.id, try_no, await_key=key, await_kind="gate")
+            db.notify(self.conn, self.run_id, "gate")
+        return {"ok": True, "deadline": deadline}
+
+    def sleep_step(self, step: Step, try_no: int) -> dict[str, Any]:
+        key = names.step_key(self.run_id, step.id, try_no)
+        planned = self.ctx.step(names.send_checkpoint(step.id, try_no),
+                                lambda: self.plan_sleep(step, try_no, key))
+        if not planned["ok"]:
+            return {"status": "failed", "output": planned["error"]}
+        self.ctx.sleep_until(names.sleep_checkpoint(step.id, try_no),
+                             datetime.fromisoformat(planned["wake_at"]))
+        return {"status": "completed", "output": planned["wake_at"]}
+
+    def plan_sleep(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
+        """The wake time comes from the database clock, computed once and checkpointed."""
+        with self.conn.transaction():
+            now = self.db_now()
+            if step.kind == "sleep":
+                wake = datetime.fromtimestamp(now.timestamp() + parse_duration(step.text), now.tzinfo)
+            else:
+                try:
+                    wake = datetime.fromisoformat(render(step.text, self.payload, self.outputs, shell=False))
+                except (RenderError, ValueError) as err:
+                    self.note(f"Step {step.id} failed: {err}", key, f"render:{key}")
+                    return {"ok": False, "error": str(err)}
+            self.set_state("sleeping", step.id, try_no, wake_at=wake)
+            self.note(f"Sleeping until {wake.isoformat(timespec='seconds')} (step {step.id}).",
+                      key, f"sleep:{key}")
+            db.notify(self.conn, self.run_id, "sleep")
+        return {"ok": True, "wake_at": wake.isoformat()}
+
+    # -- failure, cancel, finish --------------------------------------------------------------
+    def park_failed(self, step: Step, try_no: int, result: dict[str, Any]) -> None:
+        """A failed run parks on a retry event; it never raises into Absurd."""
+        key = names.step_key(self.run_id, step.id, try_no)
+
+        def mark_failed() -> bool:
+            with self.conn.transaction():
+                self.set_state("failed", step.id, try_no)
+                tail = str(result.get("output", ""))[-500:]
+                self.note(f"Step {step.id} failed (try {try_no}).\n{tail}\n"
+                          f"Run `threadline retry {self.run_id}` to resume at this step.",
+                          key, f"failed:{key}")
+                db.notify(self.conn, self.run_id, "failed")
+            return True
+
+        self.ctx.step(f"failed:{step.id}:{try_no}", mark_failed)
+        self.ctx.await_event(names.retry_event(key), names.retry_checkpoint(step.id, try_no))
+
+    def end_cancelled(self, step: Step, try_no: int, result: dict[str, Any]) -> None:
+        key = names.step_key(self.run_id, step.id, try_no)
+        with self.conn.transaction():
+            self.set_state("cancelled", step.id, try_no)
+            self.note(f"Run cancelled: gate {step.id} {result.get('reason', 'denied')}.", key, f"cancelled:{key}")
+            db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
+            db.notify(self.conn, self.run_id, "cancelled")
+        raise CancelledTask()
+
+    def finish(self) -> bool:
+        with self.conn.transaction():
+            self.set_state("completed", None, None)
+            self.note("Run completed.", None, "completed")
+            db.notify(self.conn, self.run_id, "completed")
+        return True
+
+    # -- helpers ------------------------------------------------------------------------------
+    def set_state(self, state: str, step: str | None, try_no: int | None, *, await_key: str | None = None,
+                  await_kind: str | None = None, wake_at: datetime | None = None) -> None:
+        self.conn.execute(db.q("set_run_state"), {
+            "run_id": self.run_id, "state": state, "step": step, "try": try_no,
+            "await_key": await_key, "await_kind": await_kind, "awaiting": await_key is not None,
+            "wake_at": wake_at})
+
+    def note(self, text: str, key: str | None, dedupe: str) -> None:
+        threads.append(self.conn, self.run_id, "system", "threadline", "note", text,
+                       step_key=key, dedupe_key=dedupe)
+
+    def db_now(self) -> datetime:
+        return db.fetch_one(self.conn, "db_now")["now"]
+
+
+def main(url: str | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s conductor %(levelname)s %(message)s")
+    Conductor(url).run_forever()

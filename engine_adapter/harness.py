@@ -1,0 +1,83 @@
+"""Helpers shared by the tests, the notebooks and the benchmarks: start and stop Threadline
+processes against a database, and wait for a run to reach a state."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import psycopg
+
+from . import db
+from .read_model import show_run
+from .settings import DATABASE_URL_ENV, HOME_ENV
+from .workers import CRASH_ENV
+
+
+def start_process(kind: str, url: str, home: Path, *, env: dict[str, str] | None = None,
+                  log_path: Path | None = None, args: Iterable[str] = ()) -> subprocess.Popen[bytes]:
+    """Start `threadline conductor` or `threadline bots` against url; output goes to log_path."""
+    inherited = {k: v for k, v in os.environ.items() if k != CRASH_ENV}  # crash only when asked
+    full_env = dict(inherited, **{DATABASE_URL_ENV: url, HOME_ENV: str(home)}, **(env or {}))
+    log_path = log_path or home / f"{kind}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", kind, *args],
+                            env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_for_state(url: str, run_id: str, states: str | Iterable[str], timeout: float = 30.0) -> dict[str, Any]:
+    """Poll the read model until the run is in one of states; returns the run view."""
+    wanted = {states} if isinstance(states, str) else set(states)
+    with db.connect(url) as conn:
+        seen: dict[str, Any] = {}
+
+        def reached() -> dict[str, Any] | None:
+            run = seen["run"] = show_run(conn, run_id)
+            if run["state"] in ("completed", "cancelled", "failed") and run["state"] not in wanted:
+                raise RunEndedElsewhere(_describe(run, wanted))
+            return run if run["state"] in wanted else None
+
+        try:
+            return wait_for(reached, timeout, what=f"run {run_id} to be {'/'.join(sorted(wanted))}")
+        except TimeoutError:
+            raise TimeoutError(f"after {timeout}s: " + _describe(seen.get("run"), wanted)) from None
+
+
+class RunEndedElsewhere(AssertionError):
+    """The run ended in a state the caller was not waiting for."""
+
+
+def _describe(run: dict[str, Any] | None, wanted: set[str]) -> str:
+    if run is None:
+        return "run not found"
+    lines = [f"run {run['run_id']} is {run['state']}, not {'/'.join(sorted(wanted))}"]
+    lines += [f"  step {s['id']}: {s['status']} ({s['attempts']} attempts)" for s in run["steps"]]
+    lines += [f"  #{e['seq']} {e['author']} [{e['kind']}] {e['text'][:300]}" for e in run["thread"][-12:]]
+    return "\n".join(lines)
+
+
+def alive_count(conn: psycopg.Connection[Any], kind: str) -> int:
+    row = conn.execute("select count(*) as n from threadline.live_workers where kind = %s", (kind,)).fetchone()
+    return row["n"]

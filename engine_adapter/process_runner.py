@@ -1,0 +1,133 @@
+"""Run one command in its own process group: streamed output, a cap, a timeout, and a kill switch.
+
+The child asks the kernel to SIGKILL it when the bot dies (PR_SET_PDEATHSIG), and everything it
+starts shares its process group, which a successor bot kills before it runs the next attempt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+OUTPUT_CAP = 64 * 1024
+TERM_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ProcessResult:
+    exit_code: int | None
+    output: str
+    dropped_bytes: int
+    timed_out: bool
+    stopped: bool  # killed because should_continue() said no (cancel or a superseded attempt)
+    duration_s: float
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the successor's killpg still cleans up
+        pass
+
+
+def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
+    """SIGTERM the group, then SIGKILL after the grace period; returns when the group is gone."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not group_exists(pgid):
+                return
+            time.sleep(0.05)
+
+
+def group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie leader still counts; reap it if it is ours.
+    try:
+        os.waitpid(-pgid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return True
+
+
+def run_process(
+    command: str,
+    *,
+    cwd: str,
+    env: dict[str, str],
+    timeout_s: float,
+    stdin_text: str | None = None,
+    on_start: Callable[[int], None] = lambda pgid: None,
+    on_output: Callable[[str], None] = lambda text: None,
+    should_continue: Callable[[], bool] = lambda: True,
+    check_every_s: float = 1.0,
+    flush_every_s: float = 0.5,
+) -> ProcessResult:
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_text is not None
+        else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=_die_with_parent,
+    )
+    on_start(proc.pid)
+    if stdin_text is not None:
+        try:
+            proc.stdin.write(stdin_text.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    kept = bytearray()
+    dropped = 0
+    pending = bytearray()
+    timed_out = stopped = False
+    last_check = last_flush = time.monotonic()
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    os.set_blocking(proc.stdout.fileno(), False)
+    eof = False
+    while not eof:
+        for _ in selector.select(timeout=0.1):
+            chunk = proc.stdout.read(65536)
+            if not chunk:
+                eof = True
+                break
+            room = OUTPUT_CAP - len(kept)
+            kept += chunk[:room]
+            pending += chunk[:room]
+            dropped += max(0, len(chunk) - room)
+        now = time.monotonic()
+        if pending and (now - last_flush >= flush_every_s or eof):
+            on_output(pending.decode(errors="replace"))
+            pending.clear()
+            last_flush = now
+        if not (timed_out or stopped):
+            if now - started > timeout_s:
+                timed_out = True
+                kill_group(proc.pid)
+            elif now - last_check >= check_every_s:
+                last_check = now
+                if not should_continue():
+                    stopped = True
+                    kill_group(proc.pid)
+    selector.close()
+    exit_code = proc.wait()
+    if group_exists(proc.pid):  # the leader exited but left children in its group
+        kill_group(proc.pid, grace_s=0.5)
+    return ProcessResult(exit_code, kept.decode(errors="replace"), dropped, timed_out, stopped,
+                         time.monotonic() - started)

@@ -1,0 +1,433 @@
+"""Recipes: a workflow's steps as YAML or JSON, validated up front with every problem reported.
+
+Pure Python, no database. `load_recipe_text` / `load_recipe_file` turn a document into a frozen
+`Recipe`; `Recipe.to_dict()` is the canonical form (defaults filled in) that runs snapshot and
+that `canonical_hash` is computed from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zoneinfo
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+KINDS = ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
+TOP_KEYS = ("slug", "name", "description", "bot", "schedule", "timezone", "catch_up",
+            "max_concurrent_runs", "workdir", "env", "steps")
+_STEP_KEYS = {
+    "run_command": {"timeout", "retries", "on_failure"},
+    "dispatch_task": {"timeout", "retries", "on_failure"},
+    "sleep": set(),
+    "sleep_until": set(),
+    "human_gate": {"timeout", "accept", "from", "approvers", "on_timeout"},
+}
+_ALL_STEP_KEYS = {"id", *KINDS, *set().union(*_STEP_KEYS.values())}
+MAX_RETRIES = 10
+
+_SLUG = re.compile(r"[a-z0-9-]{1,64}")
+_NAME = re.compile(r"[a-z0-9_-]+")
+_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
+_PAYLOAD_REF = re.compile(r"payload(?:\.[A-Za-z0-9_-]+)+")
+_STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.output")
+
+
+class RecipeError(ValueError):
+    """A recipe is invalid; `errors` holds every problem as "<path>: <problem>"."""
+
+    def __init__(self, errors: list[str], source: str | None = None) -> None:
+        self.errors = list(errors)
+        self.source = source
+        super().__init__("\n".join(self.errors))
+
+
+def _q(value: Any) -> str:
+    """Quote a value for an error message: strings in double quotes, others as JSON."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def parse_duration(text: str | int | float) -> float:
+    """"30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> float seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text >= 0:
+            return float(text)
+        raise ValueError(f"{_q(text)} is not a duration")
+    s = text.strip() if isinstance(text, str) else ""
+    if re.fullmatch(r"\d+", s):
+        return float(s)
+    parts = _DURATION_PART.findall(s)
+    if not s or "".join(n + u for n, u in parts) != s:
+        raise ValueError(f"{_q(text)} is not a duration")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def format_duration(seconds: float) -> str:
+    """Canonical duration string, the inverse of parse_duration: 5400 -> "1h30m", 0.5 -> "500ms"."""
+    ms = round(seconds * 1000)
+    out = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if ms >= size:
+            out.append(f"{ms // size}{unit}")
+            ms %= size
+    return "".join(out) or "0s"
+
+
+def find_placeholders(text: str) -> list[str]:
+    """The dotted paths inside `{{ ... }}` in text, in order, whitespace stripped."""
+    return [m.group(1).strip() for m in _PLACEHOLDER.finditer(text)]
+
+
+def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: list[str]) -> None:
+    for ref in find_placeholders(text):
+        m = _STEP_REF.fullmatch(ref)
+        if m:
+            if earlier is not None and m.group(1) not in earlier:
+                errors.append(f"{path}: {{{{{ref}}}}} refers to no earlier step")
+        elif not _PAYLOAD_REF.fullmatch(ref):
+            errors.append(f"{path}: {{{{{ref}}}}} is not a known placeholder "
+                          "(use {{payload.<key>}} or {{steps.<id>.output}})")
+    if "{{" in _PLACEHOLDER.sub("", text):
+        errors.append(f'{path}: has an unclosed "{{{{"')
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _choice(d: dict, key: str, where: str, options: tuple[str, ...], default: str | None,
+            errors: list[str]) -> str | None:
+    """d[key] (or default) if it is one of options; `where` is the key's path for errors."""
+    value = d.get(key, default)
+    if value is not None and value not in options:
+        errors.append(f"{where}: {_q(value)} must be one of {', '.join(options)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a recipe; `text` is the command, instruction, duration, timestamp or question."""
+
+    id: str
+    kind: str
+    text: str
+    timeout_s: float | None = None
+    retries: int = 0
+    on_failure: str | None = None
+    accept: str | None = None
+    from_: str | None = None
+    approvers: tuple[str, ...] = ()
+    on_timeout: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical form: only the keys this kind allows, defaults filled, None omitted."""
+        d: dict[str, Any] = {"id": self.id, self.kind: self.text}
+        if self.timeout_s is not None:
+            d["timeout"] = format_duration(self.timeout_s)
+        if self.kind in ("run_command", "dispatch_task"):
+            d["retries"] = self.retries
+            d["on_failure"] = self.on_failure
+        if self.kind == "human_gate":
+            d.update(accept=self.accept, on_timeout=self.on_timeout)
+            if self.from_ is not None:
+                d["from"] = self.from_
+            if self.approvers:
+                d["approvers"] = list(self.approvers)
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Step:
+        """Rebuild (and re-validate) a step from its canonical dict, e.g. a run's JSON snapshot."""
+        errors: list[str] = []
+        step = _parse_step(d, "step", None, errors)
+        if errors or step is None:
+            raise RecipeError(errors)
+        return step
+
+
+def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) -> Step | None:
+    """Validate one step mapping; append problems to errors; None if it cannot be built."""
+    if not isinstance(d, dict):
+        errors.append(f"{path}: must be a mapping, got {_q(d)}")
+        return None
+    n_before = len(errors)
+    kinds = [k for k in KINDS if k in d]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        errors.append(f"{path}: needs exactly one of {', '.join(KINDS)} (found {found})")
+    kind = kinds[0] if len(kinds) == 1 else None
+    for key in d:
+        if key not in _ALL_STEP_KEYS:
+            errors.append(f"{path}.{key}: unknown field")
+        elif kind and key not in ("id", *KINDS) and key not in _STEP_KEYS[kind]:
+            where = ", ".join(k for k in KINDS if key in _STEP_KEYS[k])
+            errors.append(f"{path}.{key}: not allowed on a {kind} step (only on {where})")
+
+    sid = d.get("id")
+    if sid is None:
+        errors.append(f"{path}.id: required")
+    elif not isinstance(sid, str) or not _NAME.fullmatch(sid):
+        errors.append(f"{path}.id: {_q(sid)} must match [a-z0-9_-]+")
+
+    text = d.get(kind) if kind else None
+    if kind == "sleep":
+        try:
+            text = format_duration(parse_duration(text))
+        except (ValueError, TypeError):
+            errors.append(f"{path}.sleep: {_q(text)} is not a duration")
+    elif kind == "sleep_until" and isinstance(text, (datetime, date)):
+        if not isinstance(text, datetime) or text.tzinfo is None:
+            errors.append(f"{path}.sleep_until: {_q(text)} has no timezone (add Z or +hh:mm)")
+        text = text.isoformat()
+    elif kind and (not isinstance(text, str) or not text.strip()):
+        errors.append(f"{path}.{kind}: must be a non-empty string, got {_q(text)}")
+    elif kind == "sleep_until" and not find_placeholders(text):
+        try:
+            if datetime.fromisoformat(text.strip()).tzinfo is None:
+                errors.append(f"{path}.sleep_until: {_q(text)} has no timezone (add Z or +hh:mm)")
+        except ValueError:
+            errors.append(f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp "
+                          "or a {{placeholder}}")
+        text = text.strip()
+    if kind and kind != "sleep" and isinstance(text, str):
+        _check_placeholders(text, f"{path}.{kind}", earlier, errors)
+
+    timeout_s = None
+    if "timeout" in d:
+        try:
+            timeout_s = parse_duration(d["timeout"])
+            if timeout_s <= 0:
+                errors.append(f"{path}.timeout: {_q(d['timeout'])} must be positive")
+        except (ValueError, TypeError):
+            errors.append(f"{path}.timeout: {_q(d['timeout'])} is not a duration")
+
+    retries, on_failure, accept, from_, approvers, on_timeout = 0, None, None, None, (), None
+    if kind in ("run_command", "dispatch_task"):
+        retries = d.get("retries", 0)
+        if not _is_int(retries) or not 0 <= retries <= MAX_RETRIES:
+            errors.append(f"{path}.retries: {_q(retries)} must be an integer "
+                          f"from 0 to {MAX_RETRIES}")
+        on_failure = _choice(d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail",
+                             errors)
+    if kind == "human_gate":
+        accept = _choice(d, "accept", f"{path}.accept", ("decision", "any_reply"), "decision",
+                         errors)
+        on_timeout = _choice(d, "on_timeout", f"{path}.on_timeout", ("deny", "approve"), "deny",
+                             errors)
+        from_ = d.get("from")
+        if from_ is not None and (not isinstance(from_, str) or not from_.strip()):
+            errors.append(f"{path}.from: {_q(from_)} must be a non-empty string")
+        elif from_ is not None and accept != "any_reply":
+            errors.append(f"{path}.from: only applies with accept: any_reply")
+        raw = d.get("approvers", [])
+        if not isinstance(raw, list) or not all(isinstance(a, str) and a.strip() for a in raw):
+            errors.append(f"{path}.approvers: {_q(raw)} must be a list of names")
+        else:
+            approvers = tuple(raw)
+    if len(errors) > n_before:
+        return None
+    return Step(id=sid, kind=kind, text=text, timeout_s=timeout_s, retries=retries,
+                on_failure=on_failure, accept=accept, from_=from_, approvers=approvers,
+                on_timeout=on_timeout)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated workflow definition."""
+
+    slug: str
+    name: str
+    description: str | None = None
+    bot: str = "shell"
+    schedule: str | None = None
+    timezone: str = "UTC"
+    catch_up: str | None = None
+    max_concurrent_runs: int | None = None
+    workdir: str | None = None
+    env: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical normalized document: defaults filled in, None (and empty env) omitted."""
+        d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps")}
+        d["env"] = list(self.env) or None
+        d["steps"] = [s.to_dict() for s in self.steps]
+        return {k: v for k, v in d.items() if v is not None}
+
+    @property
+    def canonical_hash(self) -> str:
+        """sha256 of the canonical JSON: equal for documents that differ only in form."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "<recipe>") -> Recipe:
+        """Validate a parsed document (or a canonical dict) and build the Recipe."""
+        return _build_recipe(d, source)
+
+
+def _opt_str(d: dict, key: str, errors: list[str]) -> str | None:
+    value = d.get(key)
+    if value is not None and not isinstance(value, str):
+        errors.append(f"{key}: {_q(value)} must be a string")
+        return None
+    return value
+
+
+def _build_recipe(d: Any, source: str) -> Recipe:
+    if not isinstance(d, dict):
+        raise RecipeError([f"{source}: top level must be a mapping of fields, got {_q(d)[:60]}"],
+                          source)
+    errors: list[str] = [f"{k}: unknown field" for k in d if k not in TOP_KEYS]
+
+    slug = d.get("slug")
+    if slug is None:
+        errors.append("slug: required")
+    elif not isinstance(slug, str) or not _SLUG.fullmatch(slug):
+        errors.append(f"slug: {_q(slug)} must match [a-z0-9-]+ (1 to 64 characters)")
+    name = _opt_str(d, "name", errors) or slug
+    description = _opt_str(d, "description", errors)
+    bot = d.get("bot", "shell")
+    if not isinstance(bot, str) or not _NAME.fullmatch(bot):
+        errors.append(f"bot: {_q(bot)} must match [a-z0-9_-]+")
+
+    schedule = _opt_str(d, "schedule", errors)
+    if schedule is not None:
+        schedule = " ".join(schedule.split())
+        if len(schedule.split()) != 5:
+            errors.append(f"schedule: {_q(schedule)} must be a 5-field cron expression")
+        else:
+            try:
+                from cronsim import CronSim, CronSimError
+            except ImportError:  # pragma: no cover - cronsim is a declared dependency
+                pass
+            else:
+                try:
+                    CronSim(schedule, datetime.now())
+                except (CronSimError, ValueError) as exc:
+                    errors.append(f"schedule: {_q(schedule)} is not a valid cron expression "
+                                  f"({exc})")
+
+    timezone = d.get("timezone", "UTC")
+    try:
+        if not isinstance(timezone, str):
+            raise ValueError
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        errors.append(f"timezone: {_q(timezone)} is not an IANA time zone (e.g. Europe/Berlin)")
+    catch_up = _choice(d, "catch_up", "catch_up", ("latest", "all", "none"), None, errors)
+    mcr = d.get("max_concurrent_runs")
+    if mcr is not None and (not _is_int(mcr) or mcr < 1):
+        errors.append(f"max_concurrent_runs: {_q(mcr)} must be a positive integer")
+    workdir = _opt_str(d, "workdir", errors)
+    if workdir is not None and not workdir.startswith("/"):
+        errors.append(f"workdir: {_q(workdir)} must be an absolute path")
+
+    env = d.get("env", [])
+    if not isinstance(env, list):
+        errors.append(f"env: {_q(env)} must be a list of variable names")
+        env = []
+    for i, var in enumerate(env):
+        if not isinstance(var, str) or not _ENV.fullmatch(var):
+            errors.append(f"env[{i}]: {_q(var)} must match [A-Za-z_][A-Za-z0-9_]*")
+        elif var in env[:i]:
+            errors.append(f"env[{i}]: {_q(var)} is listed twice")
+
+    steps: list[Step] = []
+    raw_steps = d.get("steps")
+    if raw_steps is None:
+        errors.append("steps: required")
+    elif not isinstance(raw_steps, list) or not raw_steps:
+        errors.append("steps: must be a non-empty list of steps")
+    else:
+        seen: dict[str, int] = {}
+        for i, raw in enumerate(raw_steps):
+            sid = raw.get("id") if isinstance(raw, dict) else None
+            if isinstance(sid, str) and sid in seen:
+                errors.append(f"steps[{i}].id: {_q(sid)} is used by steps[{seen[sid]}] too")
+            step = _parse_step(raw, f"steps[{i}]", set(seen), errors)
+            if isinstance(sid, str):
+                seen.setdefault(sid, i)
+            if step is not None:
+                steps.append(step)
+
+    if errors:
+        raise RecipeError(errors, source)
+    return Recipe(slug=slug, name=name, description=description, bot=bot, schedule=schedule,
+                  timezone=timezone, catch_up=catch_up, max_concurrent_runs=mcr,
+                  workdir=workdir, env=tuple(env), steps=tuple(steps))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if isinstance(key, (list, dict)):
+            continue  # construct_mapping reports unhashable keys itself
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {_q(key)}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if dup is not None:
+        raise ValueError(f"duplicate key {_q(dup)}")
+    return dict(pairs)
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    msg = f"{context}, {problem}" if context else problem
+    return msg + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
+
+
+def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
+    """Parse YAML or JSON text and validate it; raises RecipeError listing every problem."""
+    json_error = None
+    if text.lstrip().startswith("{"):  # JSON first: YAML rejects tab-indented JSON
+        try:
+            return _build_recipe(json.loads(text, object_pairs_hook=_json_pairs), source)
+        except json.JSONDecodeError as exc:
+            json_error = f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+        except ValueError as exc:
+            if isinstance(exc, RecipeError):
+                raise
+            json_error = str(exc)
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        msg = json_error or _yaml_message(exc)
+        raise RecipeError([f"{source}: not valid YAML/JSON: {msg}"], source) from None
+    return _build_recipe(doc, source)
+
+
+def load_recipe_file(path: str | Path) -> Recipe:
+    """Load and validate a recipe file (.yaml, .yml or .json)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError([f"{p}: cannot read recipe ({exc.__class__.__name__}: "
+                           f"{getattr(exc, 'strerror', None) or exc})"], str(p)) from None
+    return load_recipe_text(text, source=str(p))

@@ -1,0 +1,274 @@
+-- append_entry --
+-- One thread entry under the run's row lock; null when the dedupe key was used already.
+select threadline.append_entry(%(run_id)s, %(author_kind)s, %(author)s, %(kind)s,
+                               %(step_key)s, %(dedupe_key)s, %(text)s, %(data)s) as seq
+
+-- lock_run --
+-- The run row, locked for the rest of the transaction.
+select * from threadline.run_threads where run_id = %(run_id)s for update
+
+-- get_run --
+-- The run row without a lock.
+select * from threadline.run_threads where run_id = %(run_id)s
+
+-- emit_event --
+-- Absurd's first-write-wins event emit.
+select absurd.emit_event(%(queue)s, %(event)s, %(payload)s)
+
+-- clear_awaiting --
+-- Compare-and-set: only the emit for the awaited key clears it.
+update threadline.run_threads
+   set awaiting = false, last_emitted_key = %(step_key)s, updated_at = now()
+ where run_id = %(run_id)s and await_key = %(step_key)s and awaiting
+returning run_id
+
+-- insert_decision --
+-- A gate decision; the step key is unique, so a gate is decided once.
+insert into threadline.decisions (step_key, run_id, decision, actor, reason)
+values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(reason)s)
+on conflict (step_key) do nothing
+returning created_at
+
+-- get_decision --
+-- The decision taken for one gate, if any.
+select * from threadline.decisions where step_key = %(step_key)s
+
+-- set_run_state --
+-- The conductor's view of where a run stands.
+update threadline.run_threads
+   set state = %(state)s, current_step = %(step)s, current_try = %(try)s,
+       await_key = %(await_key)s, await_kind = %(await_kind)s, awaiting = %(awaiting)s,
+       wake_at = %(wake_at)s, updated_at = now(),
+       finished_at = case when %(state)s in ('completed', 'failed', 'cancelled') then now() end
+ where run_id = %(run_id)s and state <> 'cancelled'
+returning run_id
+
+-- db_now --
+-- The database clock: every wake-up time and deadline comes from it.
+select absurd.current_time() as now
+
+-- get_workflow --
+-- One workflow by slug.
+select * from threadline.workflows where slug = %(slug)s
+
+-- list_workflows --
+-- Every workflow, with its run count.
+select w.slug, w.name, w.description, w.bot, w.schedule, w.timezone, w.enabled, w.version, w.hash,
+       w.updated_at, (select count(*) from threadline.run_threads r where r.workflow = w.slug) as runs
+  from threadline.workflows w
+ order by w.slug
+
+-- lock_workflow --
+-- One workflow, locked while a new version is written.
+select * from threadline.workflows where slug = %(slug)s for update
+
+-- insert_workflow --
+-- A new workflow at version 1.
+insert into threadline.workflows (slug, name, description, bot, recipe, schedule, timezone, version, hash)
+values (%(slug)s, %(name)s, %(description)s, %(bot)s, %(recipe)s, %(schedule)s, %(timezone)s, 1, %(hash)s)
+
+-- update_workflow --
+-- The workflow's current version moves on.
+update threadline.workflows
+   set name = %(name)s, description = %(description)s, bot = %(bot)s, recipe = %(recipe)s,
+       schedule = %(schedule)s, timezone = %(timezone)s, version = version + 1, hash = %(hash)s,
+       updated_at = now()
+ where slug = %(slug)s
+returning version
+
+-- insert_workflow_version --
+-- An immutable snapshot of one version.
+insert into threadline.workflow_versions (slug, version, hash, recipe, source)
+values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s)
+
+-- list_workflow_versions --
+-- A workflow's versions, newest first.
+select slug, version, hash, source, created_at from threadline.workflow_versions
+ where slug = %(slug)s order by version desc
+
+-- spawn_task --
+-- Absurd's spawn; with an idempotency key it returns the existing task and created = false.
+select task_id, run_id, attempt, created from absurd.spawn_task(%(queue)s, %(task)s, %(params)s, %(options)s)
+
+-- insert_run_thread --
+-- The run's thread, bound to its one bot, with the recipe and payload snapshot.
+insert into threadline.run_threads
+  (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, idempotency_key)
+values (%(run_id)s, %(workflow)s, %(version)s, %(hash)s, %(recipe)s, %(payload)s, %(bot)s,
+        %(trigger)s, %(idempotency_key)s)
+
+-- register_worker --
+-- A new conductor or bot process; its lock key names the advisory lock it holds while alive.
+insert into threadline.workers (id, kind, host, pid, lock_key, version)
+values (%(id)s, %(kind)s, %(host)s, %(pid)s, nextval('threadline.worker_lock_keys'), %(version)s)
+returning lock_key
+
+-- heartbeat_worker --
+-- The process is still beating.
+update threadline.workers set last_beat_at = now() where id = %(id)s
+
+-- prune_dead_workers --
+-- Forget processes dead for a day; recent ones stay visible as dead.
+delete from threadline.workers w
+ where w.last_beat_at < now() - interval '1 day'
+   and not exists (select 1 from threadline.live_workers l where l.id = w.id)
+
+-- list_workers --
+-- Every known process, newest first, with liveness from its advisory lock.
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version,
+       extract(epoch from (now() - w.last_beat_at))::float8 as last_beat_age_s,
+       exists (select 1 from threadline.live_workers l where l.id = w.id) as alive
+  from threadline.workers w
+ order by w.started_at desc
+ limit 200
+
+-- next_wake --
+-- Seconds until the earliest run becomes claimable (null when none is scheduled).
+select extract(epoch from (min(available_at) - absurd.current_time()))::float8 as seconds
+  from absurd.r_threadline
+ where state in ('pending', 'sleeping') and available_at < 'infinity'
+
+-- runs_held_by_dead_conductors --
+-- Engine runs claimed by a conductor whose liveness lock is gone: fail them so they retry now.
+select r.run_id, r.claimed_by
+  from absurd.r_threadline r
+ where r.state = 'running'
+   and not exists (select 1 from threadline.live_workers l where l.id = r.claimed_by)
+ limit 100
+
+-- fail_engine_run --
+-- Absurd's fail_run; the task is retried at once as a new conductor attempt.
+select absurd.fail_run(%(queue)s, %(run_id)s, %(reason)s, absurd.current_time())
+
+-- unreconciled_terminals --
+-- Runs still awaiting a step whose terminal signal or decision is already in the thread.
+select rt.run_id, rt.await_key, e.data as payload
+  from threadline.run_threads rt
+  join threadline.thread_entries e
+    on e.run_id = rt.run_id and e.step_key = rt.await_key
+   and e.kind in ('signal.dispatch.completed', 'signal.dispatch.failed')
+ where rt.awaiting and rt.await_kind = 'bot'
+union all
+select rt.run_id, rt.await_key,
+       jsonb_build_object('decision', d.decision, 'actor', d.actor, 'text', coalesce(d.reason, ''),
+                          'at', d.created_at) as payload
+  from threadline.run_threads rt
+  join threadline.decisions d on d.step_key = rt.await_key
+ where rt.awaiting and rt.await_kind = 'gate'
+ limit 100
+
+-- cancel_engine_task --
+-- Absurd's cancel: the task and its open runs end cancelled.
+select absurd.cancel_task(%(queue)s, %(run_id)s)
+
+-- claim_candidate --
+-- One instruction awaiting a bot, with no live claim, no pending retry and no finished attempt.
+select rt.run_id, rt.await_key, rt.bot, rt.workflow
+  from threadline.run_threads rt
+ where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
+   and (%(bots)s::text[] is null or rt.bot = any(%(bots)s::text[]))
+   and not exists (
+     select 1 from threadline.step_claims c
+      where c.step_key = rt.await_key
+        and ((c.finished_at is null and c.lease_until > now()
+              and exists (select 1 from threadline.live_workers l where l.id = c.worker_id))
+             or c.outcome = 'completed'
+             or c.retry_at > now()))
+ order by rt.updated_at
+ limit 1
+ for update of rt skip locked
+
+-- close_lost_claims --
+-- Claims of dead bots (or expired leases) end as lost; returns where their processes ran.
+update threadline.step_claims
+   set finished_at = now(), outcome = 'lost'
+ where step_key = %(step_key)s and finished_at is null
+returning attempt, host, pgid, worker_id
+
+-- claim_counts --
+-- The next attempt number and how many attempts failed so far.
+select coalesce(max(attempt), 0) + 1 as next_attempt,
+       count(*) filter (where outcome = 'failed') as failures
+  from threadline.step_claims where step_key = %(step_key)s
+
+-- insert_claim --
+-- A committed claim: the attempt number is the fencing token for the terminal write.
+insert into threadline.step_claims (step_key, attempt, run_id, worker_id, host, lease_until)
+values (%(step_key)s, %(attempt)s, %(run_id)s, %(worker_id)s, %(host)s,
+        now() + make_interval(secs => %(lease_s)s))
+
+-- instruction_for --
+-- The System instruction a step key names.
+select text, data from threadline.thread_entries
+ where run_id = %(run_id)s and step_key = %(step_key)s and kind = 'instruction'
+
+-- set_claim_pgid --
+-- Where the attempt's process group runs, so a successor can make sure it is gone.
+update threadline.step_claims set pgid = %(pgid)s
+ where step_key = %(step_key)s and attempt = %(attempt)s
+
+-- extend_claim --
+-- Heartbeat of a running attempt; returns whether it is still current and the run still live.
+update threadline.step_claims c
+   set lease_until = now() + make_interval(secs => %(lease_s)s)
+ where c.step_key = %(step_key)s and c.attempt = %(attempt)s and c.finished_at is null
+returning (select rt.state = 'running' and rt.await_key = c.step_key and rt.awaiting
+             from threadline.run_threads rt where rt.run_id = c.run_id) as live
+
+-- lock_claim --
+-- The attempt's claim row, locked, and whether a newer attempt exists.
+select c.*, exists (select 1 from threadline.step_claims n
+                     where n.step_key = c.step_key and n.attempt > c.attempt) as superseded
+  from threadline.step_claims c
+ where c.step_key = %(step_key)s and c.attempt = %(attempt)s
+ for update
+
+-- finish_claim --
+-- The attempt's outcome; retry_at set when another attempt is due after a backoff.
+update threadline.step_claims
+   set finished_at = now(), outcome = %(outcome)s,
+       retry_at = now() + make_interval(secs => %(backoff_s)s)
+ where step_key = %(step_key)s and attempt = %(attempt)s
+
+-- engine_task --
+-- Absurd's task row for a run.
+select task_id, state, attempts, max_attempts, enqueue_at, first_started_at, cancelled_at, last_attempt_run
+  from absurd.t_threadline where task_id = %(run_id)s
+
+-- retry_engine_task --
+-- Absurd's in-place retry of a task that failed in the engine itself.
+select * from absurd.retry_task(%(queue)s, %(run_id)s, '{}'::jsonb)
+
+-- run_checkpoints --
+-- The run's checkpoints (step results are read back from them).
+select checkpoint_name, state, status, owner_run_id, updated_at
+  from absurd.c_threadline where task_id = %(run_id)s order by updated_at, checkpoint_name
+
+-- run_claims --
+-- Every bot attempt of the run.
+select step_key, attempt, worker_id, host, started_at, finished_at, outcome, lease_until
+  from threadline.step_claims where run_id = %(run_id)s order by started_at
+
+-- run_entries --
+-- A page of the run thread in order.
+select seq, author_kind, author, kind, step_key, text, data, created_at
+  from threadline.thread_entries
+ where run_id = %(run_id)s and seq > %(after)s
+ order by seq limit %(limit)s
+
+-- list_runs --
+-- Newest runs first, filtered; bounded.
+select run_id, workflow, workflow_version, state, current_step, trigger, created_at, updated_at, finished_at
+  from threadline.run_threads
+ where (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (%(state)s::text is null or state = %(state)s)
+ order by created_at desc, run_id desc
+ limit %(limit)s
+
+-- health_counts --
+-- Runnable engine runs nobody claimed, and instructions waiting for a bot.
+select (select count(*) from absurd.r_threadline
+         where state = 'pending' and available_at < absurd.current_time() - interval '5 seconds')
+         as runnable_unclaimed,
+       (select count(*) from threadline.run_threads where awaiting and await_kind = 'bot')
+         as instructions_waiting

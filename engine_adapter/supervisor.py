@@ -1,0 +1,117 @@
+"""`threadline up`: Postgres, migrations, one conductor, one bot process and the console, supervised.
+
+A child that dies is restarted within two seconds and the restart is logged; Ctrl-C stops
+everything, the embedded server last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import db, schema
+from .recipes import load_recipe_file
+from .settings import DATABASE_URL_ENV, threadline_home
+from .workflows import apply_recipe
+
+log = logging.getLogger("threadline.up")
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "assets" / "recipes"
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started_at: float = field(default=0.0)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(self.argv, env=env)
+        self.started_at = time.monotonic()
+        log.info("%s started (pid %s)", self.name, self.proc.pid)
+
+
+def install_examples(url: str, home: Path) -> list[str]:
+    """On first start only: apply the example recipes so a new user has something to run."""
+    marker = home / "examples-installed"
+    if marker.exists() or not RECIPES_DIR.is_dir():
+        return []
+    installed = []
+    with db.connect(url) as conn:
+        for path in sorted(RECIPES_DIR.glob("*.y*ml")):
+            applied = apply_recipe(conn, load_recipe_file(path), source="create")
+            installed.append(applied.slug)
+    marker.write_text("\n".join(installed) + "\n")
+    return installed
+
+
+def up(*, console: bool = True, port: int = 5006) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
+    home = threadline_home()
+    home.mkdir(parents=True, exist_ok=True)
+    embedded = None
+    url = os.environ.get(DATABASE_URL_ENV)
+    if url:
+        log.info("using the database named by %s", DATABASE_URL_ENV)
+    else:
+        from .embedded import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(home)
+        embedded.ensure_initialised()
+        url = embedded.start()
+        log.info("embedded PostgreSQL running (data in %s)", embedded.data_dir)
+    with db.connect(url) as conn:
+        applied = schema.migrate(conn)
+    if applied:
+        log.info("migrations applied: %s", ", ".join(applied))
+    examples = install_examples(url, home)
+    if examples:
+        log.info("example workflows installed: %s", ", ".join(examples))
+    env = dict(os.environ, **{DATABASE_URL_ENV: url})
+    me = [sys.executable, "-m", "engine_adapter.cli"]
+    children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
+    if console:
+        children.append(Child("console", me + ["console", "--port", str(port)]))
+    stopping = False
+
+    def request_stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    for child in children:
+        child.start(env)
+    if console:
+        log.info("console: http://127.0.0.1:%d", port)
+    log.info("Threadline is up. Ctrl-C stops everything.")
+    try:
+        while not stopping:
+            time.sleep(0.5)
+            for child in children:
+                code = child.proc.poll() if child.proc else None
+                if code is not None and not stopping:
+                    child.restarts += 1
+                    log.warning("%s exited with %s; restarting (restart #%d)", child.name, code, child.restarts)
+                    child.start(env)
+    finally:
+        for child in children:
+            if child.proc and child.proc.poll() is None:
+                child.proc.terminate()
+        for child in children:
+            if child.proc:
+                try:
+                    child.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
+        if embedded is not None:
+            embedded.stop()
+            log.info("embedded PostgreSQL stopped")
+    return 0

@@ -1,0 +1,193 @@
+"""Run threads: appending entries, emitting a step's done event, and human replies and decisions.
+
+Every write that can release a step happens in one transaction that appends the entry, runs the
+done-check, emits the event (first write wins) and NOTIFYs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import db, names
+from .settings import QUEUE
+
+APPROVE_WORDS = ("👍", "approve")
+DENY_WORDS = ("👎", "deny")
+
+
+class DecisionRefused(RuntimeError):
+    """A decision that was not taken; nothing was written."""
+
+
+class GateClosed(DecisionRefused):
+    """A decision for a gate that is not (or no longer) open."""
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def append(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    author_kind: str,
+    author: str,
+    kind: str,
+    text: str,
+    *,
+    step_key: str | None = None,
+    dedupe_key: str | None = None,
+    data: Any = None,
+) -> int | None:
+    """Append an entry; returns its seq, or None when dedupe_key was used before."""
+    row = db.fetch_one(
+        conn,
+        "append_entry",
+        dict(
+            run_id=run_id, author_kind=author_kind, author=author, kind=kind, step_key=step_key,
+            dedupe_key=dedupe_key, text=text, data=None if data is None else Jsonb(data),
+        ),
+    )
+    return row["seq"] if row else None
+
+
+def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, payload: Any) -> None:
+    """Emit the step's done event and clear `awaiting` with a compare-and-set on the key."""
+    db.fetch_one(
+        conn, "emit_event",
+        dict(queue=QUEUE, event=names.done_event(step_key), payload=Jsonb(payload)),
+    )
+    conn.execute(db.q("clear_awaiting"), dict(run_id=run_id, step_key=step_key))
+    db.notify(conn, run_id, "step.done")
+
+
+def lock_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
+    row = db.fetch_one(conn, "lock_run", dict(run_id=run_id))
+    if row is None:
+        raise RunNotFound(f"no run {run_id}")
+    return row
+
+
+def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The gate step the run is parked at, or None."""
+    if not (run["awaiting"] and run["await_kind"] == "gate"):
+        return None
+    for step in run["recipe"]["steps"]:
+        if step["id"] == run["current_step"]:
+            return step
+    return None
+
+
+@dataclass(frozen=True)
+class ReplyOutcome:
+    seq: int
+    decision: str | None  # approve | deny | reply when the reply released the gate
+    hint: str | None  # what System answered when the reply decided nothing
+
+
+def reply(conn: psycopg.Connection[Any], run_id: str, text: str, author: str) -> ReplyOutcome:
+    """A human reply: always kept in the thread; it releases an open gate when it decides it."""
+    if not text.strip():
+        raise ValueError("reply text is empty")
+    with conn.transaction():
+        run = lock_run(conn, run_id)
+        seq = append(conn, run_id, "human", author, "message", text)
+        gate = current_gate(run)
+        if gate is None:
+            return ReplyOutcome(seq, None, None)
+        decision = _decision_from_reply(gate, text, author)
+        if decision is None:
+            hint = _gate_hint(gate, author)
+            append(conn, run_id, "system", "threadline", "note", hint, step_key=run["await_key"])
+            db.notify(conn, run_id, "thread")
+            return ReplyOutcome(seq, None, hint)
+        _record_decision(conn, run, decision, author, text)
+        return ReplyOutcome(seq, decision, None)
+
+
+def decide(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    decision: str,
+    actor: str,
+    reason: str | None = None,
+    *,
+    gate_key: str | None = None,
+) -> str:
+    """Approve or deny the gate the run waits at; returns the gate's step key.
+
+    Raises GateClosed (and writes nothing) when the run waits at no gate, or gate_key names a
+    gate that is no longer open, or the actor is not among the gate's approvers.
+    """
+    if decision not in ("approve", "deny"):
+        raise ValueError(f"decision must be approve or deny, not {decision!r}")
+    with conn.transaction():
+        run = lock_run(conn, run_id)
+        gate = current_gate(run)
+        if gate is None:
+            raise GateClosed(f"run {run_id} is not waiting at a gate (state: {run['state']})")
+        if gate_key is not None and gate_key != run["await_key"]:
+            raise GateClosed(f"gate {gate_key} is no longer open; run {run_id} waits at {run['await_key']}")
+        approvers = gate.get("approvers") or []
+        if approvers and actor not in approvers:
+            raise DecisionRefused(f"{actor} is not an approver of gate {gate['id']} (approvers: {', '.join(approvers)})")
+        text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (f": {reason}" if reason else "")
+        append(conn, run_id, "human", actor, "decision", text, step_key=run["await_key"],
+               data={"decision": decision, "reason": reason})
+        _record_decision(conn, run, decision, actor, reason)
+        return run["await_key"]
+
+
+def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> bool:
+    """Record a timeout for a gate still open at step_key; False if a human decided first."""
+    with conn.transaction():
+        run = lock_run(conn, run_id)
+        if current_gate(run) is None or run["await_key"] != step_key:
+            return False
+        gate = current_gate(run)
+        append(conn, run_id, "system", "threadline", "decision",
+               f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
+               step_key=step_key, data={"decision": "timeout"})
+        _record_decision(conn, run, "timeout", "threadline", gate.get("on_timeout", "deny"))
+        return True
+
+
+def _record_decision(conn: psycopg.Connection[Any], run: dict[str, Any], decision: str,
+                     actor: str, text: str | None) -> None:
+    key = run["await_key"]
+    row = db.fetch_one(conn, "insert_decision", dict(
+        step_key=key, run_id=run["run_id"], decision=decision, actor=actor, reason=text))
+    if row is None:
+        raise GateClosed(f"gate {key} was decided already")
+    payload = {"decision": decision, "actor": actor, "text": text or "",
+               "at": row["created_at"].isoformat()}
+    emit_step_done(conn, str(run["run_id"]), key, payload)
+
+
+def _decision_from_reply(gate: dict[str, Any], text: str, author: str) -> str | None:
+    if gate.get("accept") == "any_reply":
+        wanted = gate.get("from")
+        return "reply" if wanted in (None, author) else None
+    approvers = gate.get("approvers") or []
+    if approvers and author not in approvers:
+        return None
+    lowered = text.strip().lower()
+    if lowered.startswith(APPROVE_WORDS):
+        return "approve"
+    if lowered.startswith(DENY_WORDS):
+        return "deny"
+    return None
+
+
+def _gate_hint(gate: dict[str, Any], author: str) -> str:
+    if gate.get("accept") == "any_reply":
+        return f"Noted. Gate {gate['id']} waits for a reply from {gate.get('from')}."
+    approvers = gate.get("approvers") or []
+    if approvers and author not in approvers:
+        return f"Noted. Only {', '.join(approvers)} can decide gate {gate['id']}."
+    return (f"Noted. Gate {gate['id']} is still waiting: reply starting with 👍 or \"approve\" to "
+            f"continue, 👎 or \"deny\" to stop (or `threadline approve` / `threadline deny`).")

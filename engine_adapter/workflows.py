@@ -1,0 +1,61 @@
+"""Workflows are rows: applying a recipe stores it as a new immutable version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import db
+from .recipes import Recipe
+
+
+class WorkflowNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Applied:
+    slug: str
+    version: int
+    changed: bool  # False when the recipe's hash equals the current version's
+
+
+def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "update") -> Applied:
+    """Create the workflow or add a version; an unchanged recipe writes nothing."""
+    doc = recipe.to_dict()
+    fields = dict(
+        slug=recipe.slug, name=recipe.name, description=recipe.description, bot=recipe.bot,
+        recipe=Jsonb(doc), schedule=recipe.schedule, timezone=recipe.timezone,
+        hash=recipe.canonical_hash,
+    )
+    with conn.transaction():
+        current = db.fetch_one(conn, "lock_workflow", dict(slug=recipe.slug))
+        if current is None:
+            conn.execute(db.q("insert_workflow"), fields)
+            version, source = 1, "create"
+        elif current["hash"] == recipe.canonical_hash:
+            return Applied(recipe.slug, current["version"], changed=False)
+        else:
+            version = db.fetch_one(conn, "update_workflow", fields)["version"]
+        conn.execute(db.q("insert_workflow_version"), dict(
+            slug=recipe.slug, version=version, hash=recipe.canonical_hash, recipe=Jsonb(doc),
+            source=source))
+    return Applied(recipe.slug, version, changed=True)
+
+
+def get_workflow(conn: psycopg.Connection[Any], slug: str) -> dict[str, Any]:
+    row = db.fetch_one(conn, "get_workflow", dict(slug=slug))
+    if row is None:
+        raise WorkflowNotFound(f"no workflow {slug!r} (see `threadline recipe list`)")
+    return row
+
+
+def list_workflows(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return db.fetch_all(conn, "list_workflows")
+
+
+def list_versions(conn: psycopg.Connection[Any], slug: str) -> list[dict[str, Any]]:
+    return db.fetch_all(conn, "list_workflow_versions", dict(slug=slug))

@@ -1,0 +1,120 @@
+"""One embedded PostgreSQL per test session; a database per test cloned from a migrated template."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+import pytest
+
+from engine_adapter import db, harness, schema
+from engine_adapter.embedded import EmbeddedPostgres
+
+TEMPLATE = "tl_template"
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """THREADLINE_TEST_DATABASE_URL (an admin URL) or an embedded server started for this session."""
+    given = os.environ.get("THREADLINE_TEST_DATABASE_URL")
+    if given:
+        yield given
+        return
+    home = Path(tempfile.mkdtemp(prefix="threadline-test-"))
+    server = EmbeddedPostgres(home)
+    server.ensure_initialised()
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _with_db(url: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str) -> str:
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f"drop database if exists {TEMPLATE} with (force)")
+        admin.execute(f"create database {TEMPLATE}")
+    url = _with_db(server_url, TEMPLATE)
+    with db.connect(url) as conn:
+        schema.migrate(conn)
+    return url
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    name = f"tl_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f"create database {name} template {TEMPLATE}")
+    try:
+        yield _with_db(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f"drop database if exists {name} with (force)")
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with db.connect(db_url) as c:
+        yield c
+
+
+class Processes:
+    """Conductor and bot processes of one test; all killed at teardown."""
+
+    def __init__(self, url: str, home: Path) -> None:
+        self.url, self.home = url, home
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, kind: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        proc = harness.start_process(kind, self.url, self.home, env=env, args=args)
+        self.procs.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            harness.kill(proc)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.home.glob("*.log")))
+
+
+@pytest.fixture
+def procs(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
+    p = Processes(db_url, tmp_path)
+    yield p
+    p.kill_all()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        print(p.logs())
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def apply(conn: psycopg.Connection):
+    """Apply a recipe given as YAML text; returns its slug."""
+    from engine_adapter.recipes import load_recipe_text
+    from engine_adapter.workflows import apply_recipe
+
+    def _apply(text: str) -> str:
+        return apply_recipe(conn, load_recipe_text(text)).slug
+
+    return _apply

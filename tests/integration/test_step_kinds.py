@@ -1,0 +1,96 @@
+"""A run of every step kind end to end, with real conductor and bot processes."""
+
+from __future__ import annotations
+
+import sys
+
+from engine_adapter import harness, threads
+from engine_adapter.spawn import spawn
+
+RECIPE = """
+slug: every-kind
+env: [GREETING]
+steps:
+  - id: build
+    run_command: echo "$GREETING" {{payload.who}} && echo "run=$THREADLINE_RUN_ID key=$THREADLINE_STEP_KEY"
+  - id: ask-agent
+    dispatch_task: "summarise: {{steps.build.output}}"
+  - id: nap
+    sleep: 1s
+  - id: ok
+    human_gate: "Ship {{payload.who}}?"
+  - id: after
+    run_command: echo approved-with {{steps.ok.output}}
+"""
+
+
+def test_every_step_kind_runs_to_completion(conn, apply, procs):
+    apply(RECIPE)
+    agent = f"{sys.executable} -c \"import sys; print('AGENT SAYS: ' + sys.stdin.read().upper())\""
+    procs.start("conductor")
+    procs.start("bots", env={"GREETING": "hello", "THREADLINE_AGENT_CMD": agent, "SECRET_NOT_PASSED": "x"})
+    run_id = spawn(conn, "every-kind", {"who": "o'brien; rm -rf /"}).run_id
+
+    view = harness.wait_for_state(procs.url, run_id, "waiting", timeout=30)
+    statuses = {s["id"]: s["status"] for s in view["steps"]}
+    assert statuses == {"build": "completed", "ask-agent": "completed", "nap": "completed",
+                        "ok": "gate", "after": "pending"}
+    build = view["steps"][0]["output"]
+    assert "hello o'brien; rm -rf /" in build  # shell-quoted: the payload was one argument
+    assert f"run={run_id} key={run_id}:build:1" in build
+    assert view["steps"][1]["output"].startswith("AGENT SAYS: SUMMARISE: HELLO O'BRIEN")
+
+    threads.reply(conn, run_id, "👍 looks good", "alice")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert view["steps"][-1]["output"].strip() == "approved-with 👍 looks good"
+    kinds = [e["kind"] for e in view["thread"]]
+    assert kinds.count("instruction") == 3 and kinds.count("question") == 1
+    assert [e["seq"] for e in view["thread"]] == list(range(1, len(view["thread"]) + 1))
+    assert view["thread"][-1]["text"] == "Run completed."
+
+
+def test_step_environment_is_clean(conn, apply, procs):
+    apply("""
+slug: env-check
+steps:
+  - id: env
+    run_command: env | sort
+""")
+    procs.start("conductor")
+    procs.start("bots", env={"SECRET_NOT_PASSED": "x"})
+    run_id = spawn(conn, "env-check").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    output = view["steps"][0]["output"]
+    assert "THREADLINE_STEP_KEY=" in output
+    assert "SECRET_NOT_PASSED" not in output
+    assert "THREADLINE_DATABASE_URL" not in output and "postgresql://" not in output
+
+
+def test_unresolved_placeholder_fails_step_naming_the_path(conn, apply, procs):
+    apply("""
+slug: bad-path
+steps:
+  - id: one
+    run_command: echo {{payload.missing.deep}}
+""")
+    procs.start("conductor")
+    run_id = spawn(conn, "bad-path", {"other": 1}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+    assert view["steps"][0]["status"] == "failed"
+    assert "payload.missing" in view["steps"][0]["output"]
+    assert not any(e["kind"] == "instruction" for e in view["thread"])
+
+
+def test_dispatch_without_backend_fails_with_how_to_configure(conn, apply, procs):
+    apply("""
+slug: no-agent
+bot: helper
+steps:
+  - id: think
+    dispatch_task: think hard
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "no-agent").run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+    assert "THREADLINE_AGENT_CMD_HELPER" in view["steps"][0]["output"]

@@ -1,0 +1,206 @@
+"""Crash proofs: SIGKILL the conductor or a bot anywhere; every step runs exactly once (bot
+attempts aside, which are visible), no instruction appears twice, and the run completes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from engine_adapter import db, harness
+from engine_adapter.spawn import spawn
+
+THREE_STEPS = """
+slug: three
+steps:
+  - id: one
+    run_command: echo one >> {{payload.dir}}/side && sleep {{payload.nap}}
+  - id: two
+    run_command: echo two >> {{payload.dir}}/side
+  - id: three
+    run_command: echo three >> {{payload.dir}}/side
+"""
+
+
+def side_effects(tmp_path: Path) -> list[str]:
+    path = tmp_path / "side"
+    return path.read_text().split() if path.exists() else []
+
+
+def assert_clean_thread(view: dict) -> None:
+    instructions = [e["step_key"] for e in view["thread"] if e["kind"] == "instruction"]
+    assert len(instructions) == len(set(instructions)), instructions
+    terminals = [e["step_key"] for e in view["thread"] if e["kind"].startswith("signal.dispatch.")]
+    assert len(terminals) == len(set(terminals)), terminals
+    assert [e["seq"] for e in view["thread"]] == list(range(1, len(view["thread"]) + 1))
+
+
+def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_path):
+    apply(THREE_STEPS)
+    conductor = procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 2}).run_id
+    key = f"{run_id}:one:1"
+    harness.wait_for(lambda: conn.execute("select 1 from threadline.step_claims where step_key = %s",
+                                          (key,)).fetchone(), what="bot to claim step one")
+    harness.kill(conductor)
+    assert harness.alive_count(conn, "conductor") == 0  # dead at once: its liveness lock is gone
+    # The bot finishes the step and emits its done event while no conductor is alive.
+    event = harness.wait_for(lambda: conn.execute(
+        "select emitted_at from absurd.e_threadline where event_name = %s and payload is not null",
+        (f"threadline.step.done:{key}",)).fetchone(), what="done event with no conductor")
+    last_beat = conn.execute("select max(last_beat_at) as t from threadline.workers where kind = 'conductor'"
+                             ).fetchone()["t"]
+    assert event["emitted_at"] > last_beat
+    assert harness.alive_count(conn, "conductor") == 0
+    procs.start("conductor")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert side_effects(tmp_path) == ["one", "two", "three"]
+    assert [s["attempts"] for s in view["steps"]] == [1, 1, 1]
+    assert_clean_thread(view)
+
+
+@pytest.mark.parametrize("point", ["after_send_commit", "after_send_checkpoint"])
+def test_conductor_crash_points(conn, apply, procs, tmp_path, point):
+    apply(THREE_STEPS)
+    procs.start("bots")
+    doomed = procs.start("conductor", env={"THREADLINE_CRASH_AT": point})
+    run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 0}).run_id
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    procs.start("conductor")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert side_effects(tmp_path) == ["one", "two", "three"]
+    assert_clean_thread(view)
+
+
+@pytest.mark.parametrize("point, attempts", [("bot_after_claim", 2), ("bot_after_terminal", 1)])
+def test_bot_crash_points(conn, apply, procs, tmp_path, point, attempts):
+    apply(THREE_STEPS)
+    procs.start("conductor")
+    doomed = procs.start("bots", env={"THREADLINE_CRASH_AT": point})
+    run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 0}).run_id
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    procs.start("bots")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert side_effects(tmp_path) == ["one", "two", "three"]
+    assert view["steps"][0]["attempts"] == attempts
+    assert_clean_thread(view)
+
+
+def test_bot_killed_before_reporting_reruns_as_visible_attempt_2(conn, apply, procs, tmp_path):
+    apply(THREE_STEPS)
+    procs.start("conductor")
+    doomed = procs.start("bots", env={"THREADLINE_CRASH_AT": "bot_before_terminal"})
+    run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 0}).run_id
+    assert doomed.wait(timeout=30) == -signal.SIGKILL
+    procs.start("bots")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    # The command ran, the bot died before it could say so: attempt 2 runs it again, visibly.
+    assert side_effects(tmp_path) == ["one", "one", "two", "three"]
+    assert view["steps"][0]["attempts"] == 2
+    assert any("Attempt 2 of step one" in e["text"] for e in view["thread"])
+    assert_clean_thread(view)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+def test_bot_killed_mid_command_retried_as_attempt_2_with_old_group_gone(conn, apply, procs, tmp_path):
+    apply("""
+slug: long
+steps:
+  - id: work
+    run_command: |
+      cd {{payload.dir}}
+      if [ -f marker ]; then
+        if kill -0 "$(cat child.pid)" 2>/dev/null && ! grep -q '^State:.*Z' /proc/$(cat child.pid)/status; then
+          echo OLD-STILL-ALIVE
+        else
+          echo old-gone
+        fi
+        echo "key=$THREADLINE_STEP_KEY"
+      else
+        touch marker
+        sleep 300 & echo $! > child.pid
+        wait
+      fi
+""")
+    procs.start("conductor")
+    bots = procs.start("bots")
+    run_id = spawn(conn, "long", {"dir": str(tmp_path)}).run_id
+    harness.wait_for(lambda: (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip(),
+                     what="the command's child to start")
+    child = int((tmp_path / "child.pid").read_text())
+    harness.kill(bots)
+    procs.start("bots")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    step = view["steps"][0]
+    assert step["attempts"] == 2
+    assert "old-gone" in step["output"] and f"key={run_id}:work:1" in step["output"]
+    assert _gone(child)
+
+
+def test_cancel_reaches_a_running_command(conn, apply, procs, tmp_path):
+    from engine_adapter.commands import cancel_run
+
+    apply("""
+slug: sleeper
+steps:
+  - id: wait
+    run_command: cd {{payload.dir}} && (sleep 300 & echo $! > child.pid; wait)
+  - id: never
+    run_command: touch {{payload.dir}}/never
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "sleeper", {"dir": str(tmp_path)}).run_id
+    harness.wait_for(lambda: (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip(),
+                     what="the command to start")
+    child = int((tmp_path / "child.pid").read_text())
+    cancel_run(conn, run_id, "tester", "changed my mind")
+    view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=10)
+    harness.wait_for(lambda: _gone(child), timeout=15, what="the cancelled command's process to die")
+    claim = conn.execute("select outcome from threadline.step_claims where run_id = %s", (run_id,)).fetchone()
+    harness.wait_for(lambda: conn.execute("select outcome from threadline.step_claims where run_id = %s",
+                                          (run_id,)).fetchone()["outcome"] == "cancelled", what="claim closed")
+    assert claim is not None
+    assert not (tmp_path / "never").exists()
+    assert [s["status"] for s in view["steps"]] == ["skipped", "skipped"]
+    assert view["thread"][-1]["text"] == "Run cancelled by tester: changed my mind"
+    assert db.fetch_one(conn, "engine_task", dict(run_id=run_id))["state"] == "cancelled"
+
+
+def test_retry_resumes_failed_run_at_failed_step(conn, apply, procs, tmp_path):
+    from engine_adapter.commands import CommandRefused, retry_run
+
+    apply("""
+slug: flaky
+steps:
+  - id: one
+    run_command: echo one >> {{payload.dir}}/side
+  - id: two
+    run_command: test -f {{payload.dir}}/flag && echo two >> {{payload.dir}}/side
+  - id: three
+    run_command: echo three >> {{payload.dir}}/side
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "flaky", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+    assert [s["status"] for s in view["steps"]] == ["completed", "failed", "pending"]
+    (tmp_path / "flag").touch()
+    retry_run(conn, run_id, "tester")
+    with pytest.raises(CommandRefused):
+        retry_run(conn, run_id, "tester")  # not failed any more
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert side_effects(tmp_path) == ["one", "two", "three"]
+    assert view["steps"][1]["tries"] == 2
+    assert os.path.exists(tmp_path / "flag")
+    assert_clean_thread(view)

@@ -82,6 +82,8 @@ class BotSlot:
             if cand is None:
                 return None
             key = cand["await_key"]
+            if not db.fetch_one(self.conn, "claim_still_free", dict(step_key=key))["free"]:
+                return None
             for lost in db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key)):
                 self.reap(lost)
             counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))

@@ -32,7 +32,7 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
         conn.execute("create schema if not exists threadline")
         conn.execute(
             "create table if not exists threadline.schema_migrations ("
-            " name text primary key, applied_at timestamptz not null default now())"
+            " id bigserial, name text primary key, applied_at timestamptz not null default now())"
         )
         done = {r["name"] for r in conn.execute("select name from threadline.schema_migrations")}
         absurd_name = f"absurd-{ABSURD_VERSION}"
@@ -68,5 +68,5 @@ def _apply_absurd(conn: psycopg.Connection[Any]) -> None:
 
 def applied_migrations(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return conn.execute(
-        "select name, applied_at from threadline.schema_migrations order by applied_at, name"
+        "select name, applied_at from threadline.schema_migrations order by id"
     ).fetchall()

@@ -162,21 +162,20 @@ select rt.run_id, rt.await_key,
 select absurd.cancel_task(%(queue)s, %(run_id)s)
 
 -- claim_candidate --
--- One instruction awaiting a bot, with no live claim, no pending retry and no finished attempt.
+-- One instruction awaiting a bot whose step key is free to claim.
 select rt.run_id, rt.await_key, rt.bot, rt.workflow
   from threadline.run_threads rt
  where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
    and (%(bots)s::text[] is null or rt.bot = any(%(bots)s::text[]))
-   and not exists (
-     select 1 from threadline.step_claims c
-      where c.step_key = rt.await_key
-        and ((c.finished_at is null and c.lease_until > now()
-              and exists (select 1 from threadline.live_workers l where l.id = c.worker_id))
-             or c.outcome = 'completed'
-             or c.retry_at > now()))
+   and threadline.step_key_free(rt.await_key)
  order by rt.updated_at
  limit 1
  for update of rt skip locked
+
+-- claim_still_free --
+-- Re-checked under the run lock with a fresh snapshot: the candidate query's snapshot may predate
+-- a claim another bot committed just before releasing that lock.
+select threadline.step_key_free(%(step_key)s) as free
 
 -- close_lost_claims --
 -- Claims of dead bots (or expired leases) end as lost; returns where their processes ran.

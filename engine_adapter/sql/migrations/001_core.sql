@@ -172,3 +172,18 @@ select w.*
       and l.database = (select oid from pg_database where datname = current_database())
       and l.classid = 7411::oid and l.objid = w.lock_key::oid and l.objsubid = 2
  );
+
+-- Whether a bot may claim a step key now: no live claim, no pending retry, no completed attempt.
+create function threadline.step_key_free (p_step_key text)
+  returns boolean
+  language sql
+  stable
+as $$
+  select not exists (
+    select 1 from threadline.step_claims c
+     where c.step_key = p_step_key
+       and ((c.finished_at is null and c.lease_until > now()
+             and exists (select 1 from threadline.live_workers l where l.id = c.worker_id))
+            or c.outcome = 'completed'
+            or c.retry_at > now()))
+$$;

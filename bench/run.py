@@ -1,0 +1,172 @@
+"""Threadline benchmarks: print throughput and latency figures next to bare Absurd's.
+
+    python bench/run.py [--smoke] [--database-url URL]
+
+Without --database-url a private embedded Postgres is started in a temp home and removed at the
+end. With it, URL must be allowed to create databases: a fresh tl_bench_* database is created,
+migrated, and dropped again. Nothing here asserts a speed; the figures are printed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+# Run as a script (`python bench/run.py`): make the repository root importable for `bench.*`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bare_figures as bare  # noqa: E402
+from bench import threadline_figures as tl  # noqa: E402
+from bench.database import embedded_server, fresh_database  # noqa: E402
+from bench.procs import ProcessSet  # noqa: E402
+from bench.stats import Summary, ratio  # noqa: E402
+from engine_adapter import db  # noqa: E402
+
+HEADER = """\
+Threadline benchmark ({mode})
+  Threadline: 1 conductor process + 1 bot process (default concurrency); every step is a
+  conductor SEND, a bot turn (a `true` subprocess) and thread writes, woken by LISTEN/NOTIFY.
+  Bare Absurd: absurd_sdk tasks on queue {queue!r} in the same database; steps are in-process
+  no-op ctx.step() calls, the worker is a thread of this process (no bot, no thread writes).
+  Latencies use the database clock; 2 shared cores, so expect noise."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    throughput_runs: int
+    sequential_runs: int
+    gate_samples: int
+    recovery_samples: int
+    timeout_s: float
+
+
+SMOKE = Sizes(throughput_runs=10, sequential_runs=3, gate_samples=5, recovery_samples=1, timeout_s=30)
+FULL = Sizes(throughput_runs=50, sequential_runs=10, gate_samples=20, recovery_samples=3, timeout_s=120)
+
+Row = tuple[str, str, str, str]  # figure, threadline, bare, ratio
+
+
+def progress(text: str) -> None:
+    print(f"  .. {text}", flush=True)
+
+
+def latency_ratio(ours: Summary, theirs: Summary) -> str:
+    return f"p50 {ratio(ours.median, theirs.median)}  p90 {ratio(ours.p90, theirs.p90)}"
+
+
+# -- the four figures -------------------------------------------------------------------------
+def throughput_rows(url: str, conn: object, sizes: Sizes) -> tuple[list[Row], tl.Throughput]:
+    n, timeout = sizes.throughput_runs, sizes.timeout_s
+    tl.one_at_a_time(conn, 1, timeout)  # warm-up: first claims, connections, caches
+    progress(f"throughput: {n} Threadline runs of 3 `true` steps")
+    ours = tl.throughput(conn, n, timeout)
+    progress(f"throughput: {n} bare Absurd tasks of 3 no-op steps")
+    bare.throughput(url, 1, timeout)  # warm-up, as above
+    bare_s = bare.throughput(url, n, timeout)
+    bare_sps = n * tl.STEPS_PER_RUN / bare_s
+    row = (f"throughput, {n} runs x 3 steps", f"{ours.steps_per_s:.1f} steps/s",
+           f"{bare_sps:.1f} steps/s", ratio(ours.steps_per_s, bare_sps))
+    return [row], ours
+
+
+def step_rows(conn: object, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
+    progress(f"step latency: {sizes.sequential_runs} runs one at a time")
+    sequential = tl.one_at_a_time(conn, sizes.sequential_runs, sizes.timeout_s)
+    rows: list[Row] = []
+    for label, run_ids in (("one run at a time", sequential),
+                           (f"{loaded.runs} concurrent runs", loaded.run_ids)):
+        step_to_step, turn = tl.step_latencies(conn, run_ids)
+        rows.append((f"step->step ({label})", Summary.of(step_to_step).fmt(1000), "-",
+                     "target p50 <= 25 ms" if label == "one run at a time" else ""))
+        rows.append((f"instruction->terminal ({label})", Summary.of(turn).fmt(1000), "-", ""))
+    return rows
+
+
+def gate_rows(url: str, conn: object, sizes: Sizes) -> list[Row]:
+    n = sizes.gate_samples
+    progress(f"gate release: {n} Threadline gates approved by reply")
+    ours_return, ours_entry = (Summary.of(s) for s in tl.gate_release(url, conn, n, sizes.timeout_s))
+    progress(f"gate release: {n} bare tasks woken by emit_event (worker polls every 0.25 s)")
+    bare_return, bare_entry = (Summary.of(s) for s in bare.event_release(url, n, sizes.timeout_s))
+    return [
+        ("gate release, from reply/emit return", ours_return.fmt(1000), bare_return.fmt(1000),
+         latency_ratio(ours_return, bare_return)),
+        ("gate release, from reply entry/emitted_at", ours_entry.fmt(1000), bare_entry.fmt(1000),
+         latency_ratio(ours_entry, bare_entry)),
+    ]
+
+
+def recovery_rows(procs: ProcessSet, conn: object, conductor: object, sizes: Sizes) -> list[Row]:
+    samples = []
+    for i in range(sizes.recovery_samples):
+        progress(f"recovery {i + 1}/{sizes.recovery_samples}: SIGKILL the conductor mid `sleep 2`")
+        sample, conductor = tl.recovery(procs, conn, conductor, sizes.timeout_s)
+        samples.append(sample)
+    restart = Summary.of([s.restart_to_instruction_s for s in samples])
+    ready = Summary.of([s.restart_to_ready_s for s in samples])
+    tail = Summary.of([s.terminal_to_instruction_s for s in samples])
+    return [
+        ("recovery, restart->next instruction", restart.fmt(1, "s", 2), "-", "target <= 5 s"),
+        ("  of which restart->conductor live", ready.fmt(1, "s", 2), "-", ""),
+        ("  bot terminal->next instruction", tail.fmt(1000), "-", "after the restart"),
+    ]
+
+
+def measure(url: str, procs: ProcessSet, sizes: Sizes) -> list[Row]:
+    with db.connect(url) as conn:
+        tl.apply_recipes(conn)
+        bare.ensure_queue(url)
+        try:
+            conductor = procs.start("conductor")
+            procs.start("bots")
+            procs.wait_alive("conductor", timeout=sizes.timeout_s)
+            procs.wait_alive("bots", timeout=sizes.timeout_s)
+            rows, loaded = throughput_rows(url, conn, sizes)
+            rows += step_rows(conn, sizes, loaded)
+            rows += gate_rows(url, conn, sizes)
+            rows += recovery_rows(procs, conn, conductor, sizes)
+            return rows
+        except BaseException:
+            print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)
+            raise
+        finally:
+            procs.kill_all()
+
+
+def print_table(rows: list[Row]) -> None:
+    head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+    for r in [head, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[3])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes, well under a minute (CI)")
+    parser.add_argument("--database-url", help="a server URL allowed to create databases "
+                                               "(default: a private embedded Postgres)")
+    args = parser.parse_args(argv)
+    sizes = SMOKE if args.smoke else FULL
+    started = time.perf_counter()
+    print(HEADER.format(mode="smoke" if args.smoke else "full", queue=bare.QUEUE), flush=True)
+    with ExitStack() as stack:
+        server_url = args.database_url or stack.enter_context(embedded_server())
+        url = stack.enter_context(fresh_database(server_url))
+        progress(f"database ready after {time.perf_counter() - started:.1f} s")
+        home = Path(tempfile.mkdtemp(prefix="threadline-bench-home-"))
+        stack.callback(shutil.rmtree, home, ignore_errors=True)
+        rows = measure(url, ProcessSet(url, home), sizes)
+    print()
+    print_table(rows)
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

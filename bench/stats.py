@@ -1,0 +1,43 @@
+"""Small summaries of latency samples: median and p90, and the ratios the report prints."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median and p90 of a list of samples, in the samples' own unit."""
+
+    n: int
+    median: float
+    p90: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Summary:
+        if not samples:
+            raise ValueError("no samples to summarise")
+        return cls(len(samples), statistics.median(samples), percentile(samples, 0.9))
+
+    def fmt(self, scale: float = 1.0, unit: str = "ms", digits: int = 1) -> str:
+        return (f"p50 {self.median * scale:.{digits}f} {unit}  p90 {self.p90 * scale:.{digits}f} {unit}"
+                f"  (n={self.n})")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), fine for a handful of samples."""
+    ordered = sorted(samples)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def seconds_between(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds()
+
+
+def ratio(numerator: float, denominator: float) -> str:
+    return f"{numerator / denominator:.2f}" if denominator else "n/a"

@@ -1,0 +1,162 @@
+"""Spawn idempotency, recipe versions, migrations, health and the CLI (as a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine_adapter import harness, schema
+from engine_adapter.read_model import health
+from engine_adapter.spawn import SpawnError, spawn
+
+HELLO = Path(__file__).resolve().parents[2] / "assets" / "recipes" / "hello.yaml"
+
+
+def cli(url: str, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, THREADLINE_DATABASE_URL=url)
+    if home:
+        env["THREADLINE_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def count(conn, table: str) -> int:
+    return conn.execute(f"select count(*) as n from threadline.{table}").fetchone()["n"]
+
+
+def test_idempotent_spawn_returns_the_existing_run(conn, apply):
+    apply(HELLO.read_text())
+    first = spawn(conn, "hello", {"name": "a"}, idempotency_key="k-1")
+    again = spawn(conn, "hello", {"name": "b"}, idempotency_key="k-1")
+    other = spawn(conn, "hello", {"name": "a"}, idempotency_key="k-2")
+    assert first.created and not again.created and other.created
+    assert again.run_id == first.run_id != other.run_id
+    assert count(conn, "run_threads") == 2
+    payload = conn.execute("select payload from threadline.run_threads where run_id = %s",
+                           (first.run_id,)).fetchone()["payload"]
+    assert payload == {"name": "a"}
+
+
+def test_editing_a_recipe_never_changes_a_run_in_flight(conn, apply):
+    apply(HELLO.read_text())
+    run_id = spawn(conn, "hello", {"name": "a"}).run_id
+    apply(HELLO.read_text().replace("echo done", "echo changed"))
+    versions = conn.execute("select version, source from threadline.workflow_versions where slug = 'hello' "
+                            "order by version").fetchall()
+    assert [(v["version"], v["source"]) for v in versions] == [(1, "create"), (2, "update")]
+    snapshot = conn.execute("select recipe, workflow_version from threadline.run_threads where run_id = %s",
+                            (run_id,)).fetchone()
+    assert snapshot["workflow_version"] == 1
+    assert snapshot["recipe"]["steps"][1]["run_command"] == "echo done"
+
+
+def test_spawn_rejects_bad_input_and_writes_nothing(conn, apply):
+    apply(HELLO.read_text())
+    with pytest.raises(SpawnError, match="payload must be a JSON object"):
+        spawn(conn, "hello", ["not", "an", "object"])
+    with pytest.raises(LookupError, match="no workflow 'nope'"):
+        spawn(conn, "nope")
+    assert count(conn, "run_threads") == 0
+    assert conn.execute("select count(*) as n from absurd.t_threadline").fetchone()["n"] == 0
+
+
+def test_migrate_is_idempotent(conn):
+    assert schema.migrate(conn) == []
+    names = [r["name"] for r in schema.applied_migrations(conn)]
+    assert names[0] == f"absurd-{schema.ABSURD_VERSION}" and "001_core" in names
+
+
+def test_recipe_validate_names_the_path_and_apply_writes_nothing(db_url, conn, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slug: bad\nsteps:\n  - id: one\n    run_command: echo\n    timeout: 10x\n")
+    result = cli(db_url, "recipe", "validate", str(bad))
+    assert result.returncode == 10
+    assert 'steps[0].timeout: "10x" is not a duration' in result.stdout
+    result = cli(db_url, "recipe", "apply", str(bad))
+    assert result.returncode == 10 and "steps[0].timeout" in result.stderr
+    assert count(conn, "workflows") == 0 and count(conn, "workflow_versions") == 0
+
+
+def test_cli_end_to_end(db_url, procs, tmp_path):
+    assert cli(db_url, "recipe", "apply", str(HELLO)).stdout.strip() == "hello v1"
+    assert "(unchanged)" in cli(db_url, "recipe", "apply", str(HELLO)).stdout
+    procs.start("conductor")
+    procs.start("bots")
+    out = json.loads(cli(db_url, "spawn", "hello", "--payload", '{"name": "cli"}', "--idempotency-key", "x",
+                         "--json").stdout)
+    assert out["created"] is True
+    again = json.loads(cli(db_url, "spawn", "hello", "--idempotency-key", "x", "--json").stdout)
+    assert again == {"run_id": out["run_id"], "created": False}
+    harness.wait_for_state(db_url, out["run_id"], "completed")
+    shown = json.loads(cli(db_url, "show", out["run_id"], "--json").stdout)
+    assert set(shown) >= {"run_id", "workflow", "state", "steps", "thread"}
+    assert [(s["id"], s["kind"], s["status"], s["attempts"]) for s in shown["steps"]] == [
+        ("greet", "run_command", "completed", 1), ("done", "run_command", "completed", 1)]
+    assert shown["steps"][0]["output"].strip() == "hello cli"
+    assert set(shown["thread"][0]) == {"seq", "author_kind", "author", "kind", "step_key", "text", "created_at"}
+    runs = json.loads(cli(db_url, "runs", "--json", "--workflow", "hello").stdout)
+    assert runs["health"] == "ok" and runs["runs"][0]["run_id"] == out["run_id"]
+    bad = cli(db_url, "runs", "--state", "bogus")
+    assert bad.returncode == 2 and "state must be one of" in bad.stderr
+    refused = cli(db_url, "approve", out["run_id"])
+    assert refused.returncode == 2 and "not waiting at a gate" in refused.stderr
+    h = cli(db_url, "health", "--json")
+    assert h.returncode == 0 and json.loads(h.stdout)["status"] == "ok"
+
+
+def test_health_turns_down_the_moment_the_conductor_is_killed(conn, procs):
+    assert health(conn)["status"] == "down"  # nothing running yet
+    conductor = procs.start("conductor")
+    procs.start("bots")
+    harness.wait_for(lambda: health(conn)["status"] == "ok", what="health ok")
+    harness.kill(conductor)
+    # The server drops the liveness lock as soon as it sees the socket close: well within a second.
+    h = harness.wait_for(lambda: (h := health(conn))["status"] == "down" and h, timeout=1.0, what="health down")
+    assert not any(c["alive"] for c in h["conductors"])
+
+
+def test_no_database_configured_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
+    env["THREADLINE_HOME"] = str(tmp_path / "empty-home")
+    result = subprocess.run([sys.executable, "-m", "engine_adapter.cli", "runs"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "THREADLINE_DATABASE_URL" in result.stderr and "threadline up" in result.stderr
+
+
+SYSTEM_PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def test_threadline_database_url_points_at_another_server():
+    """The machine's own PostgreSQL (an older server) works through THREADLINE_DATABASE_URL."""
+    try:
+        admin = psycopg.connect(SYSTEM_PG, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError:
+        pytest.skip(f"no PostgreSQL at {SYSTEM_PG} on this machine")
+    name = "threadline_other_server_test"
+    with admin:
+        admin.execute(f"drop database if exists {name}")
+        admin.execute(f"create database {name}")
+    url = SYSTEM_PG.rsplit("/", 1)[0] + "/" + name
+    try:
+        assert cli(url, "db", "migrate").returncode == 0
+        assert cli(url, "recipe", "apply", str(HELLO)).returncode == 0
+        home = Path(os.environ.get("TMPDIR", "/tmp")) / name
+        conductor = harness.start_process("conductor", url, home)
+        bots = harness.start_process("bots", url, home)
+        try:
+            run_id = cli(url, "spawn", "hello", "--payload", '{"name": "pg15"}').stdout.strip()
+            view = harness.wait_for_state(url, run_id, "completed")
+            assert view["steps"][0]["output"].strip() == "hello pg15"
+        finally:
+            harness.kill(conductor)
+            harness.kill(bots)
+    finally:
+        with psycopg.connect(SYSTEM_PG, autocommit=True) as admin:
+            admin.execute(f"drop database if exists {name} with (force)")

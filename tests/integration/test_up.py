@@ -1,0 +1,89 @@
+"""`threadline up` as a new user runs it: its own PostgreSQL, the example recipes, supervised
+children restarted when killed, the console page, Ctrl-C stops everything, data kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from engine_adapter import db, harness
+from engine_adapter.embedded import EmbeddedPostgres
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threadline(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
+    env["THREADLINE_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def start_up(home: Path, port: int) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
+    env["THREADLINE_HOME"] = str(home)
+    log = open(home / "up.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", "up", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_up_runs_everything_and_restarts_what_dies(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    up = start_up(home, port)
+    try:
+        harness.wait_for(lambda: "Threadline is up" in (home / "up.log").read_text(), timeout=90,
+                         what="threadline up")
+        creds = json.loads((home / "credentials.json").read_text())
+        assert oct((home / "credentials.json").stat().st_mode & 0o777) == "0o600"
+        assert "hello" in threadline(home, "recipe", "list").stdout  # examples installed on first start
+        run_id = threadline(home, "spawn", "hello", "--payload", '{"name": "new user"}').stdout.strip()
+        view = harness.wait_for_state(creds["url"], run_id, "completed", timeout=60)
+        assert view["steps"][0]["output"].strip() == "hello new user"
+
+        with db.connect(creds["url"]) as conn:
+            conductor = conn.execute("select pid from threadline.live_workers where kind = 'conductor'").fetchone()
+            os.kill(conductor["pid"], signal.SIGKILL)
+            restarted = harness.wait_for(lambda: conn.execute(
+                "select pid from threadline.live_workers where kind = 'conductor' and pid <> %s",
+                (conductor["pid"],)).fetchone(), timeout=15, what="the supervisor to restart the conductor")
+            assert restarted["pid"] != conductor["pid"]
+        assert "conductor exited with -9; restarting" in (home / "up.log").read_text()
+
+        page = harness.wait_for(lambda: _get(f"http://127.0.0.1:{port}/"), timeout=60, what="the console")
+        assert "Threadline" in page
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=60) == 0
+    assert "embedded PostgreSQL stopped" in (home / "up.log").read_text()
+    assert not EmbeddedPostgres(home).is_running()
+
+    # Starting again finds everything intact.
+    up = start_up(home, free_port())
+    try:
+        harness.wait_for(lambda: (home / "up.log").read_text().count("Threadline is up") == 2, timeout=90,
+                         what="second start")
+        shown = json.loads(threadline(home, "show", run_id, "--json").stdout)
+        assert shown["state"] == "completed"
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=60)
+
+
+def _get(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return None

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 # Run as a script (`python bench/run.py`): make the repository root importable for `bench.*`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -50,6 +54,7 @@ SMOKE = Sizes(throughput_runs=10, sequential_runs=3, gate_samples=5, recovery_sa
 FULL = Sizes(throughput_runs=50, sequential_runs=10, gate_samples=20, recovery_samples=3, timeout_s=120)
 
 Row = tuple[str, str, str, str]  # figure, threadline, bare, ratio
+Conn = psycopg.Connection[Any]
 
 
 def progress(text: str) -> None:
@@ -61,7 +66,7 @@ def latency_ratio(ours: Summary, theirs: Summary) -> str:
 
 
 # -- the four figures -------------------------------------------------------------------------
-def throughput_rows(url: str, conn: object, sizes: Sizes) -> tuple[list[Row], tl.Throughput]:
+def throughput_rows(url: str, conn: Conn, sizes: Sizes) -> tuple[list[Row], tl.Throughput]:
     n, timeout = sizes.throughput_runs, sizes.timeout_s
     tl.one_at_a_time(conn, 1, timeout)  # warm-up: first claims, connections, caches
     progress(f"throughput: {n} Threadline runs of 3 `true` steps")
@@ -75,7 +80,7 @@ def throughput_rows(url: str, conn: object, sizes: Sizes) -> tuple[list[Row], tl
     return [row], ours
 
 
-def step_rows(conn: object, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
+def step_rows(conn: Conn, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
     progress(f"step latency: {sizes.sequential_runs} runs one at a time")
     sequential = tl.one_at_a_time(conn, sizes.sequential_runs, sizes.timeout_s)
     rows: list[Row] = []
@@ -88,7 +93,7 @@ def step_rows(conn: object, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
     return rows
 
 
-def gate_rows(url: str, conn: object, sizes: Sizes) -> list[Row]:
+def gate_rows(url: str, conn: Conn, sizes: Sizes) -> list[Row]:
     n = sizes.gate_samples
     progress(f"gate release: {n} Threadline gates approved by reply")
     ours_return, ours_entry = (Summary.of(s) for s in tl.gate_release(url, conn, n, sizes.timeout_s))
@@ -102,7 +107,7 @@ def gate_rows(url: str, conn: object, sizes: Sizes) -> list[Row]:
     ]
 
 
-def recovery_rows(procs: ProcessSet, conn: object, conductor: object, sizes: Sizes) -> list[Row]:
+def recovery_rows(procs: ProcessSet, conn: Conn, conductor: subprocess.Popen[bytes], sizes: Sizes) -> list[Row]:
     samples = []
     for i in range(sizes.recovery_samples):
         progress(f"recovery {i + 1}/{sizes.recovery_samples}: SIGKILL the conductor mid `sleep 2`")
@@ -132,7 +137,7 @@ def measure(url: str, procs: ProcessSet, sizes: Sizes) -> list[Row]:
             rows += gate_rows(url, conn, sizes)
             rows += recovery_rows(procs, conn, conductor, sizes)
             return rows
-        except BaseException:
+        except Exception:
             print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)
             raise
         finally:

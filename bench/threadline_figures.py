@@ -7,6 +7,7 @@ transaction), so polling intervals on the benchmark's side never enter them.
 from __future__ import annotations
 
 import random
+import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -186,8 +187,8 @@ def engine_run_state(conn: psycopg.Connection[Any], run_id: str) -> str | None:
     return row["state"] if row else None
 
 
-def recovery(procs: ProcessSet, conn: psycopg.Connection[Any], conductor: Any, timeout: float
-             ) -> tuple[Recovery, Any]:
+def recovery(procs: ProcessSet, conn: psycopg.Connection[Any], conductor: subprocess.Popen[bytes],
+             timeout: float) -> tuple[Recovery, subprocess.Popen[bytes]]:
     """SIGKILL the conductor while a run is parked mid-step; returns the sample and the new conductor."""
     run_id = spawn(conn, "bench-recover").run_id
     nap = names.step_key(run_id, "nap", 1)

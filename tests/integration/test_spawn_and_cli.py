@@ -160,3 +160,15 @@ def test_threadline_database_url_points_at_another_server():
     finally:
         with psycopg.connect(SYSTEM_PG, autocommit=True) as admin:
             admin.execute(f"drop database if exists {name} with (force)")
+
+
+def test_one_bot_per_thread(conn, apply):
+    from engine_adapter import threads
+
+    apply(HELLO.read_text())
+    run_id = spawn(conn, "hello", {"name": "a"}).run_id
+    assert conn.execute("select bot from threadline.run_threads where run_id = %s", (run_id,)).fetchone()["bot"] == "shell"
+    with pytest.raises(psycopg.errors.RaiseException, match='thread is bound to bot "shell"'):
+        with conn.transaction():
+            threads.append(conn, run_id, "bot", "intruder", "message", "hi")
+    assert threads.append(conn, run_id, "bot", "shell", "message", "hi") == 2

@@ -64,8 +64,9 @@ def task_counts(conn: psycopg.Connection[Any], task_name: str) -> tuple[int, int
 
 
 def task_state(conn: psycopg.Connection[Any], task_id: str) -> str | None:
-    row = conn.execute(f"select state from absurd.t_{QUEUE} where task_id = %s", (task_id,)).fetchone()
-    return row["state"] if row else None
+    row = conn.execute(f"select state from absurd.t_{QUEUE} where task_id = %s", (task_id,))
+    state = row.fetchone()
+    return state["state"] if state else None
 
 
 # -- 1. throughput ----------------------------------------------------------------------------

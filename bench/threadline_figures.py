@@ -1,7 +1,7 @@
 """Threadline's side of the figures: every step is a conductor SEND, a bot turn and a thread write.
 
 Latencies come from the database clock (thread entry created_at, i.e. the start of the writing
-transaction), so polling intervals on the benchmark's side never enter them.
+transaction), so the benchmark's own polling intervals never enter them.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from engine_adapter.workflows import apply_recipe
 
 from .procs import ProcessSet
 from .stats import seconds_between
+
+Conn = psycopg.Connection[Any]
+Process = subprocess.Popen[bytes]
 
 THREE_TRUE = """
 slug: bench-three
@@ -55,17 +58,17 @@ def release_pause() -> None:
     time.sleep(random.uniform(0, RELEASE_JITTER_S))
 
 
-def apply_recipes(conn: psycopg.Connection[Any]) -> None:
+def apply_recipes(conn: Conn) -> None:
     for text in (THREE_TRUE, GATE_THEN_TRUE, SLEEP_THEN_TRUE):
         apply_recipe(conn, load_recipe_text(text))
 
 
-def db_clock(conn: psycopg.Connection[Any]) -> datetime:
+def db_clock(conn: Conn) -> datetime:
     return conn.execute("select clock_timestamp() as t").fetchone()["t"]
 
 
 # -- waiting ----------------------------------------------------------------------------------
-def wait_completed(conn: psycopg.Connection[Any], run_ids: list[str], timeout: float) -> None:
+def wait_completed(conn: Conn, run_ids: list[str], timeout: float) -> None:
     """Poll until every run completed; fail fast when one ends otherwise."""
 
     def all_done() -> bool:
@@ -80,7 +83,8 @@ def wait_completed(conn: psycopg.Connection[Any], run_ids: list[str], timeout: f
     harness.wait_for(all_done, timeout, interval=POLL_S, what=f"{len(run_ids)} runs to complete")
 
 
-def entry_time(conn: psycopg.Connection[Any], run_id: str, kind: str, step_key: str) -> datetime | None:
+def entry_time(conn: Conn, run_id: str, kind: str, step_key: str) -> datetime | None:
+    """created_at of the first entry of a kind (a LIKE pattern) for a step key, if written yet."""
     row = conn.execute(
         "select created_at from threadline.thread_entries"
         " where run_id = %s and kind like %s and step_key = %s order by seq limit 1",
@@ -88,10 +92,13 @@ def entry_time(conn: psycopg.Connection[Any], run_id: str, kind: str, step_key: 
     return row["created_at"] if row else None
 
 
-def wait_entry(conn: psycopg.Connection[Any], run_id: str, kind: str, step_key: str,
-               timeout: float = 30.0) -> datetime:
+def wait_entry(conn: Conn, run_id: str, kind: str, step_key: str, timeout: float) -> datetime:
     return harness.wait_for(lambda: entry_time(conn, run_id, kind, step_key), timeout,
                             interval=POLL_S, what=f"{kind} entry of {step_key}")
+
+
+def instruction_of(conn: Conn, run_id: str, step_id: str, timeout: float) -> datetime:
+    return wait_entry(conn, run_id, "instruction", names.step_key(run_id, step_id, 1), timeout)
 
 
 # -- 1. throughput and 2. step latencies ------------------------------------------------------
@@ -106,7 +113,7 @@ class Throughput:
         return self.runs * STEPS_PER_RUN / self.elapsed_s
 
 
-def throughput(conn: psycopg.Connection[Any], n: int, timeout: float) -> Throughput:
+def throughput(conn: Conn, n: int, timeout: float) -> Throughput:
     """Spawn n runs at once and time them until the last one completed (spawns included)."""
     started = time.perf_counter()
     run_ids = [spawn(conn, "bench-three").run_id for _ in range(n)]
@@ -114,7 +121,7 @@ def throughput(conn: psycopg.Connection[Any], n: int, timeout: float) -> Through
     return Throughput(n, time.perf_counter() - started, run_ids)
 
 
-def one_at_a_time(conn: psycopg.Connection[Any], n: int, timeout: float) -> list[str]:
+def one_at_a_time(conn: Conn, n: int, timeout: float) -> list[str]:
     """n runs, each spawned only after the previous one completed: latencies without queueing."""
     run_ids = []
     for _ in range(n):
@@ -123,7 +130,7 @@ def one_at_a_time(conn: psycopg.Connection[Any], n: int, timeout: float) -> list
     return run_ids
 
 
-def step_latencies(conn: psycopg.Connection[Any], run_ids: list[str]) -> tuple[list[float], list[float]]:
+def step_latencies(conn: Conn, run_ids: list[str]) -> tuple[list[float], list[float]]:
     """(terminal -> next instruction, instruction -> terminal) in seconds, over all given runs."""
     rows = conn.execute(
         "select run_id, step_key, kind, created_at from threadline.thread_entries"
@@ -136,20 +143,16 @@ def step_latencies(conn: psycopg.Connection[Any], run_ids: list[str]) -> tuple[l
     step_to_step: list[float] = []
     turn: list[float] = []
     for entries in by_run.values():
-        instructions = {e["step_key"]: e["created_at"] for e in entries if e["kind"] == "instruction"}
-        terminals = {e["step_key"]: e["created_at"] for e in entries if e["kind"] != "instruction"}
-        keys = list(instructions)  # in thread order: the order the conductor sent them
-        for key in keys:
-            if key in terminals:
-                turn.append(seconds_between(instructions[key], terminals[key]))
-        for prev, nxt in zip(keys, keys[1:]):
-            step_to_step.append(seconds_between(terminals[prev], instructions[nxt]))
+        sent = {e["step_key"]: e["created_at"] for e in entries if e["kind"] == "instruction"}
+        ended = {e["step_key"]: e["created_at"] for e in entries if e["kind"] != "instruction"}
+        keys = list(sent)  # thread order: the order the conductor sent them
+        turn += [seconds_between(sent[k], ended[k]) for k in keys if k in ended]
+        step_to_step += [seconds_between(ended[a], sent[b]) for a, b in zip(keys, keys[1:])]
     return step_to_step, turn
 
 
 # -- 3. gate release --------------------------------------------------------------------------
-def gate_release(url: str, conn: psycopg.Connection[Any], n: int, timeout: float
-                 ) -> tuple[list[float], list[float]]:
+def gate_release(url: str, conn: Conn, n: int, timeout: float) -> tuple[list[float], list[float]]:
     """(reply returned -> next instruction, reply entry -> next instruction) in seconds."""
     from_return: list[float] = []
     from_entry: list[float] = []
@@ -166,10 +169,10 @@ def gate_release(url: str, conn: psycopg.Connection[Any], n: int, timeout: float
         reply_entry = conn.execute(
             "select created_at from threadline.thread_entries where run_id = %s and seq = %s",
             (run_id, outcome.seq)).fetchone()["created_at"]
-        instruction = wait_entry(conn, run_id, "instruction", names.step_key(run_id, "after", 1), timeout)
+        instruction = instruction_of(conn, run_id, "after", timeout)
         from_return.append(seconds_between(replied, instruction))
         from_entry.append(seconds_between(reply_entry, instruction))
-        wait_completed(conn, [run_id], timeout)  # quiet system before the next sample
+        wait_completed(conn, [run_id], timeout)  # a quiet system before the next sample
     return from_return, from_entry
 
 
@@ -181,30 +184,35 @@ class Recovery:
     terminal_to_instruction_s: float  # the conductor's share once the bot has reported
 
 
-def engine_run_state(conn: psycopg.Connection[Any], run_id: str) -> str | None:
+def engine_run_state(conn: Conn, run_id: str) -> str | None:
     row = conn.execute("select state from absurd.r_threadline where task_id = %s"
                        " order by attempt desc limit 1", (run_id,)).fetchone()
     return row["state"] if row else None
 
 
-def recovery(procs: ProcessSet, conn: psycopg.Connection[Any], conductor: subprocess.Popen[bytes],
-             timeout: float) -> tuple[Recovery, subprocess.Popen[bytes]]:
-    """SIGKILL the conductor while a run is parked mid-step; returns the sample and the new conductor."""
+def step_claimed(conn: Conn, step_key: str) -> bool:
+    row = conn.execute("select 1 from threadline.step_claims where step_key = %s", (step_key,))
+    return row.fetchone() is not None
+
+
+def recovery(procs: ProcessSet, conn: Conn, conductor: Process, timeout: float
+             ) -> tuple[Recovery, Process]:
+    """SIGKILL the conductor while a run is parked mid-step; returns the sample and the new
+    conductor."""
     run_id = spawn(conn, "bench-recover").run_id
     nap = names.step_key(run_id, "nap", 1)
-    harness.wait_for(lambda: conn.execute("select 1 from threadline.step_claims where step_key = %s",
-                                          (nap,)).fetchone(), timeout, interval=POLL_S,
+    harness.wait_for(lambda: step_claimed(conn, nap), timeout, interval=POLL_S,
                      what="bot to claim the sleep step")
     # Parked: the engine run is suspended on the done event, so no conductor holds it.
-    harness.wait_for(lambda: engine_run_state(conn, run_id) == "sleeping", timeout, interval=POLL_S,
-                     what="run to park on its done event")
+    harness.wait_for(lambda: engine_run_state(conn, run_id) == "sleeping", timeout,
+                     interval=POLL_S, what="run to park on its done event")
     procs.sigkill(conductor)
     restart = db_clock(conn)
     conductor = procs.start("conductor")
     procs.wait_alive("conductor", timeout=timeout)
     ready = conn.execute("select max(started_at) as t from threadline.workers"
                          " where kind = 'conductor'").fetchone()["t"]
-    instruction = wait_entry(conn, run_id, "instruction", names.step_key(run_id, "next", 1), timeout)
+    instruction = instruction_of(conn, run_id, "next", timeout)
     terminal = wait_entry(conn, run_id, "signal.dispatch.%", nap, timeout)
     wait_completed(conn, [run_id], timeout)
     sample = Recovery(seconds_between(restart, instruction), seconds_between(restart, ready),

@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from . import commands, recipes, spawn, threads, workflows
+        from . import commands, recipes, spawn, threads
 
         known += (LookupError, commands.CommandRefused, threads.DecisionRefused, spawn.SpawnError,
                   recipes.RecipeError, ValueError)

@@ -21,7 +21,7 @@ def queries() -> dict[str, str]:
     """Named SQL blocks: `-- name --`, a comment line, then the query."""
     text = resources.files("engine_adapter").joinpath("sql/queries.sql").read_text()
     parts = _BLOCK.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 def q(name: str) -> str:

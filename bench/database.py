@@ -3,44 +3,19 @@ embedded one; everything it creates is removed again on the way out, also after 
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 import psycopg
 
 from engine_adapter import db, schema
-from engine_adapter.embedded import EmbeddedPostgres
+from engine_adapter.harness import throwaway_server, with_dbname
 
 
-def with_dbname(url: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)
-
-
-@contextmanager
-def embedded_server() -> Iterator[str]:
+def embedded_server() -> ContextManager[str]:
     """Start a throwaway embedded Postgres in a temp home; yield its (admin) URL."""
-    home = Path(tempfile.mkdtemp(prefix="threadline-bench-pg-"))
-    server = EmbeddedPostgres(home)
-    # As root the data dir may live under /var/lib/threadline/<hash> (see embedded.py); remember
-    # it before home disappears so it can be removed too.
-    data_base: Path | None = None
-    try:
-        server.ensure_initialised()
-        data_base = server.data_dir.parent
-        yield server.start()
-    finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(home, ignore_errors=True)
-            if data_base is not None and not data_base.is_relative_to(home):
-                shutil.rmtree(data_base, ignore_errors=True)
+    return throwaway_server(prefix="threadline-bench-pg-")
 
 
 @contextmanager

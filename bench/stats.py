@@ -22,12 +22,12 @@ class Summary:
         return cls(len(samples), statistics.median(samples), percentile(samples, 0.9))
 
     def fmt(self, scale: float = 1.0, unit: str = "ms", digits: int = 1) -> str:
-        return (f"p50 {self.median * scale:.{digits}f} {unit}  p90 {self.p90 * scale:.{digits}f} {unit}"
-                f"  (n={self.n})")
+        p50, p90 = self.median * scale, self.p90 * scale
+        return f"p50 {p50:.{digits}f} {unit}  p90 {p90:.{digits}f} {unit}  (n={self.n})"
 
 
 def percentile(samples: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), fine for a handful of samples."""
+    """Linear interpolation between closest ranks (numpy's default); fine for a few samples."""
     ordered = sorted(samples)
     pos = (len(ordered) - 1) * q
     lo = int(pos)

@@ -4,12 +4,15 @@ processes against a database, and wait for a run to reach a state."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import psycopg
 
@@ -26,9 +29,9 @@ def start_process(kind: str, url: str, home: Path, *, env: dict[str, str] | None
     full_env = dict(inherited, **{DATABASE_URL_ENV: url, HOME_ENV: str(home)}, **(env or {}))
     log_path = log_path or home / f"{kind}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", kind, *args],
-                            env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", kind, *args],
+                                env=full_env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
@@ -81,3 +84,32 @@ def _describe(run: dict[str, Any] | None, wanted: set[str]) -> str:
 def alive_count(conn: psycopg.Connection[Any], kind: str) -> int:
     row = conn.execute("select count(*) as n from threadline.live_workers where kind = %s", (kind,)).fetchone()
     return row["n"]
+
+
+@contextmanager
+def throwaway_server(prefix: str = "threadline-") -> Iterator[str]:
+    """An embedded PostgreSQL in a temp home, removed (data included) on exit; yields its URL."""
+    from .embedded import EmbeddedPostgres
+
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    server = EmbeddedPostgres(home)
+    # As root the data may live outside home (see embedded.py): remember where, to remove it too.
+    data_base: Path | None = None
+    try:
+        server.ensure_initialised()
+        data_base = server.data_dir.parent
+        yield server.start()
+    finally:
+        try:
+            server.stop()
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+            if data_base is not None and not data_base.is_relative_to(home):
+                shutil.rmtree(data_base, ignore_errors=True)
+
+
+def with_dbname(url: str, name: str) -> str:
+    """The same server URL, naming another database."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)

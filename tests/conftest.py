@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -14,7 +12,6 @@ import psycopg
 import pytest
 
 from engine_adapter import db, harness, schema
-from engine_adapter.embedded import EmbeddedPostgres
 
 TEMPLATE = "tl_template"
 
@@ -26,21 +23,8 @@ def server_url() -> Iterator[str]:
     if given:
         yield given
         return
-    home = Path(tempfile.mkdtemp(prefix="threadline-test-"))
-    server = EmbeddedPostgres(home)
-    server.ensure_initialised()
-    url = server.start()
-    try:
+    with harness.throwaway_server(prefix="threadline-test-") as url:
         yield url
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def _with_db(url: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +32,7 @@ def template_url(server_url: str) -> str:
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"drop database if exists {TEMPLATE} with (force)")
         admin.execute(f"create database {TEMPLATE}")
-    url = _with_db(server_url, TEMPLATE)
+    url = harness.with_dbname(server_url, TEMPLATE)
     with db.connect(url) as conn:
         schema.migrate(conn)
     return url
@@ -60,7 +44,7 @@ def db_url(server_url: str, template_url: str) -> Iterator[str]:
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"create database {name} template {TEMPLATE}")
     try:
-        yield _with_db(server_url, name)
+        yield harness.with_dbname(server_url, name)
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"drop database if exists {name} with (force)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,6 +80,9 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=60)
+        data_base = EmbeddedPostgres(home).data_dir.parent
+        if not data_base.is_relative_to(home):  # as root the data lives outside home
+            shutil.rmtree(data_base, ignore_errors=True)
 
 
 def _get(url: str) -> str | None:

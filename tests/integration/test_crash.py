@@ -63,32 +63,22 @@ def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_p
     assert_clean_thread(view)
 
 
-@pytest.mark.parametrize("point", ["after_send_commit", "after_send_checkpoint"])
-def test_conductor_crash_points(conn, apply, procs, tmp_path, point):
-    apply(THREE_STEPS)
-    procs.start("bots")
-    doomed = procs.start("conductor", env={"THREADLINE_CRASH_AT": point})
-    run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 0}).run_id
-    assert doomed.wait(timeout=30) == -signal.SIGKILL
-    procs.start("conductor")
-    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
-    assert side_effects(tmp_path) == ["one", "two", "three"]
-    assert_clean_thread(view)
-
-
-@pytest.mark.parametrize("point, attempts, effects", [
-    ("bot_after_claim", 2, ["one", "two", "three"]),
-    ("bot_after_terminal", 1, ["one", "two", "three"]),
+@pytest.mark.parametrize("kind, point, attempts, effects", [
+    # The conductor dies right after its instruction commits, or after its SEND checkpoint.
+    ("conductor", "after_send_commit", 1, ["one", "two", "three"]),
+    ("conductor", "after_send_checkpoint", 1, ["one", "two", "three"]),
+    ("bots", "bot_after_claim", 2, ["one", "two", "three"]),
+    ("bots", "bot_after_terminal", 1, ["one", "two", "three"]),
     # The command ran but the bot died before it could say so: attempt 2 runs it again, visibly.
-    ("bot_before_terminal", 2, ["one", "one", "two", "three"]),
+    ("bots", "bot_before_terminal", 2, ["one", "one", "two", "three"]),
 ])
-def test_bot_crash_points(conn, apply, procs, tmp_path, point, attempts, effects):
+def test_crash_points(conn, apply, procs, tmp_path, kind, point, attempts, effects):
     apply(THREE_STEPS)
-    procs.start("conductor")
-    doomed = procs.start("bots", env={"THREADLINE_CRASH_AT": point})
+    procs.start("bots" if kind == "conductor" else "conductor")
+    doomed = procs.start(kind, env={"THREADLINE_CRASH_AT": point})
     run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 0}).run_id
     assert doomed.wait(timeout=30) == -signal.SIGKILL
-    procs.start("bots")
+    procs.start(kind)
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert side_effects(tmp_path) == effects
     assert view["steps"][0]["attempts"] == attempts

@@ -68,12 +68,23 @@ class BotSlot:
                     for _ in self.listen_conn.notifies(timeout=1.0, stop_after=1):
                         pass
                     continue
-                self.execute(claim)
+                self.run_claim(claim)
             except psycopg.OperationalError:
                 if not self.stop.is_set():
                     log.exception("database connection lost; bot slot stops")
                     self.stop.set()
                 return
+
+    def run_claim(self, claim: Claim) -> None:
+        try:
+            self.execute(claim)
+        except psycopg.OperationalError:
+            raise
+        except Exception as err:  # a bot bug must fail the attempt visibly, not strand the claim
+            log.exception("attempt %s of %s failed inside the bot", claim.attempt, claim.step_key)
+            if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self.conn.rollback()
+            self.report(claim, "failed", f"bot error: {type(err).__name__}: {err}", None)
 
     # -- claim --------------------------------------------------------------------------------
     def claim(self) -> Claim | None:

@@ -30,6 +30,11 @@ class ProcessResult:
     duration_s: float
 
 
+def as_text(raw: bytes | bytearray) -> str:
+    """Output as text Postgres can store: invalid UTF-8 and NUL bytes become U+FFFD."""
+    return raw.decode(errors="replace").replace("\x00", "\ufffd")
+
+
 def _die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -113,7 +118,7 @@ def run_process(
             dropped += max(0, len(chunk) - room)
         now = time.monotonic()
         if pending and (now - last_flush >= flush_every_s or eof):
-            on_output(pending.decode(errors="replace"))
+            on_output(as_text(pending))
             pending.clear()
             last_flush = now
         if not (timed_out or stopped):
@@ -129,5 +134,5 @@ def run_process(
     exit_code = proc.wait()
     if group_exists(proc.pid):  # the leader exited but left children in its group
         kill_group(proc.pid, grace_s=0.5)
-    return ProcessResult(exit_code, kept.decode(errors="replace"), dropped, timed_out, stopped,
+    return ProcessResult(exit_code, as_text(kept), dropped, timed_out, stopped,
                          time.monotonic() - started)

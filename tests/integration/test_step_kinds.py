@@ -94,3 +94,36 @@ steps:
     run_id = spawn(conn, "no-agent").run_id
     view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
     assert "THREADLINE_AGENT_CMD_HELPER" in view["steps"][0]["output"]
+
+
+def test_bot_side_retries_timeout_and_output_cap(conn, apply, procs, tmp_path):
+    apply("""
+slug: limits
+steps:
+  - id: flaky
+    run_command: |
+      n=$(cat {{payload.dir}}/count 2>/dev/null || echo 0); echo $((n+1)) > {{payload.dir}}/count
+      [ "$n" -ge 2 ] && echo third-time-lucky
+    retries: 2
+  - id: slow
+    run_command: sleep 60
+    timeout: 1s
+    on_failure: continue
+  - id: chatty
+    run_command: head -c 200000 /dev/zero
+  - id: wake
+    sleep_until: "{{payload.wake}}"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    wake = conn.execute("select (now() + interval '1 second') as t").fetchone()["t"].isoformat()
+    run_id = spawn(conn, "limits", {"dir": str(tmp_path), "wake": wake}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    flaky, slow, chatty, woke = view["steps"]
+    assert (flaky["status"], flaky["attempts"]) == ("completed", 3)
+    assert flaky["output"].strip() == "third-time-lucky"
+    assert sum("retrying in" in e["text"] for e in view["thread"]) == 2
+    assert slow["status"] == "failed" and "timed out after 1s" in slow["output"]
+    assert chatty["output"].startswith("\ufffd" * 1000)  # NUL bytes stored as U+FFFD
+    assert "[134464 more bytes of output dropped]" in chatty["output"]
+    assert woke["status"] == "completed"

@@ -172,3 +172,15 @@ def test_one_bot_per_thread(conn, apply):
         with conn.transaction():
             threads.append(conn, run_id, "bot", "intruder", "message", "hi")
     assert threads.append(conn, run_id, "bot", "shell", "message", "hi") == 2
+
+
+def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, procs):
+    apply(HELLO.read_text())
+    procs.start("conductor")
+    harness.wait_for(lambda: health(conn)["status"] == "ok", what="health ok")
+    spawn(conn, "hello", {"name": "nobody home"})
+    h = harness.wait_for(lambda: (h := health(conn))["status"] == "degraded" and h, timeout=10,
+                         what="health degraded")
+    assert h["instructions_waiting"] == 1 and h["bots"] == []
+    procs.start("bots")
+    harness.wait_for(lambda: health(conn)["status"] == "ok", timeout=30, what="health ok again")

@@ -28,9 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import bare_figures as bare  # noqa: E402
 from bench import threadline_figures as tl  # noqa: E402
 from bench.database import embedded_server, fresh_database  # noqa: E402
-from bench.procs import ProcessSet  # noqa: E402
 from bench.stats import Summary, ratio  # noqa: E402
-from engine_adapter import db  # noqa: E402
+from engine_adapter import db, harness  # noqa: E402
 
 HEADER = """\
 Threadline benchmark ({mode})
@@ -112,7 +111,7 @@ def gate_rows(url: str, conn: Conn, sizes: Sizes) -> list[Row]:
     ]
 
 
-def recovery_rows(procs: ProcessSet, conn: Conn, conductor: subprocess.Popen[bytes],
+def recovery_rows(procs: harness.ProcessSet, conn: Conn, conductor: subprocess.Popen[bytes],
                   sizes: Sizes) -> list[Row]:
     samples = []
     for i in range(sizes.recovery_samples):
@@ -130,7 +129,7 @@ def recovery_rows(procs: ProcessSet, conn: Conn, conductor: subprocess.Popen[byt
     ]
 
 
-def measure(url: str, procs: ProcessSet, sizes: Sizes) -> list[Row]:
+def measure(url: str, procs: harness.ProcessSet, sizes: Sizes) -> list[Row]:
     with db.connect(url) as conn:
         tl.apply_recipes(conn)
         bare.ensure_queue(url)
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         progress(f"database ready after {time.perf_counter() - started:.1f} s")
         home = Path(tempfile.mkdtemp(prefix="threadline-bench-home-"))
         stack.callback(shutil.rmtree, home, ignore_errors=True)
-        rows = measure(url, ProcessSet(url, home), sizes)
+        rows = measure(url, harness.ProcessSet(url, home), sizes)
     print()
     print_table(rows)
     print(f"\ntotal {time.perf_counter() - started:.1f} s")

@@ -20,7 +20,6 @@ from engine_adapter.recipes import load_recipe_text
 from engine_adapter.spawn import spawn
 from engine_adapter.workflows import apply_recipe
 
-from .procs import ProcessSet
 from .stats import seconds_between
 
 Conn = psycopg.Connection[Any]
@@ -195,7 +194,7 @@ def step_claimed(conn: Conn, step_key: str) -> bool:
     return row.fetchone() is not None
 
 
-def recovery(procs: ProcessSet, conn: Conn, conductor: Process, timeout: float
+def recovery(procs: harness.ProcessSet, conn: Conn, conductor: Process, timeout: float
              ) -> tuple[Recovery, Process]:
     """SIGKILL the conductor while a run is parked mid-step; returns the sample and the new
     conductor."""
@@ -206,7 +205,7 @@ def recovery(procs: ProcessSet, conn: Conn, conductor: Process, timeout: float
     # Parked: the engine run is suspended on the done event, so no conductor holds it.
     harness.wait_for(lambda: engine_run_state(conn, run_id) == "sleeping", timeout,
                      interval=POLL_S, what="run to park on its done event")
-    procs.sigkill(conductor)
+    harness.kill(conductor)
     restart = db_clock(conn)
     conductor = procs.start("conductor")
     procs.wait_alive("conductor", timeout=timeout)

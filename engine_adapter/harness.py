@@ -113,3 +113,37 @@ def with_dbname(url: str, name: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(url)
     info["dbname"] = name
     return psycopg.conninfo.make_conninfo(**info)
+
+
+class ProcessSet:
+    """Conductor and bot processes started against one database; kill_all() ends every one."""
+
+    def __init__(self, url: str, home: Path) -> None:
+        self.url, self.home = url, home
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, kind: str, env: dict[str, str] | None = None,
+              args: Iterable[str] = ()) -> subprocess.Popen[bytes]:
+        proc = start_process(kind, self.url, self.home, env=env, args=args)
+        self.procs.append(proc)
+        return proc
+
+    def wait_alive(self, kind: str, count: int = 1, timeout: float = 30.0) -> None:
+        """Until `count` processes of `kind` hold their liveness lock (they finished starting)."""
+        with db.connect(self.url) as conn:
+            wait_for(lambda: alive_count(conn, kind) >= count, timeout, interval=0.02,
+                     what=f"{count} live {kind} process(es)")
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            try:
+                kill(proc)
+            except subprocess.TimeoutExpired:  # keep going: the others must die too
+                pass
+
+    def log_tails(self, lines: int = 40) -> str:
+        out = []
+        for path in sorted(self.home.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.name}\n" + "\n".join(tail))
+        return "\n".join(out)

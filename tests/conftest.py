@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -56,33 +55,15 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
         yield c
 
 
-class Processes:
-    """Conductor and bot processes of one test; all killed at teardown."""
-
-    def __init__(self, url: str, home: Path) -> None:
-        self.url, self.home = url, home
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, kind: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-        proc = harness.start_process(kind, self.url, self.home, env=env, args=args)
-        self.procs.append(proc)
-        return proc
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            harness.kill(proc)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.home.glob("*.log")))
-
-
 @pytest.fixture
-def procs(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Processes]:
-    p = Processes(db_url, tmp_path)
+def procs(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[harness.ProcessSet]:
+    """Conductor and bot processes of one test; all killed at teardown, their logs shown on failure."""
+    p = harness.ProcessSet(db_url, tmp_path)
     yield p
     p.kill_all()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
-        print(p.logs())
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(p.log_tails())
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import db, names, threads
 from .settings import QUEUE
@@ -23,9 +24,7 @@ def cancel_run(conn: psycopg.Connection[Any], run_id: str, actor: str, reason: s
         if run["state"] in TERMINAL:
             raise CommandRefused(f"run {run_id} is already {run['state']}")
         db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
-        conn.execute(db.q("set_run_state"), {
-            "run_id": run_id, "state": "cancelled", "step": run["current_step"], "try": run["current_try"],
-            "await_key": None, "await_kind": None, "awaiting": False, "wake_at": None})
+        threads.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
         text = f"Run cancelled by {actor}" + (f": {reason}" if reason else ".")
         threads.append(conn, run_id, "human", actor, "decision", text, data={"decision": "cancel"})
         db.notify(conn, run_id, "cancelled")
@@ -46,10 +45,8 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: str) -> str:
             raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
         key = names.step_key(run_id, run["current_step"], run["current_try"])
         db.fetch_one(conn, "emit_event", dict(queue=QUEUE, event=names.retry_event(key),
-                                              payload=psycopg.types.json.Jsonb({"actor": actor})))
-        conn.execute(db.q("set_run_state"), {
-            "run_id": run_id, "state": "running", "step": run["current_step"], "try": run["current_try"],
-            "await_key": None, "await_kind": None, "awaiting": False, "wake_at": None})
+                                              payload=Jsonb({"actor": actor})))
+        threads.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
         threads.append(conn, run_id, "human", actor, "decision",
                        f"Retry requested by {actor}: step {run['current_step']} gets try {run['current_try'] + 1}.",
                        data={"decision": "retry"})

@@ -163,42 +163,34 @@ class RunHandler:
     # -- SEND and PARK ------------------------------------------------------------------------
     def bot_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
-        sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
-                             lambda: self.send_instruction(step, try_no, key))
+        data = {"timeout_s": step.timeout_s, "retries": step.retries,
+                "workdir": self.recipe.get("workdir"), "env": self.recipe.get("env", [])}
+        sent = self.ctx.step(names.send_checkpoint(step.id, try_no), lambda: self.send(
+            step, try_no, key, entry_kind="instruction", state="running", await_kind="bot", data=data))
         crash_point("after_send_checkpoint")
         if not sent["ok"]:
             return {"status": "failed", "output": sent["error"]}
         return self.ctx.await_event(names.done_event(key), names.done_checkpoint(step.id, try_no))
 
-    def send_instruction(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
-        with self.conn.transaction():
-            try:
-                text = render(step.text, self.payload, self.outputs, shell=step.kind == "run_command")
-            except RenderError as err:
-                self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
-                return {"ok": False, "error": str(err)}
-            data = {
-                "step": step.id, "kind": step.kind, "try": try_no, "timeout_s": step.timeout_s,
-                "retries": step.retries, "workdir": self.recipe.get("workdir"),
-                "env": self.recipe.get("env", []),
-            }
-            seq = threads.append(self.conn, self.run_id, "system", "threadline", "instruction", text,
-                                 step_key=key, dedupe_key=f"instruction:{key}", data=data)
-            if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
-                self.set_state("running", step.id, try_no, await_key=key, await_kind="bot")
-            db.notify(self.conn, self.run_id, "instruction")
-        crash_point("after_send_commit")
-        return {"ok": True}
-
     def gate_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
-        sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
-                             lambda: self.send_question(step, try_no, key))
+
+        def open_gate() -> dict[str, Any]:
+            deadline = None
+            if step.timeout_s:
+                now = self.db_now()
+                deadline = datetime.fromtimestamp(now.timestamp() + step.timeout_s, now.tzinfo).isoformat()
+            data = {"accept": step.accept, "approvers": list(step.approvers), "from": step.from_,
+                    "deadline": deadline}
+            return self.send(step, try_no, key, entry_kind="question", state="waiting",
+                             await_kind="gate", data=data)
+
+        sent = self.ctx.step(names.send_checkpoint(step.id, try_no), open_gate)
         if not sent["ok"]:
             return {"status": "failed", "output": sent["error"]}
         timeout = None
-        if sent.get("deadline"):
-            remaining = (datetime.fromisoformat(sent["deadline"]) - self.db_now()).total_seconds()
+        if sent["data"]["deadline"]:  # from the checkpoint: a replay keeps the original deadline
+            remaining = (datetime.fromisoformat(sent["data"]["deadline"]) - self.db_now()).total_seconds()
             timeout = max(0, math.ceil(remaining))
         try:
             decision = self.ctx.await_event(names.done_event(key), names.done_checkpoint(step.id, try_no),
@@ -211,37 +203,34 @@ class RunHandler:
                                             names.late_done_checkpoint(step.id, try_no))
         return self.gate_result(step, decision)
 
-    def gate_result(self, step: Step, decision: dict[str, Any]) -> dict[str, Any]:
-        kind = decision["decision"]
-        if kind == "timeout":
-            kind = step.on_timeout or "deny"
-            reason = f"gate {step.id} timed out"
-        else:
-            reason = decision.get("text") or ""
-        if kind in ("approve", "reply"):
-            return {"status": "completed", "output": decision.get("text", ""), "decision": decision}
-        return {"status": "cancelled", "output": reason, "decision": decision,
-                "reason": f"denied by {decision.get('actor')}" + (f": {reason}" if reason else "")}
-
-    def send_question(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
+    def send(self, step: Step, try_no: int, key: str, *, entry_kind: str, state: str, await_kind: str,
+             data: dict[str, Any]) -> dict[str, Any]:
+        """SEND: render the step, post it into the thread as System and arm `awaiting`, in one
+        transaction. Idempotent per step key, so a replay after a crash posts nothing twice."""
         with self.conn.transaction():
             try:
-                text = render(step.text, self.payload, self.outputs, shell=False)
+                text = render(step.text, self.payload, self.outputs, shell=step.kind == "run_command")
             except RenderError as err:
-                self.note(f"Gate {step.id} failed before it opened: {err}", key, f"render:{key}")
+                self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
-            deadline = None
-            if step.timeout_s:
-                deadline = self.db_now().timestamp() + step.timeout_s
-                deadline = datetime.fromtimestamp(deadline, self.db_now().tzinfo).isoformat()
-            data = {"step": step.id, "kind": "human_gate", "try": try_no, "accept": step.accept,
-                    "approvers": list(step.approvers), "from": step.from_, "deadline": deadline}
-            seq = threads.append(self.conn, self.run_id, "system", "threadline", "question", text,
-                                 step_key=key, dedupe_key=f"question:{key}", data=data)
-            if seq is not None:
-                self.set_state("waiting", step.id, try_no, await_key=key, await_kind="gate")
-            db.notify(self.conn, self.run_id, "gate")
-        return {"ok": True, "deadline": deadline}
+            data = {"step": step.id, "kind": step.kind, "try": try_no, **data}
+            seq = threads.append(self.conn, self.run_id, "system", "threadline", entry_kind, text,
+                                 step_key=key, dedupe_key=f"{entry_kind}:{key}", data=data)
+            if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
+                self.set_state(state, step.id, try_no, await_key=key, await_kind=await_kind)
+            db.notify(self.conn, self.run_id, entry_kind)
+        crash_point("after_send_commit")
+        return {"ok": True, "data": data}
+
+    def gate_result(self, step: Step, decision: dict[str, Any]) -> dict[str, Any]:
+        text = decision.get("text") or ""
+        if decision["decision"] == "timeout":
+            outcome, why = step.on_timeout or "deny", "timed out"
+        else:
+            outcome, why = decision["decision"], f"denied by {decision.get('actor')}" + (f": {text}" if text else "")
+        if outcome in ("approve", "reply"):
+            return {"status": "completed", "output": text, "decision": decision}
+        return {"status": "cancelled", "output": text or why, "decision": decision, "reason": why}
 
     def sleep_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
@@ -308,10 +297,8 @@ class RunHandler:
     # -- helpers ------------------------------------------------------------------------------
     def set_state(self, state: str, step: str | None, try_no: int | None, *, await_key: str | None = None,
                   await_kind: str | None = None, wake_at: datetime | None = None) -> None:
-        self.conn.execute(db.q("set_run_state"), {
-            "run_id": self.run_id, "state": state, "step": step, "try": try_no,
-            "await_key": await_key, "await_kind": await_kind, "awaiting": await_key is not None,
-            "wake_at": wake_at})
+        threads.set_run_state(self.conn, self.run_id, state, step, try_no, await_key=await_key,
+                              await_kind=await_kind, wake_at=wake_at)
 
     def note(self, text: str, key: str | None, dedupe: str) -> None:
         threads.append(self.conn, self.run_id, "system", "threadline", "note", text,

@@ -7,6 +7,7 @@ done-check, emits the event (first write wins) and NOTIFYs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -63,6 +64,15 @@ def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, pa
     )
     conn.execute(db.q("clear_awaiting"), dict(run_id=run_id, step_key=step_key))
     db.notify(conn, run_id, "step.done")
+
+
+def set_run_state(conn: psycopg.Connection[Any], run_id: str, state: str, step: str | None,
+                  try_no: int | None, *, await_key: str | None = None, await_kind: str | None = None,
+                  wake_at: datetime | None = None) -> None:
+    """Where the run stands; `awaiting` is armed exactly when an await key is given."""
+    conn.execute(db.q("set_run_state"), {
+        "run_id": run_id, "state": state, "step": step, "try": try_no, "await_key": await_key,
+        "await_kind": await_kind, "awaiting": await_key is not None, "wake_at": wake_at})
 
 
 def lock_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
@@ -146,9 +156,9 @@ def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> 
     """Record a timeout for a gate still open at step_key; False if a human decided first."""
     with conn.transaction():
         run = lock_run(conn, run_id)
-        if current_gate(run) is None or run["await_key"] != step_key:
-            return False
         gate = current_gate(run)
+        if gate is None or run["await_key"] != step_key:
+            return False
         append(conn, run_id, "system", "threadline", "decision",
                f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
                step_key=step_key, data={"decision": "timeout"})

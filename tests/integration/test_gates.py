@@ -113,8 +113,10 @@ def test_gate_timeout_takes_its_on_timeout_path(conn, apply, procs, on_timeout, 
     gated(apply, f"timeout: 1s\n    on_timeout: {on_timeout}")
     start(procs)
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
-    harness.wait_for_state(procs.url, run_id, final, timeout=30)
+    view = harness.wait_for_state(procs.url, run_id, final, timeout=30)
     assert [d["decision"] for d in decisions(conn, run_id)] == ["timeout"]
+    expected = "Run cancelled: gate ask timed out." if final == "cancelled" else "Run completed."
+    assert view["thread"][-1]["text"] == expected
 
 
 def test_late_approval_racing_a_timeout_has_one_winner(conn, apply, procs):

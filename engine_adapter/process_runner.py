@@ -11,9 +11,11 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import IO, Callable
 
 OUTPUT_CAP = 64 * 1024
 TERM_GRACE_S = 5.0
@@ -57,18 +59,26 @@ def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
 
 
 def group_exists(pgid: int) -> bool:
+    """Whether any process of the group is still running (zombies, which hold no resources and
+    wait for their parent, do not count). Reads /proc so that it never reaps anyone's child."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The command name may hold spaces and parentheses: fields start after the last ')'.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _feed(pipe: IO[bytes], text: str) -> None:
+    # From a thread: a child that writes before it has read all its input must not deadlock us.
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie leader still counts; reap it if it is ours.
-    try:
-        os.waitpid(-pgid, os.WNOHANG)
-    except ChildProcessError:
+        pipe.write(text.encode())
+        pipe.close()
+    except (BrokenPipeError, ValueError):
         pass
-    return True
 
 
 def run_process(
@@ -83,6 +93,7 @@ def run_process(
     should_continue: Callable[[], bool] = lambda: True,
     check_every_s: float = 1.0,
     flush_every_s: float = 0.5,
+    quiet_for_s: float = 1.0,
 ) -> ProcessResult:
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -92,11 +103,7 @@ def run_process(
     )
     on_start(proc.pid)
     if stdin_text is not None:
-        try:
-            proc.stdin.write(stdin_text.encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
+        threading.Thread(target=_feed, args=(proc.stdin, stdin_text), daemon=True).start()
     kept = bytearray()
     dropped = 0
     pending = bytearray()
@@ -117,7 +124,8 @@ def run_process(
             pending += chunk[:room]
             dropped += max(0, len(chunk) - room)
         now = time.monotonic()
-        if pending and (now - last_flush >= flush_every_s or eof):
+        # Short commands stream nothing: their whole output arrives with the reply.
+        if pending and now - started >= quiet_for_s and (now - last_flush >= flush_every_s or eof):
             on_output(as_text(pending))
             pending.clear()
             last_flush = now

@@ -127,3 +127,45 @@ steps:
     assert chatty["output"].startswith("\ufffd" * 1000)  # NUL bytes stored as U+FFFD
     assert "[134464 more bytes of output dropped]" in chatty["output"]
     assert woke["status"] == "completed"
+
+
+def test_long_commands_stream_progress_and_short_ones_just_reply(conn, apply, procs):
+    apply("""
+slug: streaming
+steps:
+  - id: quick
+    run_command: echo quick
+  - id: slow
+    run_command: echo first; sleep 1.5; echo second
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "streaming").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    progress = {key: [e["text"] for e in view["thread"] if e["kind"] == "progress" and e["step_key"] == key]
+                for key in (f"{run_id}:quick:1", f"{run_id}:slow:1")}
+    assert progress[f"{run_id}:quick:1"] == []
+    streamed = "".join(progress[f"{run_id}:slow:1"])
+    assert streamed.split() == ["first", "second"]
+    first_seq = next(e["seq"] for e in view["thread"] if e["kind"] == "progress")
+    terminal_seq = next(e["seq"] for e in view["thread"]
+                        if e["kind"].startswith("signal.") and e["step_key"] == f"{run_id}:slow:1")
+    assert first_seq < terminal_seq
+
+
+def test_agent_that_answers_before_reading_a_large_instruction(conn, apply, procs):
+    apply("""
+slug: big-dispatch
+steps:
+  - id: think
+    dispatch_task: "{{payload.big}}"
+""")
+    procs.start("conductor")
+    # Writes a full pipe's worth before it reads: a bot that fed stdin inline would deadlock here.
+    agent = "head -c 300000 /dev/zero | tr '\\\\0' x; wc -c > received"
+    procs.start("bots", env={"THREADLINE_AGENT_CMD": agent})
+    run_id = spawn(conn, "big-dispatch", {"big": "y" * 200_000}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert "more bytes of output dropped" in view["steps"][0]["output"]
+    received = procs.home / "runs" / run_id / "received"  # the default per-run directory
+    assert int(received.read_text()) == 200_000  # the whole instruction arrived

@@ -29,6 +29,7 @@ DEFAULT_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 60.0
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 AGENT_ENV = "THREADLINE_AGENT_CMD"
+_CONTENDED = object()
 
 
 @dataclass(frozen=True)
@@ -88,21 +89,28 @@ class BotSlot:
 
     # -- claim --------------------------------------------------------------------------------
     def claim(self) -> Claim | None:
+        for _ in range(3):  # contended: try the next candidate at once rather than wait for a wake-up
+            outcome = self._claim_once()
+            if outcome is not _CONTENDED:
+                return outcome
+        return None
+
+    def _claim_once(self) -> Claim | None | object:
         with self.conn.transaction():
             cand = db.fetch_one(self.conn, "claim_candidate", dict(bots=self.bots))
             if cand is None:
                 return None
             key = cand["await_key"]
             if not db.fetch_one(self.conn, "claim_still_free", dict(step_key=key))["free"]:
-                return None
+                return _CONTENDED  # another bot claimed it after our candidate query's snapshot
             for lost in db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key)):
                 self.reap(lost)
             counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))
             instruction = db.fetch_one(self.conn, "instruction_for",
                                        dict(run_id=cand["run_id"], step_key=key))
-            conn_params = dict(step_key=key, attempt=counts["next_attempt"], run_id=cand["run_id"],
+            claim_row = dict(step_key=key, attempt=counts["next_attempt"], run_id=cand["run_id"],
                                worker_id=self.worker.id, host=self.worker.host, lease_s=LEASE_S)
-            self.conn.execute(db.q("insert_claim"), conn_params)
+            self.conn.execute(db.q("insert_claim"), claim_row)
             if counts["next_attempt"] > 1:
                 threads.append(self.conn, str(cand["run_id"]), "bot", cand["bot"], "progress",
                                f"Attempt {counts['next_attempt']} of step {instruction['data']['step']} starting.",

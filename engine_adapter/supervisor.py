@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -52,8 +53,20 @@ def install_examples(url: str, home: Path) -> list[str]:
     return installed
 
 
+def ensure_port_free(port: int) -> None:
+    """Fail before starting anything, rather than restart a console that cannot bind, forever."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise ValueError(f"console port {port} on 127.0.0.1 is in use: pass --port N "
+                             f"(or --no-console)") from None
+
+
 def up(*, console: bool = True, port: int = 5006) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
+    if console:
+        ensure_port_free(port)
     home = threadline_home()
     home.mkdir(parents=True, exist_ok=True)
     embedded = None

@@ -91,3 +91,14 @@ def _get(url: str) -> str | None:
             return response.read().decode()
     except OSError:
         return None
+
+
+def test_up_refuses_a_console_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = threadline(tmp_path, "up", "--port", str(port))
+    assert result.returncode == 2
+    assert f"console port {port} on 127.0.0.1 is in use" in result.stderr
+    assert not (tmp_path / "credentials.json").exists()  # nothing was started

@@ -149,10 +149,8 @@ steps:
     cancel_run(conn, run_id, "tester", "changed my mind")
     view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=10)
     harness.wait_for(lambda: _gone(child), timeout=15, what="the cancelled command's process to die")
-    claim = conn.execute("select outcome from threadline.step_claims where run_id = %s", (run_id,)).fetchone()
     harness.wait_for(lambda: conn.execute("select outcome from threadline.step_claims where run_id = %s",
                                           (run_id,)).fetchone()["outcome"] == "cancelled", what="claim closed")
-    assert claim is not None
     assert not (tmp_path / "never").exists()
     assert [s["status"] for s in view["steps"]] == ["skipped", "skipped"]
     assert view["thread"][-1]["text"] == "Run cancelled by tester: changed my mind"

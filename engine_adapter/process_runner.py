@@ -61,6 +61,12 @@ def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
 def group_exists(pgid: int) -> bool:
     """Whether any process of the group is still running (zombies, which hold no resources and
     wait for their parent, do not count). Reads /proc so that it never reaps anyone's child."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:  # the common case, and cheap: nothing left at all
+        return False
+    except PermissionError:
+        pass
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             # The command name may hold spaces and parentheses: fields start after the last ')'.

@@ -36,7 +36,7 @@ _NAME = re.compile(r"[a-z0-9_-]+")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
+PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
 _PAYLOAD_REF = re.compile(r"payload(?:\.[A-Za-z0-9_-]+)+")
 _STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.output")
 
@@ -83,7 +83,7 @@ def format_duration(seconds: float) -> str:
 
 def find_placeholders(text: str) -> list[str]:
     """The dotted paths inside `{{ ... }}` in text, in order, whitespace stripped."""
-    return [m.group(1).strip() for m in _PLACEHOLDER.finditer(text)]
+    return [m.group(1).strip() for m in PLACEHOLDER.finditer(text)]
 
 
 def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: list[str]) -> None:
@@ -95,7 +95,7 @@ def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: 
         elif not _PAYLOAD_REF.fullmatch(ref):
             errors.append(f"{path}: {{{{{ref}}}}} is not a known placeholder "
                           "(use {{payload.<key>}} or {{steps.<id>.output}})")
-    if "{{" in _PLACEHOLDER.sub("", text):
+    if "{{" in PLACEHOLDER.sub("", text):
         errors.append(f'{path}: has an unclosed "{{{{"')
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from typing import Any
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+from .recipes import PLACEHOLDER
 
 
 class RenderError(ValueError):
@@ -23,7 +22,7 @@ def render(text: str, payload: Any, outputs: dict[str, Any], *, shell: bool) -> 
         as_text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         return shlex.quote(as_text) if shell else as_text
 
-    return _PLACEHOLDER.sub(substitute, text)
+    return PLACEHOLDER.sub(substitute, text)
 
 
 def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:

@@ -171,7 +171,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         lines.append("")
         for e in r["thread"]:
             who = e["author"] if e["author_kind"] != "system" else "System"
-            lines.append(f"#{e['seq']:<3} {who} [{e['kind']}] {e['text']}")
+            lines.append(f"#{e['seq']:<3} {who} [{e['kind']}] {e['text'].rstrip()}")
         return "\n".join(lines)
 
     _print(args, run, text)

@@ -1,26 +1,93 @@
-"""The console placeholder: a page of recent runs until the console issue builds the real one."""
+"""The console's pages and server. Every page shares one frame (navigation and the live
+heartbeat badge) and has its own URL: /, /run?id=…&step=…, /needs-you, /recipes, /recipe?slug=…,
+/conductors."""
 
 from __future__ import annotations
 
-from engine_adapter import db
-from engine_adapter.read_model import health, list_runs
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from . import data
+from .access import auth_options
+from .live import hub
+
+log = logging.getLogger("threadline.console")
 
 
-def build_page() -> object:
-    import pandas as pd
+def _arg(name: str) -> str | None:
     import panel as pn
 
-    with db.connect() as conn:
-        h = health(conn)
-        runs = list_runs(conn, limit=50)
-    frame = pd.DataFrame(runs, columns=["run_id", "workflow", "state", "current_step", "created_at"])
-    return pn.Column(
-        pn.pane.Markdown(f"# Threadline\nHealth: **{h['status']}**"),
-        pn.widgets.Tabulator(frame, disabled=True, sizing_mode="stretch_width"),
-    )
+    values = pn.state.session_args.get(name)
+    return values[0].decode() if values else None
 
 
-def serve(port: int = 5006) -> None:
+def runs_page() -> Any:
+    from .layout import page
+    from .runs_page import RunsPage
+
+    return page("Runs", "/", RunsPage())
+
+
+def run_page() -> Any:
+    from .layout import error_page, page
+    from .run_view import RunView
+
+    run_id = _arg("id")
+    if not run_id:
+        return error_page("Run", "/", "No run given: open a run from the runs list (/run?id=RUN_ID).")
+    view = RunView(run_id, step=_arg("step"))
+    return page("Run", "/", view)
+
+
+def needs_you_page() -> Any:
+    from .layout import page
+    from .needs_you import NeedsYouPage
+
+    return page("Needs you", "/needs-you", NeedsYouPage())
+
+
+def recipes_page() -> Any:
+    from .layout import page
+    from .recipes_page import RecipesPage
+
+    return page("Recipes", "/recipes", RecipesPage())
+
+
+def recipe_page() -> Any:
+    from engine_adapter.workflows import WorkflowNotFound
+
+    from .layout import error_page, page
+    from .recipes_page import RecipeEditor
+
+    slug = _arg("slug")
+    try:
+        editor = RecipeEditor(slug)
+    except WorkflowNotFound as err:
+        return error_page("Recipe", "/recipes", str(err))
+    return page(f"Recipe {slug}" if slug else "New recipe", "/recipes", editor)
+
+
+def conductors_page() -> Any:
+    from .conductors_page import ConductorsPage
+    from .layout import page
+
+    return page("Conductors", "/conductors", ConductorsPage())
+
+
+ROUTES: dict[str, Callable[[], Any]] = {
+    "/": runs_page, "/run": run_page, "/needs-you": needs_you_page, "/recipes": recipes_page,
+    "/recipe": recipe_page, "/conductors": conductors_page,
+}
+
+
+def serve(port: int = 5006, address: str = "127.0.0.1", url: str | None = None) -> None:
     import panel as pn
 
-    pn.serve({"/": build_page}, port=port, address="127.0.0.1", show=False, title="Threadline")
+    options = auth_options(address)  # refuses a non-loopback address without sign-in, before starting
+    data.configure(url)
+    hub(url)
+    pn.extension("plotly", "tabulator", "codeeditor", notifications=False)
+    origin = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
+    pn.serve({path: fn for path, fn in ROUTES.items()}, port=port, address=address, show=False,
+             title="Threadline", websocket_origin=origin, **options)

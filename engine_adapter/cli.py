@@ -33,7 +33,8 @@ def _actor(args: argparse.Namespace) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     from .supervisor import up
 
-    return up(console=not args.no_console, port=args.port)
+    return up(console=not args.no_console, port=args.port, hooks=not args.no_hooks,
+              hooks_port=args.hooks_port)
 
 
 def cmd_conductor(args: argparse.Namespace) -> int:
@@ -50,10 +51,16 @@ def cmd_bots(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hooks(args: argparse.Namespace) -> int:
+    from .hooks import serve
+
+    return serve(args.host, args.port, max_bytes=args.max_bytes, tolerance=args.tolerance)
+
+
 def cmd_console(args: argparse.Namespace) -> int:
     from console.app import serve
 
-    serve(port=args.port)
+    serve(port=args.port, address=args.address)
     return 0
 
 
@@ -95,8 +102,14 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
     except RecipeError as err:
         print(str(err), file=sys.stderr)
         return EXIT_INVALID
+    import psycopg
+
     with _conn() as conn:
-        applied = apply_recipe(conn, recipe)
+        try:
+            applied = apply_recipe(conn, recipe)
+        except psycopg.errors.UniqueViolation as err:  # a webhook path another workflow holds
+            print(f"{args.file}: {err.diag.message_primary}", file=sys.stderr)
+            return EXIT_INVALID
     _print(args, applied.__dict__, lambda a: f"{a['slug']} v{a['version']}" + ("" if a["changed"] else " (unchanged)"))
     return 0
 
@@ -124,19 +137,81 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     return 0
 
 
+class _BadPayload(ValueError):
+    pass
+
+
+def _payload(args: argparse.Namespace) -> Any:
+    try:
+        return json.loads(args.payload) if args.payload else {}
+    except json.JSONDecodeError as err:
+        raise _BadPayload(f"--payload: not valid JSON: {err}") from None
+
+
 def cmd_spawn(args: argparse.Namespace) -> int:
+    import uuid
+
     from .spawn import spawn
 
-    try:
-        payload = json.loads(args.payload) if args.payload else {}
-    except json.JSONDecodeError as err:
-        print(f"--payload: not valid JSON: {err}", file=sys.stderr)
-        return 2
+    payload = _payload(args)
+    # A client request id makes a retried command (or a double-click) one run.
+    request_id = args.request_id or str(uuid.uuid4())
     with _conn() as conn:
-        result = spawn(conn, args.slug, payload, trigger={"kind": "manual", "caller": _actor(args)},
-                       idempotency_key=args.idempotency_key)
-    _print(args, {"run_id": result.run_id, "created": result.created},
-           lambda v: v["run_id"] + ("" if v["created"] else "  (existing run for this idempotency key)"))
+        result = spawn(conn, args.slug, payload, idempotency_key=request_id,
+                       trigger={"kind": "manual", "caller": _actor(args), "request_id": request_id})
+    value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
+    if not args.request_id:
+        value["request_id"] = request_id
+        if not args.json:
+            print(f"request id {request_id} (repeat with --request-id {request_id} to retry safely)",
+                  file=sys.stderr)
+    _print(args, value, lambda v: v["run_id"] + ("" if v["created"] else "  (existing run for this request id)"))
+    return 0
+
+
+def cmd_emit(args: argparse.Namespace) -> int:
+    from .events import emit
+
+    payload = _payload(args)
+    with _conn() as conn:
+        emitted = emit(conn, args.name, payload, event_id=args.id, caller=_actor(args))
+    value = {"event": emitted.name, "event_id": emitted.event_id, "runs": [r.__dict__ for r in emitted.runs]}
+
+    def text(v: dict[str, Any]) -> str:
+        lines = [f"event {v['event']} id {v['event_id']}"]
+        lines += [f"{r['run_id']}  {r['workflow']}" + ("" if r["created"] else "  (existing run for this event id)")
+                  for r in v["runs"]]
+        return "\n".join(lines if v["runs"] else lines + [f"no enabled workflow has on_event: {v['event']}"])
+
+    _print(args, value, text)
+    return 0
+
+
+def cmd_schedule_list(args: argparse.Namespace) -> int:
+    from .schedules import schedule_list
+
+    with _conn() as conn:
+        rows = schedule_list(conn)
+
+    def text(rs: list[dict[str, Any]]) -> str:
+        lines = []
+        for r in rs:
+            state = "" if r["enabled"] else "  (disabled)"
+            lines.append(f"{r['workflow']}  {r['schedule']}  {r['description']}  catch_up {r['catch_up']}{state}")
+            lines += [f"    next {t}" for t in r["next_local"]]
+        return "\n".join(lines) or "no schedules: add `schedule:` to a recipe"
+
+    _print(args, rows, text)
+    return 0
+
+
+def cmd_recipe_enable(args: argparse.Namespace) -> int:
+    from .workflows import set_enabled
+
+    enabled = args.recipe_command == "enable"
+    with _conn() as conn:
+        set_enabled(conn, args.slug, enabled)
+    print(f"{args.slug} {'enabled' if enabled else 'disabled'}")
     return 0
 
 
@@ -248,12 +323,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("up", cmd_up, "run everything: embedded Postgres, conductor, bots, console")
     sp.add_argument("--no-console", action="store_true")
     sp.add_argument("--port", type=int, default=5006, help="console port (default 5006)")
+    sp.add_argument("--no-hooks", action="store_true", help="do not start the webhook ingress")
+    sp.add_argument("--hooks-port", type=int, default=None,
+                    help="webhook ingress port (default 5007, or a free one if that is taken)")
     add("conductor", cmd_conductor, "run a conductor process")
     sp = add("bots", cmd_bots, "run a bot process")
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
     sp.add_argument("--bot", action="append", help="serve only this bot (repeatable; default all)")
+    sp = add("hooks", cmd_hooks, "serve webhooks: POST /hooks/<path> starts a run")
+    sp.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1; another needs every webhook signed)")
+    sp.add_argument("--port", type=int, default=5007, help="port (default 5007; 0 picks a free one)")
+    sp.add_argument("--max-bytes", type=int, default=1 << 20, help="largest body accepted (default 1 MiB)")
+    sp.add_argument("--tolerance", type=float, default=300.0,
+                    help="seconds a signed timestamp may differ from now (default 300)")
     sp = add("console", cmd_console, "serve the web console")
     sp.add_argument("--port", type=int, default=5006)
+    sp.add_argument("--address", default="127.0.0.1",
+                    help="address to listen on; anything but loopback needs sign-in configured")
 
     dbp = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
     dbp.add_parser("migrate", help="apply migrations").set_defaults(fn=cmd_db_migrate)
@@ -273,12 +360,27 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("slug")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_recipe_show)
+    for name, hlp in (("enable", "let schedules, events and webhooks start runs of SLUG again"),
+                      ("disable", "stop schedules, events and webhooks from starting runs of SLUG")):
+        sp = rp.add_parser(name, help=hlp)
+        sp.add_argument("slug")
+        sp.set_defaults(fn=cmd_recipe_enable)
 
     sp = add("spawn", cmd_spawn, "start a run of workflow SLUG; prints the run id", json_flag=True)
     sp.add_argument("slug")
     sp.add_argument("--payload", help="JSON object")
-    sp.add_argument("--idempotency-key")
+    sp.add_argument("--request-id", "--idempotency-key", dest="request_id",
+                    help="client request id: repeating it makes no second run (default: a fresh one, printed)")
     sp.add_argument("--as", dest="as_")
+    sp = add("emit", cmd_emit, "emit event NAME: one run of each workflow with on_event: NAME", json_flag=True)
+    sp.add_argument("name")
+    sp.add_argument("--payload", help="JSON object")
+    sp.add_argument("--id", help="event id: emitting it again starts no second run (default: a fresh one)")
+    sp.add_argument("--as", dest="as_")
+    scp = sub.add_parser("schedule", help="schedules").add_subparsers(dest="schedule_command", required=True)
+    sp = scp.add_parser("list", help="each schedule in words with its next fire times")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_schedule_list)
     sp = add("runs", cmd_runs, "list runs, leading with health", json_flag=True)
     sp.add_argument("--workflow")
     sp.add_argument("--state")
@@ -315,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import commands, recipes, spawn, threads
 
         known += (LookupError, commands.CommandRefused, threads.DecisionRefused, spawn.SpawnError,
-                  recipes.RecipeError, ValueError)
+                  recipes.RecipeError, _BadPayload, ValueError)
         return args.fn(args)
     except known as err:
         print(f"threadline: {err}", file=sys.stderr)

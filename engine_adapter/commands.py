@@ -52,3 +52,15 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: str) -> str:
                        data={"decision": "retry"})
         db.notify(conn, run_id, "retry")
         return key
+
+
+def emit_debug_event(conn: psycopg.Connection[Any], run_id: str, event: str, payload: Any, actor: str) -> None:
+    """Emit an engine event by hand (the debug pane's escape hatch), noted in the run's thread."""
+    if not event.strip():
+        raise CommandRefused("event name is empty")
+    with conn.transaction():
+        threads.lock_run(conn, run_id)
+        db.fetch_one(conn, "emit_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload)))
+        threads.append(conn, run_id, "human", actor, "note", f"{actor} emitted event {event} (debug).",
+                       data={"event": event, "payload": payload})
+        db.notify(conn, run_id, "thread")

@@ -2,7 +2,7 @@
 
 Per step and try it SENDs an instruction into the run thread and PARKs on the step's done
 event, holding no process. Its loop LISTENs with a timeout of min(next wake-up, 1 s), then
-claims work; timers heartbeat, reconcile and recover runs held by dead conductors.
+claims work; timers heartbeat, reconcile, recover runs held by dead conductors and tick schedules.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from absurd_sdk import Absurd, CancelledTask
 from absurd_sdk import TimeoutError as AwaitTimeout
 from psycopg.types.json import Jsonb
 
-from . import db, names, threads
+from . import db, names, schedules, threads
 from .recipes import Step, parse_duration
 from .render import RenderError, render
 from .settings import HANDLER_NAME, QUEUE
+from .spawn import admit_event
 from .workers import Worker, crash_point
 
 log = logging.getLogger("threadline.conductor")
@@ -32,6 +33,7 @@ log = logging.getLogger("threadline.conductor")
 # expiry; recovery normally comes sooner, from the liveness lock (see recover_dead_conductors).
 CLAIM_TIMEOUT_S = 30
 SWEEP_EVERY_S = 1.0
+SCHEDULE_EVERY_S = 1.0  # cron slots are minutes: a slot fires within about a second of its time
 BATCH = 10
 
 
@@ -46,6 +48,7 @@ class Conductor:
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         self._stopping = False
         self._last_sweep = 0.0
+        self._last_schedule_tick = 0.0
 
     # -- loop ---------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -65,7 +68,11 @@ class Conductor:
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
             self.reconcile()
+            self.readmit()
             self.recover_dead_conductors()
+        if now - self._last_schedule_tick >= SCHEDULE_EVERY_S:
+            self._last_schedule_tick = now
+            self.tick_schedules()
         while self.work_once():
             pass
         self.wait_for_wake()
@@ -107,6 +114,24 @@ class Conductor:
             emitted += 1
         return emitted
 
+    def readmit(self) -> int:
+        """Admission backstop: queued runs of workflows with room (a limit raised, a place freed
+        by a path that skipped the finish trigger) are admitted here."""
+        admitted = 0
+        for row in db.fetch_all(self.conn, "workflows_with_queued_runs"):
+            params = dict(queue=QUEUE, workflow=row["workflow"])
+            admitted += db.fetch_one(self.conn, "admit_queued", params)["admitted"]
+        return admitted
+
+    def tick_schedules(self) -> None:
+        """Fire due cron slots on the database clock; a failure is logged and retried next tick."""
+        try:
+            for fired in schedules.tick(self.conn, caller=self.worker.id):
+                log.info("schedule %s slot %s: %s", fired.workflow, fired.slot.isoformat(),
+                         f"run {fired.run_id}" if fired.run_id else "skipped")
+        except (psycopg.Error, ValueError, LookupError):
+            log.exception("schedule tick failed")
+
     def recover_dead_conductors(self) -> int:
         """Runs claimed by a conductor that died mid-SEND go back to the queue at once."""
         recovered = 0
@@ -136,8 +161,12 @@ class RunHandler:
         self.steps = [Step.from_dict(s) for s in params["recipe"]["steps"]]
         self.recipe = params["recipe"]
         self.outputs: dict[str, Any] = {}
+        self.admit = bool(params.get("admit"))
 
     def run(self) -> dict[str, Any]:
+        if self.admit:
+            # Queued behind max_concurrent_runs: park until admitted (at once if spawn admitted it).
+            self.ctx.await_event(admit_event(self.run_id), "admitted")
         for step in self.steps:
             try_no = 1
             while True:

@@ -1,4 +1,4 @@
-"""Connections and the named queries of sql/queries.sql."""
+"""Connections and the named queries of sql/*.sql (one file per area: core, console, triggers)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,17 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 @cache
 def queries() -> dict[str, str]:
-    """Named SQL blocks: `-- name --`, a comment line, then the query."""
-    text = resources.files("engine_adapter").joinpath("sql/queries.sql").read_text()
-    parts = _BLOCK.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    """Named SQL blocks: `-- name --`, a comment line, then the query. Names are unique across files."""
+    found: dict[str, str] = {}
+    for file in sorted(resources.files("engine_adapter").joinpath("sql").iterdir(), key=lambda f: f.name):
+        if not file.name.endswith(".sql"):
+            continue
+        parts = _BLOCK.split(file.read_text())
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is defined twice (again in sql/{file.name})")
+            found[name] = body.strip()
+    return found
 
 
 def q(name: str) -> str:

@@ -25,7 +25,9 @@ def show_run(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
     if run is None:
         raise threads.RunNotFound(f"no run {run_id}")
     task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
-    checkpoints = {r["checkpoint_name"]: r["state"] for r in db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))}
+    rows = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+    checkpoints = {r["checkpoint_name"]: r["state"] for r in rows}
+    written_at = {r["checkpoint_name"]: r["updated_at"] for r in rows}
     claims = db.fetch_all(conn, "run_claims", dict(run_id=run_id))
     state = run_state(run, task)
     entries = db.fetch_all(conn, "run_entries", dict(run_id=run_id, after=0, limit=thread_limit))
@@ -40,7 +42,8 @@ def show_run(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
         "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
         "wake_at": run["wake_at"].isoformat() if run["wake_at"] and state == "sleeping" else None,
         "await_key": run["await_key"] if run["awaiting"] else None,
-        "steps": step_statuses(run, state, checkpoints, claims),
+        "gate": _gate_view(run),
+        "steps": step_statuses(run, state, checkpoints, claims, written_at),
         "thread": [
             {"seq": e["seq"], "author_kind": e["author_kind"], "author": e["author"], "kind": e["kind"],
              "step_key": e["step_key"], "text": e["text"], "created_at": e["created_at"].isoformat()}
@@ -49,8 +52,18 @@ def show_run(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
     }
 
 
+def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
+    gate = threads.current_gate(run)
+    if gate is None:
+        return None
+    return {"step": gate["id"], "key": run["await_key"], "accept": gate.get("accept"),
+            "approvers": gate.get("approvers") or [], "on_timeout": gate.get("on_timeout")}
+
+
 def step_statuses(run: dict[str, Any], state: str, checkpoints: dict[str, Any],
-                  claims: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                  claims: list[dict[str, Any]], written_at: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Each step's status, attempts, output and times (started: its first SEND; finished: its result)."""
+    written_at = written_at or {}
     steps = run["recipe"]["steps"]
     ids = [s["id"] for s in steps]
     current = ids.index(run["current_step"]) if run["current_step"] in ids else -1
@@ -78,8 +91,14 @@ def step_statuses(run: dict[str, Any], state: str, checkpoints: dict[str, Any],
             status = "skipped"
         if status == "failed" and i == current and state == "failed" and not output:
             output = _failure_reason(checkpoints, step["id"], last_try)
+        first_send = written_at.get(f"send:{step['id']}:1")
+        finished = (written_at.get(f"done:{step['id']}:{last_try}")
+                    or written_at.get(f"done-late:{step['id']}:{last_try}")
+                    or written_at.get(f"sleep:{step['id']}:{last_try}"))
         out.append({"id": step["id"], "kind": kind, "status": status, "attempts": attempts,
-                    "tries": last_try, "output": output})
+                    "tries": last_try, "output": output,
+                    "started_at": first_send.isoformat() if first_send else None,
+                    "finished_at": finished.isoformat() if finished and status in ("completed", "failed") else None})
     return out
 
 
@@ -114,3 +133,48 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     return {"status": status, "conductors": conductors, "bots": bots,
             "runnable_unclaimed": counts["runnable_unclaimed"],
             "instructions_waiting": counts["instructions_waiting"]}
+
+
+# -- what the console and notebooks read besides a run's summary ---------------------------------
+ENTRY_CUT = 2000  # longer entry texts arrive cut; the rest is loaded on demand
+
+
+def thread_entries(conn: psycopg.Connection[Any], run_id: str, *, after: int = 0, limit: int = 200,
+                   cut: int = ENTRY_CUT) -> list[dict[str, Any]]:
+    """Entries after a seq; or, with after < 0, the last `limit` entries (a thread opens at its end)."""
+    if after < 0:
+        return db.fetch_all(conn, "thread_tail", dict(run_id=run_id, limit=limit, cut=cut))
+    return db.fetch_all(conn, "thread_page", dict(run_id=run_id, after=after, limit=limit, cut=cut))
+
+
+def entry_text(conn: psycopg.Connection[Any], run_id: str, seq: int) -> str:
+    row = db.fetch_one(conn, "entry_text", dict(run_id=run_id, seq=seq))
+    if row is None:
+        raise threads.RunNotFound(f"run {run_id} has no entry {seq}")
+    return row["text"]
+
+
+def open_gates(conn: psycopg.Connection[Any], limit: int = 200) -> list[dict[str, Any]]:
+    """Every run waiting on a human, oldest first."""
+    rows = db.fetch_all(conn, "open_gates", dict(limit=limit))
+    for row in rows:
+        row["run_id"] = str(row["run_id"])
+    return rows
+
+
+def workers_overview(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Every registered conductor and bot process with what it holds now."""
+    return db.fetch_all(conn, "workers_in_hand")
+
+
+def runnable_unclaimed(conn: psycopg.Connection[Any], limit: int = 50) -> list[dict[str, Any]]:
+    rows = db.fetch_all(conn, "runnable_unclaimed", dict(limit=limit))
+    for row in rows:
+        row["run_id"] = str(row["run_id"])
+    return rows
+
+
+def conductor_beat(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The heartbeat badge's inputs: health plus the newest conductor beat."""
+    beat = db.fetch_one(conn, "last_conductor_beat")
+    return health(conn) | {"last_beat_at": beat["last_beat_at"], "db_now": db.fetch_one(conn, "db_now")["now"]}

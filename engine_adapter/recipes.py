@@ -14,13 +14,16 @@ import zoneinfo
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+if TYPE_CHECKING:
+    from .webhook_spec import Webhook
+
 KINDS = ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
-TOP_KEYS = ("slug", "name", "description", "bot", "schedule", "timezone", "catch_up",
-            "max_concurrent_runs", "workdir", "env", "steps")
+TOP_KEYS = ("slug", "name", "description", "bot", "schedule", "timezone", "catch_up", "on_event",
+            "max_concurrent_runs", "workdir", "env", "steps", "webhooks")
 _STEP_KEYS = {
     "run_command": {"timeout", "retries", "on_failure"},
     "dispatch_task": {"timeout", "retries", "on_failure"},
@@ -34,6 +37,7 @@ MAX_RETRIES = 10
 _SLUG = re.compile(r"[a-z0-9-]{1,64}")
 _NAME = re.compile(r"[a-z0-9_-]+")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+EVENT_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")  # `on_event` and `threadline emit NAME`
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
@@ -249,16 +253,19 @@ class Recipe:
     bot: str = "shell"
     schedule: str | None = None
     timezone: str = "UTC"
-    catch_up: str | None = None
+    catch_up: str | None = None  # latest (default with a schedule) | all | none
+    on_event: str | None = None
     max_concurrent_runs: int | None = None
     workdir: str | None = None
     env: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()
+    webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted."""
-        d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps")}
+        d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps", "webhooks")}
         d["env"] = list(self.env) or None
+        d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["steps"] = [s.to_dict() for s in self.steps]
         return {k: v for k, v in d.items() if v is not None}
 
@@ -323,7 +330,13 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         zoneinfo.ZoneInfo(timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         errors.append(f"timezone: {_q(timezone)} is not an IANA time zone (e.g. Europe/Berlin)")
-    catch_up = _choice(d, "catch_up", "catch_up", ("latest", "all", "none"), None, errors)
+    catch_up = _choice(d, "catch_up", "catch_up", ("latest", "all", "none"),
+                       "latest" if schedule is not None else None, errors)
+    if catch_up is not None and schedule is None:
+        errors.append("catch_up: only applies with a schedule")
+    on_event = d.get("on_event")
+    if on_event is not None and (not isinstance(on_event, str) or not EVENT_NAME.fullmatch(on_event)):
+        errors.append(f"on_event: {_q(on_event)} must be an event name matching {EVENT_NAME.pattern}")
     mcr = d.get("max_concurrent_runs")
     if mcr is not None and (not _is_int(mcr) or mcr < 1):
         errors.append(f"max_concurrent_runs: {_q(mcr)} must be a positive integer")
@@ -359,11 +372,14 @@ def _build_recipe(d: Any, source: str) -> Recipe:
             if step is not None:
                 steps.append(step)
 
+    from .webhook_spec import parse_webhooks  # imports this module: import it late
+
+    webhooks = parse_webhooks(d.get("webhooks"), errors)
     if errors:
         raise RecipeError(errors, source)
     return Recipe(slug=slug, name=name, description=description, bot=bot, schedule=schedule,
-                  timezone=timezone, catch_up=catch_up, max_concurrent_runs=mcr,
-                  workdir=workdir, env=tuple(env), steps=tuple(steps))
+                  timezone=timezone, catch_up=catch_up, on_event=on_event, max_concurrent_runs=mcr,
+                  workdir=workdir, env=tuple(env), steps=tuple(steps), webhooks=webhooks)
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -1,4 +1,10 @@
-"""The one door every run comes through."""
+"""The one door every run comes through.
+
+Every trigger (schedule, webhook, event, manual) is a caller of `spawn`; the run's `trigger`
+records which one, who called and its delivery / slot / event / request id, and the thread's
+opening note says it in words. A workflow with `max_concurrent_runs` gets its new runs as
+`queued`: admitted here at once while there is room, else first in, first out as others finish.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +22,16 @@ from .workflows import get_workflow
 # Conductor attempts: each conductor crash while it holds a run burns one; step failures never do.
 CONDUCTOR_MAX_ATTEMPTS = 50
 CONDUCTOR_RETRY = {"kind": "exponential", "base_seconds": 1, "factor": 2, "max_seconds": 30}
+TRIGGER_KINDS = ("manual", "schedule", "webhook", "event")
 
 
 class SpawnError(ValueError):
     pass
+
+
+def admit_event(run_id: str) -> str:
+    """The event a queued run's handler awaits; emitted by threadline.admit_queued (migration 002)."""
+    return f"threadline.run.admit:{run_id}"
 
 
 @dataclass(frozen=True)
@@ -44,11 +56,16 @@ def spawn(
     if not isinstance(payload, dict):
         raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
     trigger = trigger or {"kind": "manual"}
+    if trigger.get("kind") not in TRIGGER_KINDS:
+        raise SpawnError(f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}")
     with conn.transaction():
         wf = get_workflow(conn, workflow)
         if not wf["enabled"]:
             raise SpawnError(f"workflow {workflow!r} is disabled")
         params = {"v": HANDLER_VERSION, "workflow": workflow, "recipe": wf["recipe"], "payload": payload}
+        limited = wf["recipe"].get("max_concurrent_runs") is not None
+        if limited:
+            params["admit"] = True  # the handler awaits admission before its first step
         options: dict[str, Any] = {"max_attempts": CONDUCTOR_MAX_ATTEMPTS, "retry_strategy": CONDUCTOR_RETRY}
         if idempotency_key:
             options["idempotency_key"] = f"spawn:{idempotency_key}"
@@ -63,14 +80,47 @@ def spawn(
             trigger=Jsonb(trigger), idempotency_key=idempotency_key))
         threads.append(conn, run_id, "system", "threadline", "note", _opening_line(wf, payload, trigger),
                        dedupe_key="opened", data={"trigger": trigger, "payload": payload})
+        if limited:
+            _queue(conn, run_id, workflow, wf["recipe"]["max_concurrent_runs"])
         db.notify(conn, run_id, "spawn")
     return Spawned(run_id, created=True)
 
 
+def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int) -> None:
+    """Queue the new run, admit what fits (FIFO) and say in the thread if it has to wait."""
+    conn.execute(db.q("mark_run_queued"), dict(run_id=run_id))
+    db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=workflow))
+    place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
+    if place["state"] == "queued":
+        ahead = f", {place['ahead']} ahead of it in line" if place["ahead"] else ""
+        threads.append(conn, run_id, "system", "threadline", "note",
+                       f"Queued: {place['active']} of {limit} runs allowed at once are active{ahead}; "
+                       f"it starts when a place is free (max_concurrent_runs {limit}).", dedupe_key="queued")
+
+
+def describe_trigger(trigger: dict[str, Any]) -> str:
+    """How a run started, in words: "by schedule, slot 2026-11-23 07:00 Europe/Berlin"."""
+    kind, caller = trigger.get("kind", "manual"), trigger.get("caller")
+    if kind == "schedule":
+        text = f"by schedule, slot {trigger.get('slot_local') or trigger.get('slot')}"
+        if trigger.get("skipped"):
+            text += f" (catching up; {trigger['skipped']} earlier slots skipped)"
+        return text
+    if kind == "webhook":
+        text = f"by webhook {trigger.get('path', '')}".rstrip()
+        if trigger.get("delivery"):
+            text += f", delivery {trigger['delivery']}"
+        return text + (f", from {caller}" if caller else "")
+    if kind == "event":
+        text = f"by event {trigger.get('event')}, id {trigger.get('event_id')}"
+        return text + (f", emitted by {caller}" if caller else "")
+    text = "manually" + (f" by {caller}" if caller else "")
+    return text + (f", request {trigger['request_id']}" if trigger.get("request_id") else "")
+
+
 def _opening_line(wf: dict[str, Any], payload: dict[str, Any], trigger: dict[str, Any]) -> str:
-    by = trigger.get("kind", "manual") + (f" by {trigger['caller']}" if trigger.get("caller") else "")
     steps = ", ".join(s["id"] for s in wf["recipe"]["steps"])
-    text = f"Run of {wf['slug']} v{wf['version']} started ({by}). Steps: {steps}."
+    text = f"Run of {wf['slug']} v{wf['version']} started {describe_trigger(trigger)}. Steps: {steps}."
     if payload:
         text += f"\nPayload: {json.dumps(payload, ensure_ascii=False)}"
     return text

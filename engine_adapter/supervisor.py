@@ -1,4 +1,5 @@
-"""`threadline up`: Postgres, migrations, one conductor, one bot process and the console, supervised.
+"""`threadline up`: Postgres, migrations, one conductor, one bot process, the console and the
+webhook ingress, supervised.
 
 A child that dies is restarted within two seconds and the restart is logged; Ctrl-C stops
 everything, the embedded server last.
@@ -53,20 +54,38 @@ def install_examples(url: str, home: Path) -> list[str]:
     return installed
 
 
-def ensure_port_free(port: int) -> None:
-    """Fail before starting anything, rather than restart a console that cannot bind, forever."""
+def ensure_port_free(port: int, what: str = "console", flag: str = "--port") -> None:
+    """Fail before starting anything, rather than restart a child that cannot bind, forever."""
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
-            raise ValueError(f"console port {port} on 127.0.0.1 is in use: pass --port N "
-                             f"(or --no-console)") from None
+            raise ValueError(f"{what} port {port} on 127.0.0.1 is in use: pass {flag} N "
+                             f"(or --no-{what})") from None
 
 
-def up(*, console: bool = True, port: int = 5006) -> int:
+def pick_hooks_port(requested: int | None) -> int:
+    """The requested port (refused if taken), else the default one, else any free one."""
+    from .hooks import DEFAULT_PORT
+
+    if requested:  # 0 or None: chosen here, so the URL printed is the one served
+        ensure_port_free(requested, "hooks", "--hooks-port")
+        return requested
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", DEFAULT_PORT))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
+       hooks_port: int | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
     if console:
         ensure_port_free(port)
+    if hooks:
+        hooks_port = pick_hooks_port(hooks_port)
     home = threadline_home()
     home.mkdir(parents=True, exist_ok=True)
     embedded = None
@@ -87,11 +106,14 @@ def up(*, console: bool = True, port: int = 5006) -> int:
     examples = install_examples(url, home)
     if examples:
         log.info("example workflows installed: %s", ", ".join(examples))
-    env = dict(os.environ, **{DATABASE_URL_ENV: url})
+    # Playground: the console offers to SIGKILL the conductor, since `up` restarts it.
+    env = dict(os.environ, **{DATABASE_URL_ENV: url, "THREADLINE_PLAYGROUND": "1"})
     me = [sys.executable, "-m", "engine_adapter.cli"]
     children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
     if console:
         children.append(Child("console", me + ["console", "--port", str(port)]))
+    if hooks:
+        children.append(Child("hooks", me + ["hooks", "--port", str(hooks_port)]))
     stopping = False
 
     def request_stop(*_: object) -> None:
@@ -104,6 +126,8 @@ def up(*, console: bool = True, port: int = 5006) -> int:
         child.start(env)
     if console:
         log.info("console: http://127.0.0.1:%d", port)
+    if hooks:
+        log.info("webhooks: http://127.0.0.1:%d/hooks/<path>", hooks_port)
     log.info("Threadline is up. Ctrl-C stops everything.")
     try:
         while not stopping:

@@ -24,7 +24,10 @@ class Applied:
 
 
 def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "update") -> Applied:
-    """Create the workflow or add a version; an unchanged recipe writes nothing."""
+    """Create the workflow or add a version; an unchanged recipe writes nothing.
+
+    A new or changed schedule (cron or zone) takes effect now: the database stamps
+    `schedule_enabled_at` (migration 002), and a cleared one stops at once."""
     doc = recipe.to_dict()
     fields = dict(
         slug=recipe.slug, name=recipe.name, description=recipe.description, bot=recipe.bot,
@@ -46,6 +49,14 @@ def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "u
     return Applied(recipe.slug, version, changed=True)
 
 
+def set_enabled(conn: psycopg.Connection[Any], slug: str, enabled: bool) -> None:
+    """Disable (or enable again) a workflow: no schedule slot, event or webhook starts a run while
+    it is disabled. The database records when its schedule takes effect again (migration 002),
+    so enabling never catches up the slots missed while disabled."""
+    if db.fetch_one(conn, "set_workflow_enabled", dict(slug=slug, enabled=enabled)) is None:
+        raise WorkflowNotFound(f"no workflow {slug!r} (see `threadline recipe list`)")
+
+
 def get_workflow(conn: psycopg.Connection[Any], slug: str) -> dict[str, Any]:
     row = db.fetch_one(conn, "get_workflow", dict(slug=slug))
     if row is None:
@@ -59,3 +70,10 @@ def list_workflows(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 def list_versions(conn: psycopg.Connection[Any], slug: str) -> list[dict[str, Any]]:
     return db.fetch_all(conn, "list_workflow_versions", dict(slug=slug))
+
+
+def get_version(conn: psycopg.Connection[Any], slug: str, version: int) -> dict[str, Any]:
+    row = db.fetch_one(conn, "workflow_version", dict(slug=slug, version=version))
+    if row is None:
+        raise WorkflowNotFound(f"workflow {slug!r} has no version {version}")
+    return row

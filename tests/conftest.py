@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -37,9 +38,10 @@ def template_url(server_url: str) -> str:
     return url
 
 
-@pytest.fixture
-def db_url(server_url: str, template_url: str) -> Iterator[str]:
-    name = f"tl_{uuid.uuid4().hex[:12]}"
+@contextmanager
+def cloned_database(server_url: str, prefix: str = "tl_") -> Iterator[str]:
+    """A new database cloned from the migrated template; dropped on the way out."""
+    name = f"{prefix}{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"create database {name} template {TEMPLATE}")
     try:
@@ -47,6 +49,18 @@ def db_url(server_url: str, template_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"drop database if exists {name} with (force)")
+
+
+@pytest.fixture(scope="session")
+def clone_database(server_url: str, template_url: str):
+    """For fixtures of other scopes: clone_database(prefix) is a context manager yielding a URL."""
+    return lambda prefix: cloned_database(server_url, prefix)
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    with cloned_database(server_url) as url:
+        yield url
 
 
 @pytest.fixture

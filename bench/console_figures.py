@@ -1,0 +1,102 @@
+"""The console's figures: a change in Postgres until it is visible in the page (headless Chromium),
+and the runs page's server-side queries over a large seeded history."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from bench.seed import seed_runs
+from bench.stats import Summary
+from engine_adapter import harness, run_list, threads
+from engine_adapter.recipes import load_recipe_text
+from engine_adapter.run_list import Cursor, RunFilters
+from engine_adapter.spawn import spawn
+from engine_adapter.workflows import apply_recipe
+
+CHROMIUM = "/usr/bin/chromium"
+RECIPE = "slug: bench-console\nbot: local\nsteps:\n  - id: ask\n    human_gate: watch me\n"
+Conn = psycopg.Connection[Any]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[str, Summary] | str:
+    """Seconds from a committed change (a thread entry; a run state) to the page showing it."""
+    if shutil.which(CHROMIUM) is None:
+        return f"skipped: no Chromium at {CHROMIUM}"
+    from playwright.sync_api import sync_playwright
+
+    apply_recipe(conn, load_recipe_text(RECIPE))
+    run_id = spawn(conn, "bench-console", {}).run_id  # no conductor: the page watches a still run
+    port = _free_port()
+    procs.start("console", args=["--port", str(port)])
+    base = f"http://127.0.0.1:{port}"
+    harness.wait_for(lambda: _serving(base), timeout=90, interval=0.3, what="the console")
+    entry, state = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.goto(f"{base}/run?id={run_id}")
+        page.wait_for_selector("#tl-run-state")
+        for i in range(samples):
+            with conn.transaction():
+                seq = threads.append(conn, run_id, "system", "threadline", "note", f"bench entry {i}")
+            entry.append(_until_visible(page, f".tl-entry[data-seq='{seq}']"))
+            target = "sleeping" if i % 2 == 0 else "pending"
+            with conn.transaction():
+                threads.set_run_state(conn, run_id, target, None, None)
+            state.append(_until_visible(page, f"#tl-run-state:text-is('{target}')"))
+        browser.close()
+    return {"entry": Summary.of(entry), "state": Summary.of(state)}
+
+
+def _serving(base: str) -> bool:
+    try:
+        return urllib.request.urlopen(base + "/recipes", timeout=5).status == 200
+    except OSError:
+        return False
+
+
+def _until_visible(page: Any, selector: str) -> float:
+    """Seconds from now (just after the commit) until the selector matches in the page."""
+    started = time.perf_counter()
+    page.wait_for_selector(selector, timeout=30_000)
+    return time.perf_counter() - started
+
+
+def list_queries(conn: Conn, runs: int, repeats: int) -> tuple[float, dict[str, Summary]]:
+    """Seed `runs` runs, then time each query the runs page makes."""
+    seed_s = seed_runs(conn, runs)
+    deep_rows = conn.execute("select created_at, run_id from threadline.run_threads "
+                             "order by created_at desc, run_id desc offset %s limit 1", (runs // 2,)).fetchone()
+    deep = Cursor(deep_rows["created_at"], str(deep_rows["run_id"]))
+    cases: dict[str, Callable[[], object]] = {
+        "first page": lambda: run_list.runs_page(conn, RunFilters()),
+        f"page at run {runs // 2:,} (keyset)": lambda: run_list.runs_page(conn, RunFilters(), deep),
+        "state=failed": lambda: run_list.runs_page(conn, RunFilters(state="failed")),
+        "workflow + trigger": lambda: run_list.runs_page(conn, RunFilters(workflow="seed-3", trigger="webhook")),
+        "search in payload (rare)": lambda: run_list.runs_page(conn, RunFilters(search='"T-7919"')),
+        "counts by state": lambda: run_list.state_counts(conn, RunFilters()),
+        "charts (7 days)": lambda: run_list.chart_data(conn, RunFilters()),
+    }
+    out = {}
+    for name, fn in cases.items():
+        fn()  # warm
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - started)
+        out[name] = Summary.of(times)
+    return seed_s, out

@@ -1,0 +1,62 @@
+"""The runs page's charts: runs over time by outcome, step duration by workflow, failures."""
+
+from __future__ import annotations
+
+import pandas as pd
+import panel as pn
+import plotly.graph_objects as go
+
+from engine_adapter import run_list
+from engine_adapter.run_list import RunFilters
+
+from . import data
+
+STATE_COLORS = {"completed": "#1a7f37", "failed": "#cf222e", "cancelled": "#6e7781", "running": "#0969da",
+                "sleeping": "#54aeff", "waiting": "#b26a00", "pending": "#8c959f", "queued": "#d4a72c"}
+
+
+def _layout(fig: go.Figure, title: str) -> go.Figure:
+    fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=40),
+                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", legend_orientation="h")
+    return fig
+
+
+def over_time_figure(rows: list[dict]) -> go.Figure:
+    frame = pd.DataFrame(rows, columns=["bucket", "state", "runs"])
+    fig = go.Figure([go.Bar(x=part["bucket"], y=part["runs"], name=name, marker_color=STATE_COLORS.get(name))
+                     for name, part in frame.groupby("state")])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Runs over time by outcome")
+
+
+def durations_figure(rows: list[dict]) -> go.Figure:
+    frame = pd.DataFrame(rows, columns=["workflow", "step", "outcome", "seconds"])
+    fig = go.Figure([go.Box(y=part["seconds"], name=name, boxpoints=False)
+                     for name, part in frame.groupby("workflow")])
+    fig.update_yaxes(title="seconds per attempt")
+    return _layout(fig, "Step duration by workflow")
+
+
+def failures_figure(rows: list[dict]) -> go.Figure:
+    frame = pd.DataFrame(rows, columns=["workflow", "step", "runs"])
+    fig = go.Figure(go.Bar(x=frame["runs"], y=frame["workflow"] + " · " + frame["step"], orientation="h",
+                           marker_color=STATE_COLORS["failed"]))
+    return _layout(fig, "Failed runs by step")
+
+
+class RunCharts:
+    def __init__(self) -> None:
+        self.over_time = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
+        self.durations = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
+        self.failures = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
+
+    def panel(self) -> pn.viewable.Viewable:
+        return pn.Card(pn.Row(self.over_time, self.durations, sizing_mode="stretch_width"), self.failures,
+                       title="Charts", collapsed=False, sizing_mode="stretch_width")
+
+    def redraw(self, filters: RunFilters) -> None:
+        with data.connection() as conn:
+            found = run_list.chart_data(conn, filters)
+        self.over_time.object = over_time_figure(found["over_time"])
+        self.durations.object = durations_figure(found["durations"])
+        self.failures.object = failures_figure(found["failures"])

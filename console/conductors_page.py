@@ -1,0 +1,88 @@
+"""Conductors: every conductor and bot process, what each holds, and runnable runs nobody took.
+In playground mode (under `threadline up`) a button SIGKILLs the conductor, to watch recovery."""
+
+from __future__ import annotations
+
+import html
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+import pandas as pd
+import panel as pn
+from panel.viewable import Viewer
+
+from engine_adapter import read_model
+
+from . import data, state
+from .style import html_pane
+from .live import Change
+from .live_panel import on_change, patch_table
+
+PLAYGROUND_ENV = "THREADLINE_PLAYGROUND"
+RELOAD_EVERY_S = 5.0  # with no change at all, ages are refreshed this often
+
+
+def playground() -> bool:
+    return os.environ.get(PLAYGROUND_ENV) == "1"
+
+
+class ConductorsPage(Viewer):
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.workers = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
+                                            sizing_mode="stretch_width", name="workers")
+        self.unclaimed = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
+                                              sizing_mode="stretch_width", formatters={"run": {"type": "html"}})
+        self.kill = pn.widgets.Button(name="Kill the conductor (SIGKILL)", button_type="danger",
+                                      visible=playground())
+        self.kill.on_click(lambda _e: self._kill())
+        self.feedback = html_pane("")
+        self._dirty, self._loaded_at = False, 0.0
+        self.load()
+        on_change(self._on_change)
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        note = ("Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "
+                "runs resume where they were." if playground() else "")
+        return pn.Column(pn.Row(self.kill, html_pane(f"<i>{note}</i>")), self.feedback,
+                         pn.pane.Markdown("### Processes"), self.workers,
+                         pn.pane.Markdown("### Runnable runs no conductor has taken"), self.unclaimed,
+                         sizing_mode="stretch_width")
+
+    def load(self) -> None:
+        self._dirty, self._loaded_at = False, time.monotonic()
+        with data.connection() as conn:
+            workers = read_model.workers_overview(conn)
+            unclaimed = read_model.runnable_unclaimed(conn)
+        patch_table(self.workers, pd.DataFrame([{
+            "id": w["id"], "kind": w["kind"], "host": w["host"], "pid": w["pid"],
+            "alive": "● live" if w["alive"] else "✗ gone",
+            "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
+            "runs in hand" if w["kind"] == "conductor" else "attempts in hand": w["in_hand"],
+        } for w in workers]).fillna(""))
+        patch_table(self.unclaimed, pd.DataFrame([{
+            "run": f'<a href="{state.run_url(u["run_id"])}">{u["run_id"][:8]}</a>',
+            "workflow": u["workflow"] or "", "due for": state.age_text(u["waiting_s"]),
+        } for u in unclaimed], columns=["run", "workflow", "due for"]))
+
+    def _on_change(self, change: Change) -> None:
+        """Reload after changes, at most once a second: liveness and ages move with the feed's beat."""
+        self._dirty = self._dirty or bool(change.tables)
+        if change.beat is not None and (self._dirty or time.monotonic() - self._loaded_at > RELOAD_EVERY_S):
+            self.load()
+
+    def _kill(self) -> None:
+        with data.connection() as conn:
+            here = [w for w in read_model.workers_overview(conn)
+                    if w["kind"] == "conductor" and w["alive"] and w["host"] == socket.gethostname()]
+        if not here:
+            self.feedback.object = '<div class="tl-error">No live conductor on this host.</div>'
+            return
+        for w in here:
+            os.kill(w["pid"], signal.SIGKILL)
+        pids = ", ".join(str(w["pid"]) for w in here)
+        self.feedback.object = f'<div class="tl-ok">Sent SIGKILL to conductor pid {html.escape(pids)}.</div>'

@@ -1,0 +1,50 @@
+"""Bridges the live feed into Panel sessions, and patches tables in place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import panel as pn
+
+from . import data
+from .live import Change, hub
+
+
+def on_change(fn: Callable[[Change], None]) -> Callable[[], None]:
+    """Call fn for every change while this page is open; in a server session on its own event loop."""
+    doc = pn.state.curdoc
+    served = doc is not None and doc.session_context is not None
+
+    def deliver(change: Change) -> None:
+        if served:
+            doc.add_next_tick_callback(lambda: fn(change))
+        else:  # a notebook: Panel forwards the update through its comm
+            fn(change)
+
+    unsubscribe = hub(data.configured_url()).subscribe(deliver)
+    if served:
+        doc.on_session_destroyed(lambda _ctx: unsubscribe())
+    return unsubscribe
+
+
+def patch_table(table: pn.widgets.Tabulator, frame: pd.DataFrame) -> None:
+    """Send only the changed cells when the rows are the same ones; else replace the data."""
+    old = table.value
+    if old is None or list(old.columns) != list(frame.columns) or list(old.index) != list(frame.index):
+        table.value = frame
+        return
+    patch: dict[str, list[tuple[int, Any]]] = {}
+    for column in frame.columns:
+        for i, (a, b) in enumerate(zip(old[column].tolist(), frame[column].tolist(), strict=True)):
+            if not _same(a, b):
+                patch.setdefault(column, []).append((i, b))
+    if patch:
+        table.patch(patch, as_index=False)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, dict, tuple)) or isinstance(b, (list, dict, tuple)):
+        return a == b
+    return bool(a == b) or bool(pd.isna(a) and pd.isna(b))

@@ -1,0 +1,100 @@
+"""Needs you: every open human gate across all runs, oldest first, answered in place."""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+from typing import Any
+
+import panel as pn
+from panel.viewable import Viewer
+
+from engine_adapter import read_model, threads
+
+from . import data, state
+from .style import html_pane
+from .live import Change
+from .live_panel import on_change
+
+
+class NeedsYouPage(Viewer):
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.list = pn.Column(sizing_mode="stretch_width")
+        self.feedback = html_pane("")
+        self._cards: dict[str, tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]] = {}
+        self.load()
+        on_change(self._on_change)
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return pn.Column(self.feedback, self.list, sizing_mode="stretch_width")
+
+    def load(self) -> None:
+        with data.connection() as conn:
+            gates = read_model.open_gates(conn)
+        now = datetime.now(timezone.utc)
+        found = {g["gate_key"]: g for g in gates}
+        for key in list(self._cards):
+            if key not in found:  # decided elsewhere: drop it in place
+                self.list.remove(self._cards.pop(key)[0])
+        for key, gate in found.items():
+            if key in self._cards:
+                self._cards[key][2].update(gate)
+            else:
+                card = self._card(state.needs_you_rows([gate], now)[0], gate)
+                self._cards[key] = card
+                self.list.append(card[0])
+        self._tick(now)
+        if not found:
+            self.feedback.object = "<p>Nothing needs you: no run is waiting at a human gate.</p>"
+        elif "Nothing needs you" in self.feedback.object:
+            self.feedback.object = ""
+
+    def _tick(self, now: datetime) -> None:
+        """Waiting times and countdowns move on from the rows already read: no query."""
+        for _box, meta, gate in self._cards.values():
+            meta.object = _meta_html(state.needs_you_rows([gate], now)[0])
+
+    def _card(self, row: dict[str, Any], gate: dict[str, Any]
+              ) -> tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]:
+        meta = html_pane(_meta_html(row), sizing_mode="stretch_width")
+        question = html_pane(f'<pre class="tl-text">{html.escape(row["question"])}</pre>',
+                                sizing_mode="stretch_width")
+        reason = pn.widgets.TextInput(placeholder="Why / reply text", width=320)
+        approve = pn.widgets.Button(name="Approve 👍", button_type="success")
+        deny = pn.widgets.Button(name="Deny 👎", button_type="danger")
+        send = pn.widgets.Button(name="Reply", button_type="primary")
+        run_id, key = row["run_id"], row["gate_key"]
+
+        def act(kind: str) -> None:
+            try:
+                with data.connection() as conn:
+                    if kind == "reply":
+                        outcome = threads.reply(conn, run_id, reason.value, data.current_user())
+                        text = outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
+                    else:
+                        threads.decide(conn, run_id, kind, data.current_user(), reason.value or None, gate_key=key)
+                        text = f"{kind.capitalize()}d {run_id[:8]} · {row['step']}."
+            except (ValueError, threads.DecisionRefused, threads.RunNotFound) as err:
+                self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
+                return
+            self.feedback.object = f'<div class="tl-ok">{html.escape(text)}</div>'
+
+        approve.on_click(lambda _e: act("approve"))
+        deny.on_click(lambda _e: act("deny"))
+        send.on_click(lambda _e: act("reply"))
+        box = pn.Column(meta, question, pn.Row(reason, approve, deny, send), css_classes=["tl-gate-card"],
+                        sizing_mode="stretch_width")
+        return box, meta, dict(gate)
+
+    def _on_change(self, change: Change) -> None:
+        if "run_threads" in change.tables:
+            self.load()
+        elif change.beat is not None and self._cards:
+            self._tick(datetime.now(timezone.utc))
+
+
+def _meta_html(row: dict[str, Any]) -> str:
+    return (f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">{html.escape(row["workflow"])} · '
+            f'{html.escape(row["step"])}</a></b> <code>{row["run_id"][:8]}</code> · waiting {row["waiting"]}'
+            f' · {row["timeout"]}</div>')

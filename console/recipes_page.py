@@ -1,0 +1,206 @@
+"""Recipes: the list, and one recipe's editor with live validation, versions (diff, rollback),
+spawn with a payload form, and its schedule."""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+import uuid
+from typing import Any
+
+import pandas as pd
+import panel as pn
+import psycopg
+from panel.viewable import Viewer
+
+from engine_adapter.recipes import RecipeError, load_recipe_text
+from engine_adapter.schedules import schedule_list
+from engine_adapter.spawn import SpawnError, spawn
+from engine_adapter.workflows import (WorkflowNotFound, apply_recipe, get_version, get_workflow, list_versions,
+                                      list_workflows)
+
+from . import data, state
+from .style import html_pane
+
+DOUBLE_CLICK_S = 1.0
+NEW_RECIPE = """slug: my-workflow
+name: My workflow
+bot: local
+steps:
+  - id: check
+    run_command: echo "hello {{ payload.name }}"
+  - id: confirm
+    human_gate: "The check said: {{ steps.check.output }}. Go on?"
+"""
+
+
+class RecipesPage(Viewer):
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        with data.connection() as conn:
+            rows = list_workflows(conn)
+        self.table = pn.widgets.Tabulator(recipes_frame(rows), disabled=True, show_index=False, selectable=False,
+                                          formatters={"workflow": {"type": "html"}, "runs": {"type": "html"}},
+                                          sizing_mode="stretch_width", name="recipes")
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return pn.Column(html_pane('<a href="/recipe?new=1" class="btn btn-primary" id="tl-new-recipe">'
+                                      'New recipe</a>'), self.table, sizing_mode="stretch_width")
+
+
+def recipes_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "workflow": f'<a href="{state.recipe_url(r["slug"])}">{html.escape(r["slug"])}</a>',
+        "name": r["name"], "version": r["version"], "schedule": r.get("schedule") or "",
+        "enabled": r.get("enabled", True),
+        "runs": f'<a href="{state.runs_url({"workflow": r["slug"]})}">{r["runs"]}</a>',
+    } for r in rows], columns=["workflow", "name", "version", "schedule", "enabled", "runs"])
+
+
+class RecipeEditor(Viewer):
+    """One recipe (or a new one): edit with live validation, save a version, roll back, spawn."""
+
+    def __init__(self, slug: str | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.slug = slug
+        self.workflow: dict[str, Any] | None = None
+        self.versions: list[dict[str, Any]] = []
+        self.schedule: dict[str, Any] | None = None
+        if slug:
+            with data.connection() as conn:
+                self.workflow = get_workflow(conn, slug)  # WorkflowNotFound goes to the caller
+                self.versions = list_versions(conn, slug)
+                self.schedule = next((s for s in schedule_list(conn) if s["workflow"] == slug), None)
+        text = state.recipe_yaml(self.workflow["recipe"]) if self.workflow else NEW_RECIPE
+        self.editor = pn.widgets.CodeEditor(value=text, language="yaml", sizing_mode="stretch_width", height=380,
+                                            name="recipe")
+        self.editor.param.watch(lambda _e: self.validate(), "value")
+        self.validation = html_pane("", sizing_mode="stretch_width")
+        self.save = pn.widgets.Button(name="Save as new version" if slug else "Create", button_type="primary")
+        self.save.on_click(lambda _e: self._save())
+        self.saved = html_pane("")
+        self.version_pick = pn.widgets.Select(name="Compare with version", width=200,
+                                              options={f"v{v['version']} ({v['source']})": v["version"]
+                                                       for v in self.versions})
+        self.diff = html_pane("")
+        self.rollback = pn.widgets.Button(name="Roll back to this version", button_type="warning",
+                                          disabled=not self.versions)
+        self.version_pick.param.watch(lambda _e: self._show_diff(), "value")
+        self.rollback.on_click(lambda _e: self._rollback())
+        self.payload = pn.widgets.TextAreaInput(name="Payload (JSON object)", value="{}", rows=3,
+                                                placeholder='{"key": "value"}',
+                                                sizing_mode="stretch_width")
+        self.spawn_button = pn.widgets.Button(name="Spawn a run", button_type="success", disabled=not slug)
+        self.spawn_button.on_click(lambda _e: self._spawn())
+        self.spawned = html_pane("")
+        # One request id per deliberate click: a second click within DOUBLE_CLICK_S of a spawn reuses
+        # the id, so the spawn door returns the same run instead of making another.
+        self._request_id = str(uuid.uuid4())
+        self._spawned_at = -DOUBLE_CLICK_S
+        self.validate()
+        if self.versions:  # newest first: compare the current version with the one before it
+            self.version_pick.value = self.versions[min(1, len(self.versions) - 1)]["version"]
+            self._show_diff()
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        editor = pn.Column(self.editor, self.validation, pn.Row(self.save, self.saved), sizing_mode="stretch_width")
+        parts: list[Any] = [editor]
+        if self.slug:
+            parts.append(pn.Card(self.payload, pn.Row(self.spawn_button), self.spawned, title="Spawn",
+                                 sizing_mode="stretch_width"))
+            parts.append(pn.Card(pn.Row(self.version_pick, self.rollback), self.diff, title="Versions",
+                                 sizing_mode="stretch_width"))
+            parts.append(pn.Card(html_pane(schedule_html(self.schedule)), title="Schedule",
+                                 sizing_mode="stretch_width"))
+        return pn.Column(*parts, sizing_mode="stretch_width")
+
+    def validate(self) -> Any:
+        try:
+            recipe = load_recipe_text(self.editor.value, source="editor")
+        except RecipeError as err:
+            items = "".join(f"<li>{html.escape(e)}</li>" for e in err.errors)
+            self.validation.object = f'<div class="tl-error" id="tl-validation"><b>Not valid:</b><ul>{items}</ul></div>'
+            self.save.disabled = True
+            return None
+        if self.slug and recipe.slug != self.slug:
+            self.validation.object = (f'<div class="tl-error" id="tl-validation">slug: this page edits '
+                                      f'{html.escape(self.slug)}; to make a new workflow use New recipe</div>')
+            self.save.disabled = True
+            return None
+        self.validation.object = f'<div class="tl-ok" id="tl-validation">Valid · {len(recipe.steps)} steps</div>'
+        self.save.disabled = False
+        return recipe
+
+    def _save(self) -> None:
+        recipe = self.validate()
+        if recipe is None:
+            return
+        with data.connection() as conn:
+            if not self.slug:
+                try:
+                    get_workflow(conn, recipe.slug)
+                    self.saved.object = (f'<span class="tl-error">slug: {html.escape(recipe.slug)} exists already; '
+                                         f'<a href="{state.recipe_url(recipe.slug)}">edit it</a></span>')
+                    return
+                except WorkflowNotFound:
+                    pass
+            try:
+                applied = apply_recipe(conn, recipe)
+            except psycopg.errors.UniqueViolation as err:  # a webhook path another workflow holds
+                self.saved.object = f'<span class="tl-error">{html.escape(err.diag.message_primary or str(err))}</span>'
+                return
+        link = state.recipe_url(applied.slug)
+        word = "saved" if applied.changed else "unchanged"
+        self.saved.object = f'<span class="tl-ok" id="tl-saved">{word}: <a href="{link}">{applied.slug} v{applied.version}</a></span>'
+
+    def _show_diff(self) -> None:
+        if not self.versions or self.version_pick.value is None or self.workflow is None:
+            return
+        with data.connection() as conn:
+            old = get_version(conn, self.slug or "", self.version_pick.value)
+        text = state.version_diff(old["recipe"], self.workflow["recipe"], f"v{old['version']}",
+                                  f"v{self.workflow['version']} (current)")
+        self.diff.object = f'<pre class="tl-text">{html.escape(text)}</pre>'
+
+    def _rollback(self) -> None:
+        with data.connection() as conn:
+            old = get_version(conn, self.slug or "", self.version_pick.value)
+        recipe = load_recipe_text(json.dumps(old["recipe"]), source=f"v{old['version']}")
+        with data.connection() as conn:
+            applied = apply_recipe(conn, recipe, source="rollback")
+        self.saved.object = (f'<span class="tl-ok">rolled back: now <a href="{state.recipe_url(applied.slug)}">'
+                             f'v{applied.version}</a> (a copy of v{old["version"]})</span>')
+
+    def _spawn(self) -> None:
+        if time.monotonic() - self._spawned_at > DOUBLE_CLICK_S:
+            self._request_id = str(uuid.uuid4())
+        try:
+            payload = json.loads(self.payload.value or "{}")
+        except json.JSONDecodeError as err:
+            self.spawned.object = f'<span class="tl-error">payload: not valid JSON: {html.escape(str(err))}</span>'
+            return
+        try:
+            with data.connection() as conn:
+                result = spawn(conn, self.slug or "", payload,
+                               trigger={"kind": "manual", "caller": data.current_user(),
+                                        "request_id": self._request_id},
+                               idempotency_key=f"console:{self._request_id}")
+        except SpawnError as err:
+            self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
+            return
+        self._spawned_at = time.monotonic()
+        again = "" if result.created else " (the same run: that was a double click)"
+        self.spawned.object = (f'<span class="tl-ok" id="tl-spawned">Spawned <a href="{state.run_url(result.run_id)}">'
+                               f'{result.run_id}</a>{again}</span>')
+
+
+def schedule_html(item: dict[str, Any] | None) -> str:
+    """The schedule in words with its next fire times (from the same code the conductor ticks with)."""
+    if item is None:
+        return "<p>No schedule: runs start when spawned, by an event or a webhook.</p>"
+    state_word = "" if item["enabled"] else " <b>(workflow disabled: not firing)</b>"
+    upcoming = "".join(f"<li>{html.escape(t)}</li>" for t in item["next_local"]) or "<li>none</li>"
+    return (f"<p><code>{html.escape(item['schedule'])}</code> · {html.escape(item['description'])}"
+            f" · catch up: {html.escape(str(item['catch_up']))}{state_word}</p>"
+            f"<p>Next fire times:</p><ul id=\"tl-next-fires\">{upcoming}</ul>")

@@ -1,0 +1,238 @@
+"""One run: the live stepper, the run thread with a reply box and gate buttons, the debug pane
+and actions. The same class serves the console's /run page and renders inline in a notebook:
+
+    from console.run_view import RunView
+    RunView(run_id)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+import panel as pn
+from panel.viewable import Viewer
+
+from engine_adapter import commands, read_model, threads
+from engine_adapter.engine_debug import run_debug
+from engine_adapter.spawn import describe_trigger
+
+from . import data, state
+from .style import html_pane
+from .debug_pane import debug_html
+from .live import Change
+from .live_panel import on_change, patch_table
+
+THREAD_TAIL = 200
+
+
+class RunView(Viewer):
+    def __init__(self, run_id: str, *, step: str | None = None, database_url: str | None = None,
+                 **params: Any) -> None:
+        super().__init__(**params)
+        if database_url:
+            data.configure(database_url)
+        self.run_id = run_id
+        self.highlight = step
+        self.run: dict[str, Any] | None = None
+        self._first_seq = 0
+        self._last_seq = 0
+        self.header = html_pane(sizing_mode="stretch_width")
+        self.stepper = pn.widgets.Tabulator(
+            pd.DataFrame(), disabled=True, show_index=False, sizing_mode="stretch_width",
+            selectable=False, layout="fit_data_stretch", name="stepper")
+        self.thread = pn.Column(sizing_mode="stretch_width", css_classes=["tl-thread"])
+        self.earlier = pn.widgets.Button(name="Load earlier entries", visible=False, button_type="light")
+        self.earlier.on_click(lambda _e: self._load_earlier())
+        self.reply_box = pn.widgets.TextAreaInput(placeholder="Reply in the thread… (👍 approves, 👎 denies a gate)",
+                                                  rows=2, sizing_mode="stretch_width", name="reply")
+        self.send = pn.widgets.Button(name="Send", button_type="primary")
+        self.send.on_click(lambda _e: self._reply())
+        self.approve = pn.widgets.Button(name="Approve 👍", button_type="success", visible=False)
+        self.deny = pn.widgets.Button(name="Deny 👎", button_type="danger", visible=False)
+        self.reason = pn.widgets.TextInput(placeholder="Why (optional, kept with the decision)", visible=False)
+        self.approve.on_click(lambda _e: self._decide("approve"))
+        self.deny.on_click(lambda _e: self._decide("deny"))
+        self.feedback = html_pane("", sizing_mode="stretch_width")
+        self.debug_body = html_pane("", sizing_mode="stretch_width")
+        self.debug = pn.Card(self.debug_body, title="Debug: engine internals (Absurd)", collapsed=True,
+                             sizing_mode="stretch_width")
+        self.debug.param.watch(lambda _e: self._refresh_debug(), "collapsed")
+        self.cancel = pn.widgets.Button(name="Cancel run", button_type="warning")
+        self.retry = pn.widgets.Button(name="Retry failed step", button_type="primary")
+        self.cancel.on_click(lambda _e: self._command("cancel"))
+        self.retry.on_click(lambda _e: self._command("retry"))
+        self.event_name = pn.widgets.TextInput(placeholder="event name", name="Emit an event (debug)")
+        self.event_payload = pn.widgets.TextInput(placeholder='payload JSON, e.g. {"decision": "approve"}')
+        self.emit = pn.widgets.Button(name="Emit")
+        self.emit.on_click(lambda _e: self._emit())
+        self.found = self.refresh()
+        if self.found:
+            self._append_entries(self._fetch_tail())
+        self._unsubscribe = on_change(self._on_change)
+
+    # -- layout ----------------------------------------------------------------------------------
+    def __panel__(self) -> pn.viewable.Viewable:
+        if not self.found:
+            return html_pane(f'<div class="tl-error">No run {self.run_id} (it may be in another database).</div>')
+        gate_row = pn.Row(self.approve, self.deny, self.reason, sizing_mode="stretch_width")
+        thread = pn.Column(pn.pane.Markdown("### Thread"), self.earlier, self.thread, gate_row,
+                           pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"), self.feedback,
+                           sizing_mode="stretch_width")
+        actions = pn.Card(pn.Row(self.cancel, self.retry),
+                          pn.Row(self.event_name, self.event_payload, self.emit),
+                          title="Actions", collapsed=True, sizing_mode="stretch_width")
+        return pn.Column(self.header, pn.pane.Markdown("### Steps"), self.stepper, thread, actions, self.debug,
+                         sizing_mode="stretch_width")
+
+    # -- reading ---------------------------------------------------------------------------------
+    def refresh(self) -> bool:
+        """Re-read the run's summary and patch the header, stepper and gate buttons."""
+        try:
+            with data.connection() as conn:
+                self.run = read_model.show_run(conn, self.run_id, thread_limit=0)
+        except threads.RunNotFound:
+            return False
+        self._render_summary()
+        if not self.debug.collapsed:
+            self._refresh_debug()
+        return True
+
+    def _fetch_tail(self) -> list[dict[str, Any]]:
+        with data.connection() as conn:
+            return read_model.thread_entries(conn, self.run_id, after=-1, limit=THREAD_TAIL)
+
+    def _render_summary(self, now: datetime | None = None) -> None:
+        run = self.run
+        assert run is not None
+        now = now or datetime.now(timezone.utc)
+        trigger = html.escape(describe_trigger(run["trigger"] or {}))
+        self.header.object = (
+            f'<h4>{run["workflow"]} <small>v{run["workflow_version"]}</small> '
+            f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">{run["state"]}</span></h4>'
+            f'<div><code>{run["run_id"]}</code> · {run["created_at"][:19].replace("T", " ")} UTC'
+            f' · started {trigger}</div>')
+        frame = pd.DataFrame(state.stepper_rows(run, now))
+        patch_table(self.stepper, frame)
+        if self.highlight and not frame.empty and self.highlight in frame["step"].tolist():
+            self.stepper.selection = [frame["step"].tolist().index(self.highlight)]
+        at_gate = run["gate"] is not None
+        for widget in (self.approve, self.deny, self.reason):
+            widget.visible = at_gate
+        self.retry.disabled = run["state"] != "failed"
+        self.cancel.disabled = run["state"] in ("completed", "cancelled")
+
+    def _append_entries(self, entries: list[dict[str, Any]]) -> None:
+        for entry in entries:
+            if entry["seq"] <= self._last_seq:
+                continue
+            if not self._first_seq:
+                self._first_seq = entry["seq"]
+            self._last_seq = entry["seq"]
+            self.thread.append(self._entry_pane(entry))
+        self.earlier.visible = self._first_seq > 1
+
+    def _entry_pane(self, entry: dict[str, Any]) -> pn.viewable.Viewable:
+        view = state.entry_view(entry)
+        pane = html_pane(state.entry_html(view), sizing_mode="stretch_width", margin=0)
+        if not view.collapsed:
+            return pane
+        more = pn.widgets.Button(name=f"Show all ({entry.get('length', len(view.text))} chars)",
+                                 button_type="light", margin=(0, 10))
+
+        def expand(_e: Any) -> None:
+            text = view.text
+            if view.truncated:
+                with data.connection() as conn:
+                    text = read_model.entry_text(conn, self.run_id, view.seq)
+            full = state.EntryView(**{**view.__dict__, "text": text})
+            pane.object = state.entry_html(full, expanded=True)
+            more.visible = False
+        more.on_click(expand)
+        return pn.Column(pane, more, sizing_mode="stretch_width", margin=0)
+
+    def _load_earlier(self) -> None:
+        with data.connection() as conn:
+            older = read_model.thread_entries(conn, self.run_id, after=max(0, self._first_seq - 1 - THREAD_TAIL),
+                                              limit=THREAD_TAIL)
+        older = [e for e in older if e["seq"] < self._first_seq]
+        if older:
+            self._first_seq = older[0]["seq"]
+            self.thread.objects = [self._entry_pane(e) for e in older] + list(self.thread.objects)
+        self.earlier.visible = self._first_seq > 1
+
+    def _refresh_debug(self) -> None:
+        if self.debug.collapsed:
+            return
+        with data.connection() as conn:
+            self.debug_body.object = debug_html(run_debug(conn, self.run_id))
+
+    # -- live ------------------------------------------------------------------------------------
+    def _on_change(self, change: Change) -> None:
+        if self.run_id in change.run_ids:
+            self.refresh()
+            with data.connection() as conn:
+                self._append_entries(read_model.thread_entries(conn, self.run_id, after=self._last_seq,
+                                                               limit=THREAD_TAIL))
+        elif change.beat is not None and self.run and self.run["state"] in ("sleeping", "running", "waiting"):
+            self._render_summary()  # countdowns and running durations tick without a query
+
+    # -- acting ----------------------------------------------------------------------------------
+    def _say(self, text: str, ok: bool = True) -> None:
+        self.feedback.object = f'<div class="{"tl-ok" if ok else "tl-error"}">{html.escape(text)}</div>'
+
+    def _reply(self) -> None:
+        text = self.reply_box.value_input or self.reply_box.value or ""
+        if not text.strip():
+            self._say("Write something first.", ok=False)
+            return
+        try:
+            with data.connection() as conn:
+                outcome = threads.reply(conn, self.run_id, text, data.current_user())
+        except (ValueError, threads.DecisionRefused, threads.RunNotFound) as err:
+            self._say(str(err), ok=False)
+            return
+        self.reply_box.value = ""
+        self._say(f"Released the gate ({outcome.decision})." if outcome.decision else
+                  (outcome.hint or "Reply added to the thread."))
+
+    def _decide(self, decision: str) -> None:
+        gate = self.run and self.run["gate"]
+        try:
+            with data.connection() as conn:
+                threads.decide(conn, self.run_id, decision, data.current_user(), self.reason.value or None,
+                               gate_key=gate["key"] if gate else None)
+        except (ValueError, threads.DecisionRefused) as err:
+            self._say(str(err), ok=False)
+            return
+        self.reason.value = ""
+        self._say("Approved." if decision == "approve" else "Denied.")
+
+    def _command(self, which: str) -> None:
+        try:
+            with data.connection() as conn:
+                if which == "cancel":
+                    commands.cancel_run(conn, self.run_id, data.current_user(), "from the console")
+                else:
+                    commands.retry_run(conn, self.run_id, data.current_user())
+        except commands.CommandRefused as err:
+            self._say(str(err), ok=False)
+            return
+        self._say("Cancelled." if which == "cancel" else "Retrying the failed step.")
+
+    def _emit(self) -> None:
+        try:
+            payload = json.loads(self.event_payload.value) if self.event_payload.value.strip() else {}
+        except json.JSONDecodeError as err:
+            self._say(f"payload: not valid JSON: {err}", ok=False)
+            return
+        try:
+            with data.connection() as conn:
+                commands.emit_debug_event(conn, self.run_id, self.event_name.value, payload, data.current_user())
+        except commands.CommandRefused as err:
+            self._say(str(err), ok=False)
+            return
+        self._say(f"Emitted {self.event_name.value}.")

@@ -1,0 +1,201 @@
+"""The console's view state, with no Panel imports: what each widget shows, computed from the
+read model's dicts. Tested without a browser."""
+
+from __future__ import annotations
+
+import difflib
+import html
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import yaml
+
+# -- links ------------------------------------------------------------------------------------------
+
+
+def run_url(run_id: str, step: str | None = None) -> str:
+    return f"/run?{urlencode({'id': run_id} | ({'step': step} if step else {}))}"
+
+
+def recipe_url(slug: str, version: int | None = None) -> str:
+    return f"/recipe?{urlencode({'slug': slug} | ({'version': version} if version else {}))}"
+
+
+def runs_url(params: dict[str, str]) -> str:
+    return "/" + (f"?{urlencode(params)}" if params else "")
+
+
+# -- time -------------------------------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def age_text(seconds: float | None) -> str:
+    """'3 s', '4 min', '2 h 5 min', '3 d 4 h' — what a person reads at a glance."""
+    if seconds is None:
+        return "never"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s < 600 else f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def duration_text(started: Any, finished: Any, now: datetime) -> str:
+    start, end = parse_time(started), parse_time(finished)
+    if start is None:
+        return ""
+    seconds = ((end or now) - start).total_seconds()
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    return age_text(seconds)
+
+
+# -- the heartbeat badge ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Badge:
+    color: str  # green | amber | red
+    label: str
+    detail: str
+
+
+def badge(beat: dict[str, Any], now: datetime) -> Badge:
+    """Red from the liveness lock (no live conductor), amber when work sits unserved, else green."""
+    last = parse_time(beat.get("last_beat_at"))
+    age = f"last beat {age_text((now - last).total_seconds())} ago" if last else "no conductor has ever run"
+    if beat["status"] == "down":
+        return Badge("red", "Conductor down", age)
+    if beat["status"] == "degraded":
+        why = []
+        if beat.get("runnable_unclaimed"):
+            why.append(f"{beat['runnable_unclaimed']} runnable run(s) unclaimed")
+        if beat.get("instructions_waiting") and not any(b["alive"] for b in beat.get("bots", [])):
+            why.append(f"{beat['instructions_waiting']} step(s) waiting with no live bot")
+        return Badge("amber", "Work waiting", "; ".join(why) + f" · {age}")
+    return Badge("green", "Conductor live", age)
+
+
+# -- the stepper ------------------------------------------------------------------------------------
+
+STATUS_ICONS = {"pending": "○", "active": "◉", "sleeping": "☾", "gate": "✋", "completed": "✓",
+                "failed": "✗", "skipped": "–"}
+
+
+def stepper_rows(run: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
+    """One row per step: status (with a countdown while sleeping), attempts, duration, output preview."""
+    rows = []
+    for step in run["steps"]:
+        status = step["status"]
+        detail = ""
+        if status == "sleeping" and run.get("wake_at"):
+            left = (parse_time(run["wake_at"]) - now).total_seconds()
+            detail = f"wakes in {age_text(left)}" if left > 0 else "waking"
+        elif status == "gate":
+            detail = "waiting for a human"
+        output = step.get("output")
+        preview = "" if output is None else str(output).strip().splitlines()[-1:] or [""]
+        rows.append({
+            "step": step["id"], "kind": step["kind"].replace("_", " "),
+            "status": f"{STATUS_ICONS.get(status, '')} {status}", "detail": detail,
+            "attempts": step["attempts"] or (step["tries"] if step["kind"] in ("run_command", "dispatch_task") else 0),
+            "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
+            "output": (preview[0][:120] if isinstance(preview, list) else preview),
+        })
+    return rows
+
+
+# -- the thread -------------------------------------------------------------------------------------
+
+COLLAPSE_LINES = 12
+
+
+@dataclass(frozen=True)
+class EntryView:
+    seq: int
+    css: str  # author and kind classes
+    who: str
+    when: str
+    text: str
+    truncated: bool  # the text arrived cut: the rest loads on demand
+    collapsed: bool  # long: shown folded until opened
+
+
+def entry_view(entry: dict[str, Any]) -> EntryView:
+    kind = entry["kind"]
+    author_kind = entry["author_kind"]
+    who = {"system": "System", "human": entry["author"], "bot": f"{entry['author']} (bot)"}[author_kind]
+    if kind.startswith("signal."):
+        who += " · " + kind.removeprefix("signal.dispatch.")
+    elif kind in ("instruction", "question", "progress", "decision"):
+        who += f" · {kind}"
+    text = entry["text"]
+    truncated = entry.get("length", len(text)) > len(text)
+    lines = text.count("\n") + 1
+    created = parse_time(entry["created_at"])
+    return EntryView(
+        seq=entry["seq"], css=f"tl-entry tl-{author_kind} tl-kind-{kind.replace('.', '-')}",
+        who=who, when=created.strftime("%H:%M:%S") if created else "", text=text,
+        truncated=truncated, collapsed=truncated or lines > COLLAPSE_LINES,
+    )
+
+
+def entry_html(view: EntryView, expanded: bool = False) -> str:
+    body = html.escape(view.text)
+    if view.collapsed and not expanded:
+        first = "\n".join(view.text.splitlines()[:COLLAPSE_LINES])
+        body = html.escape(first) + "\n…"
+    return (f'<div class="{view.css}" data-seq="{view.seq}"><div class="tl-meta"><b>{html.escape(view.who)}</b>'
+            f' <span class="tl-when">#{view.seq} · {view.when}</span></div><pre class="tl-text">{body}</pre></div>')
+
+
+# -- gates ------------------------------------------------------------------------------------------
+
+
+def gate_deadline_text(deadline: Any, now: datetime) -> str:
+    at = parse_time(deadline)
+    if at is None:
+        return "no timeout"
+    left = (at - now).total_seconds()
+    return f"times out in {age_text(left)}" if left > 0 else "timing out"
+
+
+def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    return [{
+        "run_id": g["run_id"], "workflow": g["workflow"], "step": g["step"], "gate_key": g["gate_key"],
+        "question": (g.get("question") or "").strip(),
+        "waiting": age_text((now - parse_time(g["waiting_since"])).total_seconds()),
+        "timeout": gate_deadline_text(g.get("deadline"), now),
+    } for g in gates]
+
+
+# -- recipes ----------------------------------------------------------------------------------------
+
+
+def recipe_yaml(recipe: dict[str, Any]) -> str:
+    return yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=100)
+
+
+def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
+    lines = difflib.unified_diff(recipe_yaml(old).splitlines(), recipe_yaml(new).splitlines(),
+                                 old_label, new_label, lineterm="")
+    return "\n".join(lines) or "(no difference)"
+
+
+EMPTY_STATE = """### No runs yet
+
+1. Open **Recipes** and pick a workflow (the examples `hello`, `wait-for-reply` and `nightly-check` are installed), or write a new one in the editor.
+2. Press **Spawn**: the run opens here as a thread, and the stepper shows each step as it runs.
+3. A run that waits at a human gate shows up under **Needs you**; answer it there or in its thread.
+
+From a terminal: `threadline spawn hello --payload '{"name": "you"}'`."""

@@ -1,0 +1,82 @@
+"""Absurd's internals for one run, for the console's debug pane (the only surface that shows
+engine words: task, attempt rows, checkpoints, events, waits).
+
+The crash-resume story: every checkpoint records the engine run (attempt) that wrote it. An
+attempt executed the checkpoints it owns and replayed, from the journal, those older attempts wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from . import db, names
+
+
+def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
+    task = db.fetch_one(conn, "engine_task_row", dict(run_id=run_id))
+    attempts = db.fetch_all(conn, "engine_attempts", dict(run_id=run_id))
+    checkpoints = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+    waits = db.fetch_all(conn, "engine_waits", dict(run_id=run_id))
+    claims = db.fetch_all(conn, "run_claims", dict(run_id=run_id))
+    attempt_of = {a["run_id"]: a["attempt"] for a in attempts}
+    keys = sorted({c["step_key"] for c in claims} | set(_sent_keys(run_id, checkpoints)))
+    event_names = [names.done_event(k) for k in keys] + [names.retry_event(k) for k in keys]
+    event_names += [w["event_name"] for w in waits]
+    events = db.fetch_all(conn, "engine_events", dict(names=event_names))
+    awaited = {w["event_name"] for w in waits}
+    return {
+        "task": task["task"] if task else None,
+        "attempts": [_attempt_view(a, checkpoints) for a in attempts],
+        "checkpoints": [
+            {"name": c["checkpoint_name"], "attempt": attempt_of.get(c["owner_run_id"]),
+             "status": c["status"], "updated_at": c["updated_at"], "state": c["state"]}
+            for c in checkpoints
+        ],
+        # Absurd keeps a placeholder row (at the epoch, no payload) for an event awaited before it
+        # was emitted: shown as awaited, not as emitted.
+        "events": [
+            {"name": e["event_name"], "payload": e["payload"], "emitted": e["emitted_at"].year > 1970,
+             "emitted_at": e["emitted_at"] if e["emitted_at"].year > 1970 else None,
+             "awaited_now": e["event_name"] in awaited}
+            for e in events
+        ],
+        "awaiting": [
+            {"event": w["event_name"], "checkpoint": w["step_name"], "timeout_at": w["timeout_at"],
+             "since": w["created_at"]}
+            for w in waits
+        ],
+        "sleep_until": next((a["available_at"] for a in reversed(attempts) if a["state"] == "sleeping"), None),
+        "bot_attempts": [
+            {"step_key": c["step_key"], "attempt": c["attempt"], "worker": c["worker_id"], "host": c["host"],
+             "started_at": c["started_at"], "finished_at": c["finished_at"], "outcome": c["outcome"],
+             "lease_until": c["lease_until"]}
+            for c in claims
+        ],
+    }
+
+
+def _sent_keys(run_id: str, checkpoints: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for c in checkpoints:
+        kind, _, rest = c["checkpoint_name"].partition(":")
+        if kind == "send" and rest.count(":") == 1:
+            step_id, try_no = rest.rsplit(":", 1)
+            out.append(names.step_key(run_id, step_id, int(try_no)))
+    return out
+
+
+def _attempt_view(attempt: dict[str, Any], checkpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which checkpoints this attempt executed itself and which it found written by earlier ones."""
+    executed = [c["checkpoint_name"] for c in checkpoints if c["owner_run_id"] == attempt["run_id"]]
+    started = attempt["started_at"]
+    replayed = [c["checkpoint_name"] for c in checkpoints
+                if c["owner_run_id"] != attempt["run_id"] and started is not None
+                and c["updated_at"] <= started]
+    return {
+        "attempt": attempt["attempt"], "state": attempt["state"], "claimed_by": attempt["claimed_by"],
+        "lease_expires_at": attempt["claim_expires_at"], "started_at": attempt["started_at"],
+        "available_at": attempt["available_at"], "wake_event": attempt["wake_event"],
+        "failure_reason": attempt["failure_reason"], "executed": executed, "replayed": replayed,
+    }

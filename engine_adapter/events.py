@@ -1,0 +1,59 @@
+"""Events: `threadline emit NAME` starts one run of every enabled workflow with `on_event: NAME`.
+
+Idempotent per event id: the spawn key is derived from (name, id, workflow), so emitting the same
+event again (a retried command, a redelivered message) returns the runs it started the first time.
+All of an event's runs are spawned in one transaction: an event starts all of them or none.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from . import db
+from .recipes import EVENT_NAME
+from .spawn import SpawnError, spawn
+
+MAX_EVENT_ID = 200
+
+
+@dataclass(frozen=True)
+class EventRun:
+    workflow: str
+    run_id: str
+    created: bool  # False: this event id had started it already
+
+
+@dataclass(frozen=True)
+class Emitted:
+    name: str
+    event_id: str
+    runs: list[EventRun]
+
+
+def emit(conn: psycopg.Connection[Any], name: str, payload: Any = None, *, event_id: str | None = None,
+         caller: str | None = None) -> Emitted:
+    """Spawn a run per listening workflow; without an id the event gets a fresh one."""
+    if not isinstance(name, str) or not EVENT_NAME.fullmatch(name):
+        raise SpawnError(f"event name {name!r} must match {EVENT_NAME.pattern}")
+    if event_id is None:
+        event_id = str(uuid.uuid4())
+    elif not event_id.strip() or len(event_id) > MAX_EVENT_ID:
+        raise SpawnError(f"event id {event_id!r} must be 1 to {MAX_EVENT_ID} characters")
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict):
+        raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
+    trigger: dict[str, Any] = {"kind": "event", "event": name, "event_id": event_id}
+    if caller:
+        trigger["caller"] = caller
+    runs = []
+    with conn.transaction():
+        for wf in db.fetch_all(conn, "event_workflows", dict(name=name)):
+            slug = wf["slug"]
+            key = f"event:{name}:{event_id}:{slug}"
+            spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=key)
+            runs.append(EventRun(slug, spawned.run_id, spawned.created))
+    return Emitted(name, event_id, runs)

@@ -1,0 +1,152 @@
+"""pandas DataFrames of one run, for notebooks: its steps and thread (from the read model), and a
+timeline of step tries, bot attempts, done events and process liveness, drawn by timeline_figure.
+
+Every time in these frames comes from the database clock, so they can be compared with each other.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+import psycopg
+
+from . import db, names
+from .read_model import show_run
+
+STEP_COLUMNS = ["id", "kind", "status", "attempts", "tries", "output"]
+THREAD_COLUMNS = ["seq", "created_at", "author_kind", "author", "kind", "step", "step_key", "text"]
+TIMELINE_COLUMNS = ["lane", "kind", "start", "finish", "outcome", "detail"]
+# Process bars are clipped to the run's window plus this margin, so a long-lived process does
+# not stretch the timeline to its whole life.
+MARGIN = timedelta(seconds=1)
+
+
+def steps_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """One row per step of the recipe, as the read model shows it (its fields beyond these too)."""
+    steps = show_run(conn, run_id)["steps"]
+    extra = [k for k in (steps[0] if steps else {}) if k not in STEP_COLUMNS]
+    return pd.DataFrame(steps, columns=STEP_COLUMNS + extra)
+
+
+def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """The run thread in order, one row per entry."""
+    frame = pd.DataFrame(show_run(conn, run_id)["thread"])
+    if frame.empty:
+        return pd.DataFrame(columns=THREAD_COLUMNS)
+    frame["created_at"] = pd.to_datetime(frame["created_at"], format="ISO8601")
+    frame["step"] = frame["step_key"].map(_step_of)
+    return frame[THREAD_COLUMNS]
+
+
+def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """Each step try: sent_at, ended_at (bot terminal, gate decision or wake time) and outcome."""
+    return _frame(conn, "frame_step_tries", run_id, ["step_key", "step", "try", "sent_at", "ended_at", "outcome"])
+
+
+def attempts_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """Every bot attempt (claim) of the run, oldest first."""
+    frame = _frame(conn, "run_claims", run_id, ["step_key", "attempt", "worker_id", "host", "started_at",
+                                                 "finished_at", "outcome", "lease_until"])
+    frame.insert(1, "step", frame["step_key"].map(_step_of))
+    return frame
+
+
+def events_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """The run's step done events with the time the engine stored them."""
+    frame = _frame(conn, "frame_done_events", run_id, ["step_key", "emitted_at", "payload"])
+    frame.insert(1, "step", frame["step_key"].map(_step_of))
+    frame.insert(2, "try", frame["step_key"].map(lambda key: names.split_step_key(key)[2]))
+    return frame
+
+
+def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """Conductor and bot processes alive at some point during the run; `alive` is their lock."""
+    return _frame(conn, "frame_workers", run_id, ["id", "kind", "pid", "started_at", "last_beat_at", "alive"])
+
+
+def engine_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """The engine's own rows for the run (one per conductor attempt): state, lease holder, wake-up."""
+    return _frame(conn, "frame_engine_runs", run_id,
+                  ["engine_run", "attempt", "state", "claimed_by", "claim_expires_at", "available_at",
+                   "wake_event", "started_at", "completed_at", "failed_at"])
+
+
+def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """Bars for a timeline: process liveness (start to last heartbeat, or now while alive), step
+    tries (sent to ended) and bot attempts (claimed to finished). Open bars end at now."""
+    run = show_run(conn, run_id, thread_limit=1)
+    now = db.fetch_one(conn, "db_now")["now"]
+    run_start = datetime.fromisoformat(run["created_at"])
+    run_end = datetime.fromisoformat(run["finished_at"]) if run["finished_at"] else now
+    rows: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    workers = workers_frame(conn, run_id).sort_values(["kind", "started_at"], key=_conductors_first)
+    for w in workers.to_dict("records"):
+        counts[w["kind"]] = counts.get(w["kind"], 0) + 1
+        start = max(w["started_at"], run_start - MARGIN)
+        finish = min(now if w["alive"] else w["last_beat_at"], run_end + MARGIN)
+        if finish >= start:
+            rows.append(dict(
+                lane=f"{w['kind']} {counts[w['kind']]} (pid {w['pid']})", kind=f"{w['kind']} alive",
+                start=start, finish=finish, outcome="alive" if w["alive"] else "dead",
+                detail="alive now" if w["alive"] else f"last heartbeat {w['last_beat_at']:%H:%M:%S.%f}"))
+    attempts = attempts_frame(conn, run_id).to_dict("records")
+    for t in step_tries_frame(conn, run_id).to_dict("records"):  # each step, then its attempts
+        ended = t["ended_at"] if pd.notna(t["ended_at"]) else None
+        lane = step_lane(t["step"], t["try"])
+        rows.append(dict(lane=lane, kind="step", start=t["sent_at"], finish=ended or now,
+                         outcome=t["outcome"] or "open", detail=f"step key {t['step_key']}"))
+        for a in (a for a in attempts if a["step_key"] == t["step_key"]):
+            finished = a["finished_at"] if pd.notna(a["finished_at"]) else None
+            rows.append(dict(lane=f"{lane} · attempt {a['attempt']}", kind="attempt", start=a["started_at"],
+                             finish=finished or now, outcome=a["outcome"] or "running",
+                             detail=f"bot process {a['worker_id']}"))
+    frame = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
+    for column in ("start", "finish"):
+        frame[column] = pd.to_datetime(frame[column], utc=True)
+    return frame
+
+
+def step_lane(step: str, try_no: int) -> str:
+    return f"step {step}" if try_no == 1 else f"step {step} (try {try_no})"
+
+
+def timeline_figure(conn: psycopg.Connection[Any], run_id: str,
+                    marks: dict[str, datetime] | None = None) -> Any:
+    """A Plotly timeline of timeline_frame, with each done event as a diamond on its step's lane
+    and `marks` (label -> time, e.g. when a process was killed) as vertical lines."""
+    import plotly.express as px  # only notebooks draw; the rest of engine_adapter never needs it
+
+    frame = timeline_frame(conn, run_id)
+    lanes = list(dict.fromkeys(frame["lane"]))
+    fig = px.timeline(frame, x_start="start", x_end="finish", y="lane", color="kind",
+                      hover_data=["outcome", "detail"], title=f"Run {run_id}")
+    fig.update_yaxes(categoryorder="array", categoryarray=lanes, autorange="reversed", title=None)
+    events = events_frame(conn, run_id)
+    if not events.empty:
+        fig.add_scatter(x=pd.to_datetime(events["emitted_at"], utc=True),
+                        y=[step_lane(s, t) for s, t in zip(events["step"], events["try"])],
+                        mode="markers", name="done event", marker=dict(symbol="diamond", size=11,
+                                                                       color="black"))
+    for label, at in (marks or {}).items():
+        at = pd.Timestamp(at)
+        at = at.tz_convert("UTC").tz_localize(None) if at.tzinfo else at  # like the bars: UTC
+        fig.add_shape(type="line", x0=at, x1=at, yref="paper", y0=0, y1=1,
+                      line=dict(color="crimson", dash="dash"))
+        fig.add_annotation(x=at, y=1, yref="paper", text=label, showarrow=False, yanchor="bottom",
+                           font=dict(color="crimson"))
+    return fig
+
+
+def _conductors_first(column: pd.Series) -> pd.Series:
+    return column.map(lambda kind: 0 if kind == "conductor" else 1) if column.name == "kind" else column
+
+
+def _step_of(key: Any) -> str | None:
+    return names.split_step_key(key)[1] if isinstance(key, str) else None  # missing keys read as NaN
+
+
+def _frame(conn: psycopg.Connection[Any], query: str, run_id: str, columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(db.fetch_all(conn, query, dict(run_id=run_id)), columns=columns)

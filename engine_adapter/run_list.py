@@ -1,0 +1,163 @@
+"""The runs list: filters that round-trip through a URL, keyset pages, counts and chart data.
+
+Every query is bounded; pages are keyset (created_at, run_id), so page 2,000 costs what page 1 does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+
+from . import db
+from .read_model import RUN_STATES
+from .spawn import TRIGGER_KINDS
+
+PAGE_SIZE = 50
+
+
+class FilterError(ValueError):
+    """A filter value that makes no sense; the message names the filter and the value."""
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    workflow: str | None = None
+    state: str | None = None
+    trigger: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> RunFilters:
+        """From URL query parameters; unknown parameters are ignored, empty ones mean "any"."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = (params.get(f.name) or "").strip()
+            if not raw:
+                continue
+            if f.name in ("since", "until"):
+                values[f.name] = _parse_time(f.name, raw)
+            else:
+                values[f.name] = raw
+        filters = cls(**values)
+        filters.check()
+        return filters
+
+    def check(self) -> None:
+        if self.state is not None and self.state not in RUN_STATES:
+            raise FilterError(f"state: {self.state!r} is not a run state ({', '.join(RUN_STATES)})")
+        if self.trigger is not None and self.trigger not in TRIGGER_KINDS:
+            raise FilterError(f"trigger: {self.trigger!r} is not a trigger ({', '.join(TRIGGER_KINDS)})")
+        if self.since and self.until and self.since >= self.until:
+            raise FilterError(f"since ({self.since.isoformat()}) must be before until ({self.until.isoformat()})")
+
+    def to_params(self) -> dict[str, str]:
+        out = {}
+        for name, value in asdict(self).items():
+            if value is None:
+                continue
+            out[name] = value.isoformat() if isinstance(value, datetime) else str(value)
+        return out
+
+    def sql_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = asdict(self)
+        term = self.search
+        escaped = _escape_like(term) if term else None
+        params["search_prefix"] = f"{escaped}%" if term else None
+        params["search_any"] = f"%{escaped}%" if term else None
+        return params
+
+    def without_state(self) -> RunFilters:
+        return replace(self, state=None)
+
+
+def _parse_time(name: str, raw: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise FilterError(f"{name}: {raw!r} is not a date or time (use e.g. 2026-11-23 or 2026-11-23T07:00Z)") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the next page starts: just after this (created_at, run_id)."""
+    created_at: datetime
+    run_id: str
+
+    def encode(self) -> str:
+        return f"{self.created_at.isoformat()}~{self.run_id}"
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        at, sep, run_id = text.partition("~")
+        try:
+            if not sep:
+                raise ValueError(text)
+            return cls(datetime.fromisoformat(at), run_id)
+        except ValueError:
+            raise FilterError(f"after: {text!r} is not a page cursor") from None
+
+
+@dataclass(frozen=True)
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: Cursor | None
+
+
+def runs_page(conn: psycopg.Connection[Any], filters: RunFilters, after: Cursor | None = None,
+              limit: int = PAGE_SIZE) -> Page:
+    params = filters.sql_params() | {
+        "after_at": after.created_at if after else None,
+        "after_id": after.run_id if after else None,
+        "limit": limit + 1,  # one more tells whether a next page exists
+    }
+    rows = db.fetch_all(conn, "runs_page", params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    for row in rows:
+        row["run_id"] = str(row["run_id"])
+    cursor = Cursor(rows[-1]["created_at"], rows[-1]["run_id"]) if more else None
+    return Page(rows, cursor)
+
+
+def state_counts(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str, int]:
+    rows = db.fetch_all(conn, "run_state_counts", filters.without_state().sql_params())
+    found = {r["state"]: r["runs"] for r in rows}
+    return {state: found.get(state, 0) for state in RUN_STATES}
+
+
+def runs_by_id(conn: psycopg.Connection[Any], run_ids: list[str]) -> list[dict[str, Any]]:
+    rows = db.fetch_all(conn, "runs_by_id", dict(run_ids=run_ids[:500]))
+    for row in rows:
+        row["run_id"] = str(row["run_id"])
+    return rows
+
+
+def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
+    """The charts' time window and bucket: the filter's range, else the last 7 days."""
+    since = filters.since or now - timedelta(days=7)
+    span = (filters.until or now) - since
+    bucket = "1 hour" if span <= timedelta(days=3) else "1 day"
+    if span <= timedelta(hours=3):
+        bucket = "5 minutes"
+    return since, bucket
+
+
+def chart_data(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str, list[dict[str, Any]]]:
+    now = db.fetch_one(conn, "db_now")["now"]
+    since, bucket = chart_window(filters, now)
+    common = dict(since=since, workflow=filters.workflow)
+    return {
+        "over_time": db.fetch_all(conn, "runs_over_time", common | {"bucket": bucket}),
+        "durations": db.fetch_all(conn, "step_durations", common | {"limit": 5000}),
+        "failures": db.fetch_all(conn, "failures_by_step", common),
+    }

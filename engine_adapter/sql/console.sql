@@ -1,0 +1,163 @@
+-- runs_page --
+-- One keyset page of runs, newest first, filtered. Every filter is optional (null = any).
+select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kind' as trigger_kind,
+       created_at, updated_at, finished_at
+  from threadline.run_threads
+ where (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (%(state)s::text is null or state = %(state)s)
+   and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
+   and (%(since)s::timestamptz is null or created_at >= %(since)s)
+   and (%(until)s::timestamptz is null or created_at < %(until)s)
+   and (%(search)s::text is null or run_id::text like %(search_prefix)s
+        or payload::text ilike %(search_any)s)
+   and (%(after_at)s::timestamptz is null or (created_at, run_id) < (%(after_at)s, %(after_id)s::uuid))
+ order by created_at desc, run_id desc
+ limit %(limit)s
+
+-- run_state_counts --
+-- How many runs match the filters (state aside), by state.
+select state, count(*)::int as runs
+  from threadline.run_threads
+ where (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
+   and (%(since)s::timestamptz is null or created_at >= %(since)s)
+   and (%(until)s::timestamptz is null or created_at < %(until)s)
+   and (%(search)s::text is null or run_id::text like %(search_prefix)s
+        or payload::text ilike %(search_any)s)
+ group by state
+
+-- runs_by_id --
+-- The list rows of a few runs, for patching a page in place.
+select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kind' as trigger_kind,
+       created_at, updated_at, finished_at
+  from threadline.run_threads
+ where run_id = any(%(run_ids)s::uuid[])
+
+-- runs_over_time --
+-- Runs started per time bucket and their state, since a moment.
+select date_bin(%(bucket)s::interval, created_at, timestamptz '2000-01-01') as bucket, state,
+       count(*)::int as runs
+  from threadline.run_threads
+ where created_at >= %(since)s
+   and (%(workflow)s::text is null or workflow = %(workflow)s)
+ group by 1, 2
+ order by 1
+
+-- step_durations --
+-- Finished attempts since a moment with their workflow and duration; bounded.
+select r.workflow, split_part(c.step_key, ':', 2) as step, c.outcome,
+       extract(epoch from c.finished_at - c.started_at)::float8 as seconds
+  from threadline.step_claims c
+  join threadline.run_threads r using (run_id)
+ where c.started_at >= %(since)s and c.finished_at is not null
+   and (%(workflow)s::text is null or r.workflow = %(workflow)s)
+ order by c.started_at desc
+ limit %(limit)s
+
+-- failures_by_step --
+-- Failed runs since a moment, by workflow and the step they failed at.
+select workflow, coalesce(current_step, '(before any step)') as step, count(*)::int as runs
+  from threadline.run_threads
+ where state = 'failed' and created_at >= %(since)s
+   and (%(workflow)s::text is null or workflow = %(workflow)s)
+ group by 1, 2
+ order by 3 desc
+ limit 20
+
+-- open_gates --
+-- Every run waiting at a human gate, oldest first, with its question and deadline.
+select r.run_id, r.workflow, r.current_step as step, r.await_key as gate_key, r.updated_at as waiting_since,
+       q.text as question, q.data ->> 'deadline' as deadline, q.data -> 'approvers' as approvers,
+       q.data ->> 'accept' as accept
+  from threadline.run_threads r
+  left join threadline.thread_entries q
+    on q.run_id = r.run_id and q.dedupe_key = 'question:' || r.await_key
+ where r.awaiting and r.await_kind = 'gate'
+ order by r.updated_at, r.run_id
+ limit %(limit)s
+
+-- thread_page --
+-- Entries of a run thread after a seq, long texts cut: the rest is loaded on demand.
+select seq, author_kind, author, kind, step_key, left(text, %(cut)s) as text, length(text) as length,
+       data, created_at
+  from threadline.thread_entries
+ where run_id = %(run_id)s and seq > %(after)s
+ order by seq
+ limit %(limit)s
+
+-- thread_tail --
+-- The last entries of a run thread (a long thread opens at its end).
+select * from (
+  select seq, author_kind, author, kind, step_key, left(text, %(cut)s) as text, length(text) as length,
+         data, created_at
+    from threadline.thread_entries
+   where run_id = %(run_id)s
+   order by seq desc
+   limit %(limit)s
+) tail order by seq
+
+-- entry_text --
+-- One entry's whole text.
+select text from threadline.thread_entries where run_id = %(run_id)s and seq = %(seq)s
+
+-- engine_attempts --
+-- Absurd's runs (attempts) of one task.
+select run_id, attempt, state, claimed_by, claim_expires_at, available_at, wake_event, started_at,
+       completed_at, failed_at, failure_reason, created_at
+  from absurd.r_threadline
+ where task_id = %(run_id)s
+ order by attempt
+
+-- engine_waits --
+-- What the task is awaiting now.
+select step_name, event_name, timeout_at, created_at
+  from absurd.w_threadline
+ where task_id = %(run_id)s
+ order by created_at
+
+-- engine_events --
+-- Events by name (a run's names are known from its step keys).
+select event_name, payload, emitted_at
+  from absurd.e_threadline
+ where event_name = any(%(names)s::text[])
+ order by emitted_at
+
+-- engine_task_row --
+-- Absurd's whole task row for a run, as JSON.
+select to_jsonb(t) - 'params' as task from absurd.t_threadline t where task_id = %(run_id)s
+
+-- workers_in_hand --
+-- Each live worker with what it holds: engine runs for a conductor, open attempts for a bot host.
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at,
+       extract(epoch from now() - w.last_beat_at)::float8 as last_beat_age_s,
+       (w.id in (select id from threadline.live_workers)) as alive,
+       case w.kind
+         when 'conductor' then (select count(*) from absurd.r_threadline r
+                                 where r.state = 'running' and r.claimed_by = w.id)
+         else (select count(*) from threadline.step_claims c
+                where c.worker_id = w.id and c.finished_at is null)
+       end::int as in_hand
+  from threadline.workers w
+ order by w.kind, w.started_at desc
+ limit 200
+
+-- runnable_unclaimed --
+-- Engine runs due but not taken by any conductor, oldest first.
+select r.task_id as run_id, t.workflow, r.available_at,
+       extract(epoch from absurd.current_time() - r.available_at)::float8 as waiting_s
+  from absurd.r_threadline r
+  left join threadline.run_threads t on t.run_id = r.task_id
+ where r.state = 'pending' and r.available_at <= absurd.current_time()
+ order by r.available_at
+ limit %(limit)s
+
+-- last_conductor_beat --
+-- The newest heartbeat of any conductor and whether any conductor is alive.
+select max(last_beat_at) as last_beat_at,
+       exists (select 1 from threadline.live_workers where kind = 'conductor') as alive
+  from threadline.workers where kind = 'conductor'
+
+-- workflow_version --
+-- One stored version of a workflow's recipe.
+select slug, version, hash, source, recipe, created_at
+  from threadline.workflow_versions where slug = %(slug)s and version = %(version)s

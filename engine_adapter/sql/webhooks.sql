@@ -1,0 +1,27 @@
+-- webhook_trigger --
+-- The trigger a webhook path names, with whether its workflow is enabled.
+select t.path, t.workflow, t.secret, t.map, w.enabled
+  from threadline.webhook_triggers t
+  join threadline.workflows w on w.slug = t.workflow
+ where t.path = %(path)s
+
+-- list_webhook_triggers --
+-- Every webhook path, its workflow and whether it has a secret.
+select t.path, t.workflow, t.secret is not null as signed, w.enabled
+  from threadline.webhook_triggers t
+  join threadline.workflows w on w.slug = t.workflow
+ order by t.path
+
+-- webhook_delivery_seen --
+-- The run an earlier delivery started: same delivery id, or the same signature resent.
+select run_id, delivery
+  from threadline.webhook_deliveries
+ where path = %(path)s and (delivery = %(delivery)s or signature = %(signature)s)
+ limit 1
+
+-- insert_webhook_delivery --
+-- Record an accepted delivery; nothing when a concurrent one with its id or signature won.
+insert into threadline.webhook_deliveries (path, delivery, signature, run_id, caller)
+values (%(path)s, %(delivery)s, %(signature)s, %(run_id)s, %(caller)s)
+on conflict do nothing
+returning run_id

@@ -1,0 +1,138 @@
+"""What the console reads, against a real database: keyset pages, filters, counts, charts,
+open gates, the engine debug view and the live change feed."""
+
+from __future__ import annotations
+
+import threading
+
+from bench.seed import seed_runs
+from console.live import Change, LiveHub
+from engine_adapter import engine_debug, harness, read_model, run_list, threads
+from engine_adapter.run_list import RunFilters
+from engine_adapter.spawn import spawn
+
+GATED = """
+slug: gated
+bot: local
+steps:
+  - id: check
+    run_command: echo checked {{ payload.n }}
+  - id: ok
+    human_gate: "Ship {{ payload.n }}?"
+    timeout: 1h
+"""
+
+
+def test_keyset_pages_cover_every_run_once_in_order(conn):
+    seed_runs(conn, 1234, claims=100)
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = run_list.runs_page(conn, RunFilters(), cursor, limit=50)
+        seen += page.rows
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert pages == 25 and len(seen) == 1234 == len({r["run_id"] for r in seen})
+    keys = [(r["created_at"], r["run_id"]) for r in seen]
+    assert keys == sorted(keys, reverse=True)
+
+
+def test_filters_search_and_counts_agree(conn):
+    seed_runs(conn, 700, claims=100)
+    failed = RunFilters(state="failed", workflow="seed-2")
+    rows = run_list.runs_page(conn, failed, limit=500).rows
+    assert rows and all(r["state"] == "failed" and r["workflow"] == "seed-2" for r in rows)
+    counts = run_list.state_counts(conn, failed)  # counts ignore the state filter: one pill per state
+    assert counts["failed"] == len(rows) and counts["completed"] > 0 and sum(counts.values()) == 140
+    webhook = run_list.runs_page(conn, RunFilters(trigger="webhook"), limit=500).rows
+    assert len(webhook) == 175 and {r["trigger_kind"] for r in webhook} == {"webhook"}
+    hit = run_list.runs_page(conn, RunFilters(search='"T-7919"')).rows  # inside the payload
+    assert len(hit) == 1
+    by_id = run_list.runs_page(conn, RunFilters(search=hit[0]["run_id"][:18])).rows  # by run id prefix
+    assert [r["run_id"] for r in by_id] == [hit[0]["run_id"]]
+    assert run_list.runs_page(conn, RunFilters(search="100%")).rows == []  # % is a character, not a wildcard
+    newest = run_list.runs_page(conn, RunFilters(), limit=1).rows[0]["created_at"]
+    recent = run_list.runs_page(conn, RunFilters(since=newest), limit=500).rows
+    assert len(recent) == 1
+
+
+def test_chart_data_is_bounded_to_its_window(conn):
+    seed_runs(conn, 2000, claims=300)
+    data = run_list.chart_data(conn, RunFilters())
+    assert sum(r["runs"] for r in data["over_time"]) == 2000 * 7 // 30 + 1 or \
+        abs(sum(r["runs"] for r in data["over_time"]) - 2000 * 7 / 30) < 3  # the last 7 of 30 days
+    assert 0 < len(data["durations"]) <= 300
+    assert {r["workflow"] for r in data["failures"]} <= {f"seed-{i}" for i in range(1, 6)}
+    assert all(r["runs"] > 0 for r in data["failures"])
+
+
+def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
+    hub = LiveHub(db_url)
+    changes: list[Change] = []
+    got = threading.Event()
+
+    def listener(change: Change) -> None:
+        changes.append(change)
+        if change.run_ids:
+            got.set()
+    hub.subscribe(listener)
+    hub.start()
+    try:
+        harness.wait_for(lambda: hub.beat is not None, what="the first liveness read")
+        assert hub.beat["status"] == "down"  # nothing started yet
+        procs.start("conductor")
+        procs.start("bots")
+        harness.wait_for(lambda: hub.beat["status"] == "ok", what="the feed to see the conductor")
+        apply(GATED)
+        run_id = spawn(conn, "gated", {"n": 7}).run_id
+        assert got.wait(10), "the feed announced no change for the new run"
+        assert any(run_id in c.run_ids and "run_threads" in c.tables for c in changes)
+        harness.wait_for_state(db_url, run_id, "waiting")
+
+        gates = read_model.open_gates(conn)
+        assert [(g["run_id"], g["step"], g["question"]) for g in gates] == [(run_id, "ok", "Ship 7?")]
+        assert gates[0]["deadline"] is not None
+
+        debug = engine_debug.run_debug(conn, run_id)
+        names = [c["name"] for c in debug["checkpoints"]]
+        assert "send:check:1" in names and "done:check:1" in names and "send:ok:1" in names
+        assert [w["event"] for w in debug["awaiting"]] == [f"threadline.step.done:{run_id}:ok:1"]
+        assert debug["awaiting"][0]["timeout_at"] is not None
+        emitted = {e["name"]: e["emitted"] for e in debug["events"]}
+        assert emitted == {f"threadline.step.done:{run_id}:check:1": True,
+                           f"threadline.step.done:{run_id}:ok:1": False}  # awaited, not yet emitted
+        assert debug["attempts"][0]["attempt"] == 1 and "send:check:1" in debug["attempts"][0]["executed"]
+        assert debug["bot_attempts"][0]["outcome"] == "completed"
+
+        threads.decide(conn, run_id, "approve", "ann")
+        harness.wait_for_state(db_url, run_id, "completed")
+        assert read_model.open_gates(conn) == []
+        run = read_model.show_run(conn, run_id)
+        assert run["gate"] is None and all(s["started_at"] and s["finished_at"] for s in run["steps"])
+    finally:
+        hub.stop()
+
+
+def test_debug_view_shows_which_steps_a_second_attempt_replayed(conn, db_url, procs, apply):
+    """A conductor SIGKILLed while it holds the run: attempt 2 replays attempt 1's checkpoints."""
+    apply("""
+slug: two
+bot: local
+steps:
+  - id: first
+    run_command: echo one
+  - id: second
+    run_command: echo two
+""")
+    procs.start("bots")
+    doomed = procs.start("conductor", env={"THREADLINE_CRASH_AT": "after_send_checkpoint"})
+    run_id = spawn(conn, "two", {}).run_id
+    assert doomed.wait(timeout=30) == -9
+    procs.start("conductor")
+    harness.wait_for_state(db_url, run_id, "completed", timeout=60)
+    attempts = engine_debug.run_debug(conn, run_id)["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["state"] == "failed" and attempts[0]["executed"] == ["send:first:1"]
+    assert attempts[1]["replayed"] == ["send:first:1"]
+    assert "send:first:1" not in attempts[1]["executed"] and "send:second:1" in attempts[1]["executed"]

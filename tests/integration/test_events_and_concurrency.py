@@ -1,0 +1,224 @@
+"""Events, manual request ids and max_concurrent_runs against the real database and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from engine_adapter import db, harness
+from engine_adapter.commands import cancel_run
+from engine_adapter.events import emit
+from engine_adapter.read_model import health, list_runs, show_run
+from engine_adapter.spawn import SpawnError, spawn
+from engine_adapter.threads import decide
+from engine_adapter.workflows import set_enabled
+
+
+def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, THREADLINE_DATABASE_URL=url)
+    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def count(conn: psycopg.Connection, table: str = "threadline.run_threads") -> int:
+    return conn.execute(f"select count(*) as n from {table}").fetchone()["n"]
+
+
+def listener(slug: str, event: str, step: str = "run_command: echo got {{payload.v}}") -> str:
+    return f"slug: {slug}\non_event: {event}\nsteps:\n  - id: a\n    {step}\n"
+
+
+def first_entry(conn: psycopg.Connection, run_id: str) -> str:
+    return conn.execute("select text from threadline.thread_entries where run_id = %s and seq = 1",
+                        (run_id,)).fetchone()["text"]
+
+
+# -- events -----------------------------------------------------------------------------------------
+def test_an_event_starts_one_run_per_listening_workflow_idempotent_per_id(conn, apply):
+    for slug, event in (("on-deploy-a", "deploy.done"), ("on-deploy-b", "deploy.done"),
+                        ("on-other", "other"), ("on-deploy-off", "deploy.done")):
+        apply(listener(slug, event))
+    set_enabled(conn, "on-deploy-off", False)
+    first = emit(conn, "deploy.done", {"v": 1}, event_id="e-1", caller="alice")
+    assert [(r.workflow, r.created) for r in first.runs] == [("on-deploy-a", True), ("on-deploy-b", True)]
+    again = emit(conn, "deploy.done", {"v": 2}, event_id="e-1", caller="bob")
+    assert [(r.run_id, r.created) for r in again.runs] == [(r.run_id, False) for r in first.runs]
+    other = emit(conn, "deploy.done", {"v": 3}, event_id="e-2")
+    assert all(r.created for r in other.runs) and {r.run_id for r in other.runs}.isdisjoint(
+        r.run_id for r in first.runs)
+    assert count(conn) == 4
+    run = conn.execute("select trigger, payload from threadline.run_threads where run_id = %s",
+                       (first.runs[0].run_id,)).fetchone()
+    assert run["trigger"] == {"kind": "event", "event": "deploy.done", "event_id": "e-1", "caller": "alice"}
+    assert run["payload"] == {"v": 1}
+    assert first_entry(conn, first.runs[0].run_id).startswith(
+        "Run of on-deploy-a v1 started by event deploy.done, id e-1, emitted by alice.")
+    assert emit(conn, "nobody.listens").runs == []
+
+
+def test_bad_events_are_refused_and_create_nothing(db_url, conn, apply):
+    apply(listener("on-deploy", "deploy.done"))
+    with pytest.raises(SpawnError, match="event name 'has space' must match"):
+        emit(conn, "has space")
+    with pytest.raises(SpawnError, match="payload must be a JSON object, not list"):
+        emit(conn, "deploy.done", [1])
+    bad_json = cli(db_url, "emit", "deploy.done", "--payload", "{nope")
+    assert bad_json.returncode == 2 and "--payload: not valid JSON" in bad_json.stderr
+    bad_id = cli(db_url, "emit", "deploy.done", "--id", "x" * 201)
+    assert bad_id.returncode == 2 and "must be 1 to 200 characters" in bad_id.stderr
+    assert count(conn) == 0 and count(conn, "absurd.t_threadline") == 0
+    none = cli(db_url, "emit", "nobody.listens")
+    assert none.returncode == 0 and "no enabled workflow has on_event: nobody.listens" in none.stdout
+
+
+def test_emit_from_the_cli_runs_to_completion(db_url, conn, apply, procs):
+    apply(listener("on-deploy", "deploy.done"))
+    procs.start("conductor")
+    procs.start("bots")
+    out = cli(db_url, "emit", "deploy.done", "--payload", '{"v": 7}', "--id", "e-7", "--json")
+    first = json.loads(out.stdout)
+    assert first["event_id"] == "e-7" and [r["created"] for r in first["runs"]] == [True]
+    again = json.loads(cli(db_url, "emit", "deploy.done", "--id", "e-7", "--json").stdout)
+    assert again["runs"] == [dict(first["runs"][0], created=False)]
+    run = harness.wait_for_state(db_url, first["runs"][0]["run_id"], "completed")
+    assert run["steps"][0]["output"].strip() == "got 7"
+    assert count(conn) == 1
+
+
+# -- manual: client request ids ----------------------------------------------------------------------
+def test_spawn_request_id_makes_a_retried_command_one_run(db_url, conn, apply):
+    apply(listener("manual", "unused"))
+    one = cli(db_url, "spawn", "manual", "--request-id", "click-1", "--as", "alice")
+    two = cli(db_url, "spawn", "manual", "--request-id", "click-1", "--as", "alice")
+    assert one.returncode == two.returncode == 0
+    assert two.stdout.split()[0] == one.stdout.strip() and "existing run for this request id" in two.stdout
+    assert count(conn) == 1
+    # Without an id a fresh one is made and printed, so the command can be retried with it.
+    fresh = cli(db_url, "spawn", "manual", "--as", "bob")
+    request_id = fresh.stderr.split()[2]
+    assert f"repeat with --request-id {request_id}" in fresh.stderr
+    retried = json.loads(cli(db_url, "spawn", "manual", "--request-id", request_id, "--json").stdout)
+    assert retried == {"run_id": fresh.stdout.strip(), "created": False}
+    as_json = json.loads(cli(db_url, "spawn", "manual", "--json").stdout)
+    assert as_json["created"] and len(as_json["request_id"]) == 36
+    assert count(conn) == 3
+    trig = conn.execute("select trigger from threadline.run_threads where run_id = %s",
+                        (one.stdout.strip(),)).fetchone()["trigger"]
+    assert trig == {"kind": "manual", "caller": "alice", "request_id": "click-1"}
+    assert first_entry(conn, one.stdout.strip()).startswith(
+        "Run of manual v1 started manually by alice, request click-1.")
+    with pytest.raises(SpawnError, match="trigger kind 'cron' must be one of"):
+        spawn(conn, "manual", trigger={"kind": "cron"})
+    assert count(conn) == 3
+
+
+# -- concurrency --------------------------------------------------------------------------------------
+GATED = """slug: limited
+max_concurrent_runs: {limit}
+steps:
+  - id: hold
+    human_gate: "Go on?"
+"""
+
+
+def states(conn: psycopg.Connection, run_ids: list[str]) -> list[str]:
+    return [show_run(conn, r)["state"] for r in run_ids]
+
+
+def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn, apply, procs):
+    apply(GATED.format(limit=1))
+    procs.start("conductor")
+    procs.start("bots")
+    a, b, c = (spawn(conn, "limited", {"n": i}).run_id for i in range(3))
+    harness.wait_for_state(db_url, a, "waiting")
+    assert states(conn, [b, c]) == ["queued", "queued"]
+    # Queued everywhere: the run list, show, the CLI; and parked in the engine, holding no process.
+    assert [r["state"] for r in list_runs(conn, workflow="limited")] == ["queued", "queued", "waiting"]
+    shown = show_run(conn, c)
+    assert [s["status"] for s in shown["steps"]] == ["pending"]
+    assert [e["text"] for e in shown["thread"]][1] == (
+        "Queued: 1 of 1 runs allowed at once are active, 1 ahead of it in line; "
+        "it starts when a place is free (max_concurrent_runs 1).")
+    assert f"{c}  limited" in cli(db_url, "runs").stdout and " queued " in cli(db_url, "runs").stdout
+    harness.wait_for(lambda: conn.execute(
+        "select count(*) filter (where state = 'sleeping') as n from absurd.r_threadline where task_id in (%s, %s)",
+        (b, c)).fetchone()["n"] == 2, what="queued runs parked")
+    h = health(conn)
+    assert h["status"] == "ok" and h["runnable_unclaimed"] == 0
+
+    decide(conn, a, "approve", "alice")  # a finishes: b (first in line) starts, c still waits
+    harness.wait_for_state(db_url, a, "completed")
+    harness.wait_for_state(db_url, b, "waiting")
+    assert states(conn, [c]) == ["queued"]
+    assert "Starting: a place is free (max_concurrent_runs 1)." in [e["text"] for e in show_run(conn, b)["thread"]]
+
+    assert cli(db_url, "cancel", b).returncode == 0  # cancelling frees the place as well
+    harness.wait_for_state(db_url, c, "waiting")
+    decide(conn, c, "approve", "alice")
+    harness.wait_for_state(db_url, c, "completed")
+    started = conn.execute("select run_id from threadline.run_threads where workflow = 'limited' "
+                           "order by admitted_at").fetchall()
+    assert [str(r["run_id"]) for r in started] == [a, b, c]
+
+
+def test_concurrent_spawns_never_admit_past_the_limit(db_url, conn, apply):
+    """Ten spawns at once from ten connections: exactly `limit` runs are admitted, the rest queue in
+    order; each finish admits the oldest queued run, in the finisher's own transaction."""
+    apply(GATED.format(limit=2))
+    barrier = threading.Barrier(10)
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def spawner(i: int) -> None:
+        try:
+            with db.connect(db_url) as c:
+                barrier.wait(timeout=60)
+                ids.append(spawn(c, "limited", {"n": i}).run_id)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=spawner, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+
+    def snapshot() -> dict[str, list[str]]:
+        rows = conn.execute("select run_id, state, admitted_at is not null as admitted from threadline.run_threads "
+                            "where workflow = 'limited' order by created_at, run_id").fetchall()
+        return {"admitted": [str(r["run_id"]) for r in rows if r["admitted"] and r["state"] != "cancelled"],
+                "queued": [str(r["run_id"]) for r in rows if r["state"] == "queued"]}
+
+    before = snapshot()
+    assert len(before["admitted"]) == 2 and len(before["queued"]) == 8
+    cancel_run(conn, before["admitted"][0], "alice")
+    after = snapshot()
+    assert set(after["admitted"]) == {before["admitted"][1], before["queued"][0]}  # the oldest queued one
+    assert after["queued"] == before["queued"][1:]
+    # The admitted run's admission event exists for its handler to find, even before it is claimed.
+    ev = conn.execute("select count(*) as n from absurd.e_threadline where event_name = %s",
+                      (f"threadline.run.admit:{before['queued'][0]}",)).fetchone()["n"]
+    assert ev == 1
+
+
+def test_raising_the_limit_admits_queued_runs_through_the_sweep(db_url, conn, apply, procs):
+    apply(GATED.format(limit=1))
+    run_ids = [spawn(conn, "limited", {"n": i}).run_id for i in range(3)]
+    assert states(conn, run_ids) == ["pending", "queued", "queued"]
+    procs.start("conductor")
+    procs.start("bots")
+    harness.wait_for_state(db_url, run_ids[0], "waiting")
+    apply(GATED.format(limit=3))  # no run finished: only the conductor's sweep can admit them
+    for r in run_ids[1:]:
+        harness.wait_for_state(db_url, r, "waiting")
+    # Without a limit any more, new runs are admitted at spawn and never queue.
+    apply("slug: limited\nsteps:\n  - id: hold\n    human_gate: \"Go on?\"\n")
+    assert states(conn, [spawn(conn, "limited").run_id]) == ["pending"]

@@ -1,0 +1,135 @@
+"""The console's view state, without a browser or a database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from console import access, state
+from engine_adapter.run_list import Cursor, FilterError, RunFilters
+
+NOW = datetime(2026, 11, 23, 7, 0, tzinfo=timezone.utc)
+
+
+def beat(status: str, **extra) -> dict:
+    return {"status": status, "last_beat_at": NOW - timedelta(seconds=3), "bots": [], **extra}
+
+
+def test_badge_colours_follow_health_and_show_the_beat_age():
+    assert state.badge(beat("ok"), NOW) == state.Badge("green", "Conductor live", "last beat 3 s ago")
+    red = state.badge(beat("down"), NOW)
+    assert (red.color, red.label) == ("red", "Conductor down")
+    amber = state.badge(beat("degraded", runnable_unclaimed=2, instructions_waiting=1), NOW)
+    assert amber.color == "amber"
+    assert "2 runnable run(s) unclaimed" in amber.detail and "1 step(s) waiting with no live bot" in amber.detail
+    assert state.badge({"status": "down", "last_beat_at": None}, NOW).detail == "no conductor has ever run"
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "0 s"), (59.9, "59 s"), (61, "1 min 1 s"), (700, "11 min"),
+                                          (3725, "1 h 2 min"), (90000, "1 d 1 h"), (None, "never"), (-5, "0 s")])
+def test_age_text(seconds, text):
+    assert state.age_text(seconds) == text
+
+
+def run_with(steps: list[dict], **run) -> dict:
+    return {"steps": steps, "wake_at": None, **run}
+
+
+def step(id_: str, kind: str, status: str, **extra) -> dict:
+    return {"id": id_, "kind": kind, "status": status, "attempts": 0, "tries": 0, "output": None,
+            "started_at": None, "finished_at": None, **extra}
+
+
+def test_stepper_counts_down_to_a_wake_time_and_previews_the_last_output_line():
+    run = run_with([
+        step("check", "run_command", "completed", attempts=1, tries=1, output="line 1\nall good\n",
+             started_at=(NOW - timedelta(seconds=5)).isoformat(), finished_at=(NOW - timedelta(seconds=3)).isoformat()),
+        step("nap", "sleep", "sleeping", started_at=(NOW - timedelta(seconds=1)).isoformat()),
+        step("ask", "human_gate", "pending"),
+    ], wake_at=(NOW + timedelta(seconds=90)).isoformat())
+    rows = state.stepper_rows(run, NOW)
+    assert [r["status"] for r in rows] == ["✓ completed", "☾ sleeping", "○ pending"]
+    assert rows[0]["output"] == "all good" and rows[0]["duration"] == "2.0 s" and rows[0]["attempts"] == 1
+    assert rows[1]["detail"] == "wakes in 1 min 30 s"
+    assert rows[1]["duration"] == "1.0 s"  # still running: measured to now
+    assert rows[2]["kind"] == "human gate"
+
+
+def test_thread_entries_are_styled_by_author_and_long_ones_fold():
+    short = state.entry_view({"seq": 3, "author_kind": "bot", "author": "local", "kind": "signal.dispatch.completed",
+                              "text": "done", "length": 4, "created_at": NOW})
+    assert short.who == "local (bot) · completed" and "tl-bot" in short.css and not short.collapsed
+    cut = state.entry_view({"seq": 4, "author_kind": "system", "author": "threadline", "kind": "instruction",
+                            "text": "x" * 10, "length": 5000, "created_at": NOW})
+    assert cut.truncated and cut.collapsed
+    many = state.entry_view({"seq": 5, "author_kind": "human", "author": "ann", "kind": "message",
+                             "text": "\n".join(f"l{i}" for i in range(40)), "created_at": NOW})
+    assert many.collapsed and not many.truncated and many.who == "ann"
+    folded = state.entry_html(many)
+    assert "l11" in folded and "l12" not in folded and "…" in folded
+    assert "l39" in state.entry_html(many, expanded=True)
+    hostile = state.entry_view({"seq": 6, "author_kind": "human", "author": "<b>x</b>", "kind": "message",
+                                "text": "<script>alert(1)</script>", "created_at": NOW})
+    assert "<script>" not in state.entry_html(hostile) and "<b>x</b>" not in state.entry_html(hostile)
+
+
+def test_needs_you_rows_show_waiting_time_and_timeout_countdown():
+    rows = state.needs_you_rows([{
+        "run_id": "r1", "workflow": "deploy", "step": "ok", "gate_key": "r1:ok:1", "question": " Ship it? ",
+        "waiting_since": NOW - timedelta(minutes=5), "deadline": (NOW + timedelta(hours=2)).isoformat()},
+        {"run_id": "r2", "workflow": "deploy", "step": "ok", "gate_key": "r2:ok:1", "question": None,
+         "waiting_since": NOW, "deadline": None}], NOW)
+    assert rows[0]["waiting"] == "5 min 0 s" and rows[0]["timeout"] == "times out in 2 h 0 min"
+    assert rows[0]["question"] == "Ship it?"
+    assert rows[1]["timeout"] == "no timeout" and rows[1]["question"] == ""
+
+
+def test_version_diff_shows_what_changed():
+    old = {"slug": "a", "steps": [{"id": "s", "run_command": "echo 1"}]}
+    new = {"slug": "a", "steps": [{"id": "s", "run_command": "echo 2"}]}
+    diff = state.version_diff(old, new, "v1", "v2")
+    assert "-  run_command: echo 1" in diff and "+  run_command: echo 2" in diff
+    assert state.version_diff(old, old, "v1", "v1") == "(no difference)"
+
+
+def test_filters_round_trip_through_the_url_and_bad_ones_name_the_field():
+    f = RunFilters.from_params({"workflow": "hello", "state": "failed", "since": "2026-11-01", "junk": "x",
+                                "search": " "})
+    assert f.to_params() == {"workflow": "hello", "state": "failed", "since": "2026-11-01T00:00:00+00:00"}
+    assert RunFilters.from_params(f.to_params()) == f
+    for params, field in [({"state": "exploded"}, "state:"), ({"since": "last tuesday"}, "since:"),
+                          ({"trigger": "cron"}, "trigger:"),
+                          ({"since": "2026-11-02", "until": "2026-11-01"}, r"since \(")]:
+        with pytest.raises(FilterError, match=field):
+            RunFilters.from_params(params)
+    assert RunFilters(search="50%_x").sql_params()["search_any"] == "%50\\%\\_x%"
+
+
+def test_page_cursor_round_trips_and_rejects_garbage():
+    c = Cursor(NOW, "01a20640-1410-7401-9e9b-4424575c2681")
+    assert Cursor.decode(c.encode()) == c
+    for bad in ("nonsense", "yesterday~abc"):
+        with pytest.raises(FilterError, match="after:"):
+            Cursor.decode(bad)
+
+
+def test_console_refuses_a_public_address_without_sign_in(tmp_path):
+    assert access.auth_options("127.0.0.1", env={}) == {}
+    assert access.auth_options("localhost", env={}) == {}
+    with pytest.raises(access.AccessError, match="will not listen on 0.0.0.0 without sign-in"):
+        access.auth_options("0.0.0.0", env={})
+    users = tmp_path / "users.json"
+    users.write_text('{"ann": "s3cret"}')
+    env = {access.USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}
+    options = access.auth_options("0.0.0.0", env=env)
+    assert (options["basic_auth"], options["cookie_secret"]) == (str(users), "x" * 32)
+    assert "cdn" not in open(options["login_template"]).read().lower()  # works offline
+    with pytest.raises(access.AccessError, match="THREADLINE_COOKIE_SECRET"):
+        access.auth_options("0.0.0.0", env={access.USERS_ENV: str(users)})
+    users.write_text('["ann"]')
+    with pytest.raises(access.AccessError, match="must hold a JSON object"):
+        access.auth_options("0.0.0.0", env=env)
+    with pytest.raises(access.AccessError, match="cannot read users"):
+        access.auth_options("0.0.0.0", env={access.USERS_ENV: str(tmp_path / "missing.json"),
+                                            access.SECRET_ENV: "x" * 32})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,3 +49,28 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, dict, tuple)) or isinstance(b, (list, dict, tuple)):
         return a == b
     return bool(a == b) or bool(pd.isna(a) and pd.isna(b))
+
+
+class Throttle:
+    """Runs `fn` on a change at most once per `min_interval`; a change inside the interval is kept
+    and run on a later beat (the live feed beats twice a second), so none is lost and a burst of
+    changes costs one reload, not one per change."""
+
+    def __init__(self, fn: Callable[[], None], min_interval: float = 0.25) -> None:
+        self.fn, self.min_interval = fn, min_interval
+        self._last = 0.0
+        self._pending = False
+
+    def poke(self) -> None:
+        if time.monotonic() - self._last >= self.min_interval:
+            self._run()
+        else:
+            self._pending = True
+
+    def beat(self) -> None:
+        if self._pending:
+            self._run()
+
+    def _run(self) -> None:
+        self._pending, self._last = False, time.monotonic()
+        self.fn()

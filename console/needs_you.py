@@ -14,7 +14,7 @@ from engine_adapter import read_model, threads
 from . import data, state
 from .style import html_pane
 from .live import Change
-from .live_panel import on_change
+from .live_panel import Throttle, on_change
 
 
 class NeedsYouPage(Viewer):
@@ -23,6 +23,7 @@ class NeedsYouPage(Viewer):
         self.list = pn.Column(sizing_mode="stretch_width")
         self.feedback = html_pane("")
         self._cards: dict[str, tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]] = {}
+        self._reload = Throttle(self.load)
         self.load()
         on_change(self._on_change)
 
@@ -89,8 +90,9 @@ class NeedsYouPage(Viewer):
 
     def _on_change(self, change: Change) -> None:
         if "run_threads" in change.tables:
-            self.load()
-        elif change.beat is not None and self._cards:
+            self._reload.poke()
+        elif change.beat is not None:
+            self._reload.beat()
             self._tick(datetime.now(timezone.utc))
 
 

@@ -24,7 +24,7 @@ from . import data, state
 from .style import html_pane
 from .debug_pane import debug_html
 from .live import Change
-from .live_panel import on_change, patch_table
+from .live_panel import Throttle, on_change, patch_table
 
 THREAD_TAIL = 200
 
@@ -69,6 +69,7 @@ class RunView(Viewer):
         self.event_payload = pn.widgets.TextInput(placeholder='payload JSON, e.g. {"decision": "approve"}')
         self.emit = pn.widgets.Button(name="Emit")
         self.emit.on_click(lambda _e: self._emit())
+        self._reload = Throttle(self._catch_up, min_interval=0.1)
         self.found = self.refresh()
         if self.found:
             self._append_entries(self._fetch_tail())
@@ -171,14 +172,19 @@ class RunView(Viewer):
             self.debug_body.object = debug_html(run_debug(conn, self.run_id))
 
     # -- live ------------------------------------------------------------------------------------
+    def _catch_up(self) -> None:
+        self.refresh()
+        with data.connection() as conn:
+            self._append_entries(read_model.thread_entries(conn, self.run_id, after=self._last_seq,
+                                                           limit=THREAD_TAIL))
+
     def _on_change(self, change: Change) -> None:
         if self.run_id in change.run_ids:
-            self.refresh()
-            with data.connection() as conn:
-                self._append_entries(read_model.thread_entries(conn, self.run_id, after=self._last_seq,
-                                                               limit=THREAD_TAIL))
-        elif change.beat is not None and self.run and self.run["state"] in ("sleeping", "running", "waiting"):
-            self._render_summary()  # countdowns and running durations tick without a query
+            self._reload.poke()
+        elif change.beat is not None:
+            self._reload.beat()
+            if self.run and self.run["state"] in ("sleeping", "running", "waiting"):
+                self._render_summary()  # countdowns and running durations tick without a query
 
     # -- acting ----------------------------------------------------------------------------------
     def _say(self, text: str, ok: bool = True) -> None:

@@ -18,7 +18,7 @@ from engine_adapter.workflows import list_workflows
 from . import charts, data, state
 from .style import html_pane
 from .live import Change
-from .live_panel import on_change, patch_table
+from .live_panel import Throttle, on_change, patch_table
 
 ANY = ""
 CHART_EVERY_S = 5.0  # charts are the costly part: redrawn at most this often, and only after a change
@@ -66,6 +66,7 @@ class RunsPage(Viewer):
         self._history: list[str] = []  # cursors of the pages before this one
         self._next: Cursor | None = None
         self._dirty_charts = True
+        self._reload = Throttle(self.load)
         self.load()
         self.charts.redraw(self._filters())
         pn.state.add_periodic_callback(self._redraw_charts, period=int(CHART_EVERY_S * 1000))
@@ -119,7 +120,9 @@ class RunsPage(Viewer):
     def _on_change(self, change: Change) -> None:
         if "run_threads" in change.tables:
             self._dirty_charts = True
-            self.load()
+            self._reload.poke()
+        elif change.beat is not None:
+            self._reload.beat()
 
     def _redraw_charts(self) -> None:
         if self._dirty_charts:

@@ -12,6 +12,8 @@ from urllib.parse import urlencode
 
 import yaml
 
+from engine_adapter.recipes import KINDS, TOP_KEYS
+
 # -- links ------------------------------------------------------------------------------------------
 
 
@@ -182,8 +184,27 @@ def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str,
 # -- recipes ----------------------------------------------------------------------------------------
 
 
+class _RecipeDumper(yaml.SafeDumper):
+    """Multi-line texts as literal blocks, as a person would write them."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_RecipeDumper.add_representer(str, _text)
+
+
 def recipe_yaml(recipe: dict[str, Any]) -> str:
-    return yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=100)
+    """A stored recipe as YAML in the order a person writes it (the database keeps keys sorted)."""
+    def ordered(d: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
+        return {k: d[k] for k in (*first, *sorted(set(d) - set(first))) if k in d}
+
+    doc = ordered(recipe, TOP_KEYS)
+    if isinstance(doc.get("steps"), list):
+        doc["steps"] = [ordered(step, ("id", *KINDS)) for step in doc["steps"]]
+    return yaml.dump(doc, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
 def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:

@@ -41,5 +41,7 @@ def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
     if parts[0] == "steps" and len(parts) == 3 and parts[2] == "output":
         if parts[1] not in outputs:
             raise RenderError(f"{{{{{path}}}}}: step {parts[1]} has no output yet")
-        return outputs[parts[1]]
+        output = outputs[parts[1]]
+        # As the shell's $(...) does: "echo hi" outputs "hi\n", and the newline is not part of it.
+        return output.rstrip("\n") if isinstance(output, str) else output
     raise RenderError(f"{{{{{path}}}}}: unknown placeholder (use payload.<path> or steps.<id>.output)")

@@ -221,3 +221,17 @@ def _answers(url: str) -> bool:
         return urllib.request.urlopen(url, timeout=5).status == 200
     except OSError:
         return False
+
+
+def test_long_output_arrives_folded_and_loads_in_full_on_demand(page, stack):
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, "slug: ui-long\nbot: local\nsteps:\n  - id: talk\n"
+                            "    run_command: python3 -c \"print('x' * 5000 + 'THE' + '-END')\"\n")
+        run_id = spawn(conn, "ui-long", {}).run_id
+        harness.wait_for_state(stack.url, run_id, "completed")
+    page.goto(stack.base + f"/run?id={run_id}")
+    button = page.locator("button:has-text('Show all (5008 chars)')")
+    button.wait_for()
+    assert page.locator(".tl-entry:has-text('THE-END')").count() == 0  # only the first part was sent
+    button.click()
+    page.wait_for_selector(".tl-entry:has-text('THE-END')")

@@ -133,3 +133,29 @@ def test_console_refuses_a_public_address_without_sign_in(tmp_path):
     with pytest.raises(access.AccessError, match="cannot read users"):
         access.auth_options("0.0.0.0", env={access.USERS_ENV: str(tmp_path / "missing.json"),
                                             access.SECRET_ENV: "x" * 32})
+
+
+def test_throttle_coalesces_a_burst_and_loses_no_change():
+    from console.live_panel import Throttle
+
+    calls = []
+    t = Throttle(lambda: calls.append(1), min_interval=60)
+    t.poke()  # the first change reloads at once
+    t.poke()
+    t.poke()  # a burst inside the interval: kept, not run
+    assert len(calls) == 1
+    t.beat()  # the next beat runs what was kept, once
+    t.beat()
+    assert len(calls) == 2
+
+
+def test_stored_recipes_read_back_in_writing_order_and_load_unchanged():
+    from engine_adapter.recipes import load_recipe_text
+
+    text = ("slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n    human_gate: |\n      line one\n      line two\n"
+            "    timeout: 1h\n")
+    stored = load_recipe_text(text).to_dict()
+    shown = state.recipe_yaml(dict(sorted(stored.items())))  # as JSONB hands it back: keys sorted
+    assert shown.index("slug:") < shown.index("name:") < shown.index("bot:") < shown.index("steps:")
+    assert "human_gate: |" in shown and shown.index("- id: ask") < shown.index("human_gate:")
+    assert load_recipe_text(shown).canonical_hash == load_recipe_text(text).canonical_hash

@@ -19,6 +19,8 @@ def test_text_values_are_not_quoted_and_structures_become_json():
 
 def test_step_outputs():
     assert render("got {{steps.a.output}}", {}, {"a": "42"}, shell=False) == "got 42"
+    # trailing newlines go, as in the shell's $(...); inner ones stay
+    assert render("[{{steps.a.output}}]", {}, {"a": "a\nb\n\n"}, shell=False) == "[a\nb]"
 
 
 @pytest.mark.parametrize("text, message", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +28,14 @@ from .live import Change
 from .live_panel import Throttle, on_change, patch_table
 
 THREAD_TAIL = 200
+
+
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 class RunView(Viewer):
@@ -70,15 +79,21 @@ class RunView(Viewer):
         self.emit = pn.widgets.Button(name="Emit")
         self.emit.on_click(lambda _e: self._emit())
         self._reload = Throttle(self._catch_up, min_interval=0.1)
-        self.found = self.refresh()
+        self.found = _is_run_id(run_id) and self.refresh()
+        self._unsubscribe = lambda: None
         if self.found:
             self._append_entries(self._fetch_tail())
-        self._unsubscribe = on_change(self._on_change)
+            self._unsubscribe = on_change(self._on_change)
+
+    def close(self) -> None:
+        """Stop following the run (a page closing does this by itself; a notebook may call it)."""
+        self._unsubscribe()
 
     # -- layout ----------------------------------------------------------------------------------
     def __panel__(self) -> pn.viewable.Viewable:
         if not self.found:
-            return html_pane(f'<div class="tl-error">No run {self.run_id} (it may be in another database).</div>')
+            return html_pane(f'<div class="tl-error">No run {html.escape(self.run_id)} '
+                             '(not a run id, or a run of another database).</div>')
         gate_row = pn.Row(self.approve, self.deny, self.reason, sizing_mode="stretch_width")
         thread = pn.Column(pn.pane.Markdown("### Thread"), self.earlier, self.thread, gate_row,
                            pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"), self.feedback,
@@ -116,10 +131,7 @@ class RunView(Viewer):
             f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">{run["state"]}</span></h4>'
             f'<div><code>{run["run_id"]}</code> · {run["created_at"][:19].replace("T", " ")} UTC'
             f' · started {trigger}</div>')
-        frame = pd.DataFrame(state.stepper_rows(run, now))
-        patch_table(self.stepper, frame)
-        if self.highlight and not frame.empty and self.highlight in frame["step"].tolist():
-            self.stepper.selection = [frame["step"].tolist().index(self.highlight)]
+        patch_table(self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight)))
         at_gate = run["gate"] is not None
         for widget in (self.approve, self.deny, self.reason):
             widget.visible = at_gate

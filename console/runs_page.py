@@ -68,7 +68,7 @@ class RunsPage(Viewer):
         self._dirty_charts = True
         self._reload = Throttle(self.load)
         self.load()
-        self.charts.redraw(self._filters())
+        self._redraw_charts()
         pn.state.add_periodic_callback(self._redraw_charts, period=int(CHART_EVERY_S * 1000))
         on_change(self._on_change)
 

@@ -94,8 +94,9 @@ STATUS_ICONS = {"pending": "○", "active": "◉", "sleeping": "☾", "gate": "�
                 "failed": "✗", "skipped": "–"}
 
 
-def stepper_rows(run: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
-    """One row per step: status (with a countdown while sleeping), attempts, duration, output preview."""
+def stepper_rows(run: dict[str, Any], now: datetime, highlight: str | None = None) -> list[dict[str, Any]]:
+    """One row per step: status (with a countdown while sleeping), attempts, duration, output preview;
+    the step a link pointed at is marked ▶."""
     rows = []
     for step in run["steps"]:
         status = step["status"]
@@ -108,7 +109,7 @@ def stepper_rows(run: dict[str, Any], now: datetime) -> list[dict[str, Any]]:
         output = step.get("output")
         preview = "" if output is None else str(output).strip().splitlines()[-1:] or [""]
         rows.append({
-            "step": step["id"], "kind": step["kind"].replace("_", " "),
+            "step": ("▶ " if step["id"] == highlight else "") + step["id"], "kind": step["kind"].replace("_", " "),
             "status": f"{STATUS_ICONS.get(status, '')} {status}", "detail": detail,
             "attempts": step["attempts"] or (step["tries"] if step["kind"] in ("run_command", "dispatch_task") else 0),
             "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),

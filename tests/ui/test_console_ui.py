@@ -235,3 +235,14 @@ def test_long_output_arrives_folded_and_loads_in_full_on_demand(page, stack):
     assert page.locator(".tl-entry:has-text('THE-END')").count() == 0  # only the first part was sent
     button.click()
     page.wait_for_selector(".tl-entry:has-text('THE-END')")
+
+
+def test_bad_links_say_what_is_wrong(page, stack):
+    page.goto(stack.base + "/run?id=not-a-run")
+    page.wait_for_selector(".tl-error:has-text('No run not-a-run (not a run id')")
+    page.goto(stack.base + "/run?id=01a20640-0000-7000-8000-000000000000")
+    page.wait_for_selector(".tl-error:has-text('No run 01a20640-0000-7000-8000-000000000000')")
+    page.goto(stack.base + "/recipe?slug=no-such-flow")
+    page.wait_for_selector(".tl-error:has-text(\"no workflow 'no-such-flow'\")")
+    page.goto(stack.base + "/?state=exploded")
+    page.wait_for_selector(".tl-error:has-text(\"state: 'exploded' is not a run state\")")

@@ -48,8 +48,9 @@ def test_stepper_counts_down_to_a_wake_time_and_previews_the_last_output_line():
         step("nap", "sleep", "sleeping", started_at=(NOW - timedelta(seconds=1)).isoformat()),
         step("ask", "human_gate", "pending"),
     ], wake_at=(NOW + timedelta(seconds=90)).isoformat())
-    rows = state.stepper_rows(run, NOW)
+    rows = state.stepper_rows(run, NOW, highlight="nap")
     assert [r["status"] for r in rows] == ["✓ completed", "☾ sleeping", "○ pending"]
+    assert [r["step"] for r in rows] == ["check", "▶ nap", "ask"]  # /run?id=…&step=nap points at it
     assert rows[0]["output"] == "all good" and rows[0]["duration"] == "2.0 s" and rows[0]["attempts"] == 1
     assert rows[1]["detail"] == "wakes in 1 min 30 s"
     assert rows[1]["duration"] == "1.0 s"  # still running: measured to now

@@ -58,12 +58,13 @@ class ConductorsPage(Viewer):
             workers = read_model.workers_overview(conn)
             unclaimed = read_model.runnable_unclaimed(conn)
         patch_table(self.workers, pd.DataFrame([{
-            "id": w["id"], "kind": w["kind"], "host": w["host"], "pid": w["pid"],
+            "id": w["id"], "kind": w["kind"], "host": w["host"], "pid": str(w["pid"]),
             "alive": "● live" if w["alive"] else "✗ gone",
             "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
             "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
-            "runs in hand" if w["kind"] == "conductor" else "attempts in hand": w["in_hand"],
-        } for w in workers]).fillna(""))
+            "in hand": f'{w["in_hand"]} {"run" if w["kind"] == "conductor" else "attempt"}'
+                       f'{"" if w["in_hand"] == 1 else "s"}',
+        } for w in workers], columns=["id", "kind", "host", "pid", "alive", "started", "last beat", "in hand"]))
         patch_table(self.unclaimed, pd.DataFrame([{
             "run": f'<a href="{state.run_url(u["run_id"])}">{u["run_id"][:8]}</a>',
             "workflow": u["workflow"] or "", "due for": state.age_text(u["waiting_s"]),

@@ -63,6 +63,7 @@ class RunsPage(Viewer):
         self.next_button.on_click(lambda _e: self._turn(back=False))
         self.empty = pn.pane.Markdown(state.EMPTY_STATE, visible=False)
         self.charts = charts.RunCharts()
+        self.chart_card = self.charts.panel()
         self._history: list[str] = []  # cursors of the pages before this one
         self._next: Cursor | None = None
         self._dirty_charts = True
@@ -76,7 +77,7 @@ class RunsPage(Viewer):
         filters = pn.Row(self.w_workflow, self.w_state, self.w_trigger, self.w_since, self.w_until, self.w_search,
                          sizing_mode="stretch_width")
         return pn.Column(filters, self.problem, self.counts, self.empty, self.table,
-                         pn.Row(self.prev_button, self.next_button), self.charts.panel(),
+                         pn.Row(self.prev_button, self.next_button), self.chart_card,
                          sizing_mode="stretch_width")
 
     # -- reading ---------------------------------------------------------------------------------
@@ -101,6 +102,8 @@ class RunsPage(Viewer):
         patch_table(self.table, runs_frame(page.rows))
         self.counts.object = counts_html(counts, filters)
         self.empty.visible = not any(counts.values()) and not filters.to_params()
+        for part in (self.chart_card, self.table, self.prev_button, self.next_button):
+            part.visible = not self.empty.visible
 
     def _filter_changed(self, _event: Any) -> None:
         for name in ("workflow", "state", "trigger", "since", "until", "search"):

@@ -42,7 +42,7 @@ class ConductorsPage(Viewer):
         self.feedback = html_pane("")
         self._dirty, self._loaded_at = False, 0.0
         self.load()
-        on_change(self._on_change)
+        on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
         note = ("Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "

@@ -13,10 +13,17 @@ from . import data
 from .live import Change, hub
 
 
-def on_change(fn: Callable[[Change], None]) -> Callable[[], None]:
-    """Call fn for every change while this page is open; in a server session on its own event loop."""
+def on_change(fn: Callable[[Change], None], catch_up: Callable[[], None] | None = None) -> Callable[[], None]:
+    """Call fn for every change while this page is open; in a server session on its own event loop.
+
+    In a served page the feed starts once the page has loaded in the browser (a table updated
+    while the browser is still building it throws there), and `catch_up` first reads what changed
+    in between. In a notebook it starts at once.
+    """
     doc = pn.state.curdoc
     served = doc is not None and doc.session_context is not None
+    feed = hub(data.configured_url())
+    subscription: list[Callable[[], None]] = []
 
     def deliver(change: Change) -> None:
         if served:
@@ -24,9 +31,20 @@ def on_change(fn: Callable[[Change], None]) -> Callable[[], None]:
         else:  # a notebook: Panel forwards the update through its comm
             fn(change)
 
-    unsubscribe = hub(data.configured_url()).subscribe(deliver)
+    def start() -> None:
+        subscription.append(feed.subscribe(deliver))
+        if served and catch_up is not None:
+            catch_up()
+
+    def unsubscribe() -> None:
+        for stop in subscription:
+            stop()
+
     if served:
+        pn.state.onload(start)
         doc.on_session_destroyed(lambda _ctx: unsubscribe())
+    else:
+        start()
     return unsubscribe
 
 

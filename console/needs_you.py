@@ -25,7 +25,7 @@ class NeedsYouPage(Viewer):
         self._cards: dict[str, tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]] = {}
         self._reload = Throttle(self.load)
         self.load()
-        on_change(self._on_change)
+        on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(self.feedback, self.list, sizing_mode="stretch_width")

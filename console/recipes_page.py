@@ -11,12 +11,11 @@ from typing import Any
 
 import pandas as pd
 import panel as pn
-import psycopg
 from panel.viewable import Viewer
 
 from engine_adapter.recipes import RecipeError, load_recipe_text
 from engine_adapter.schedules import schedule_list
-from engine_adapter.spawn import SpawnError, spawn
+from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.workflows import (WorkflowNotFound, apply_recipe, get_version, get_workflow, list_versions,
                                       list_workflows)
 
@@ -147,8 +146,8 @@ class RecipeEditor(Viewer):
                     pass
             try:
                 applied = apply_recipe(conn, recipe)
-            except psycopg.errors.UniqueViolation as err:  # a webhook path another workflow holds
-                self.saved.object = f'<span class="tl-error">{html.escape(err.diag.message_primary or str(err))}</span>'
+            except RecipeError as err:  # e.g. a webhook path another workflow holds
+                self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
                 return
         link = state.recipe_url(applied.slug)
         word = "saved" if applied.changed else "unchanged"
@@ -167,8 +166,12 @@ class RecipeEditor(Viewer):
         with data.connection() as conn:
             old = get_version(conn, self.slug or "", self.version_pick.value)
         recipe = load_recipe_text(json.dumps(old["recipe"]), source=f"v{old['version']}")
-        with data.connection() as conn:
-            applied = apply_recipe(conn, recipe, source="rollback")
+        try:
+            with data.connection() as conn:
+                applied = apply_recipe(conn, recipe, source="rollback")
+        except RecipeError as err:
+            self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
+            return
         self.saved.object = (f'<span class="tl-ok">rolled back: now <a href="{state.recipe_url(applied.slug)}">'
                              f'v{applied.version}</a> (a copy of v{old["version"]})</span>')
 
@@ -185,7 +188,7 @@ class RecipeEditor(Viewer):
                 result = spawn(conn, self.slug or "", payload,
                                trigger={"kind": "manual", "caller": data.current_user(),
                                         "request_id": self._request_id},
-                               idempotency_key=f"console:{self._request_id}")
+                               idempotency_key=manual_key(self.slug or "", self._request_id))
         except SpawnError as err:
             self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return

@@ -83,7 +83,7 @@ class RunView(Viewer):
         self._unsubscribe = lambda: None
         if self.found:
             self._append_entries(self._fetch_tail())
-            self._unsubscribe = on_change(self._on_change)
+            self._unsubscribe = on_change(self._on_change, catch_up=self._catch_up)
 
     def close(self) -> None:
         """Stop following the run (a page closing does this by itself; a notebook may call it)."""

@@ -71,7 +71,7 @@ class RunsPage(Viewer):
         self.load()
         self._redraw_charts()
         pn.state.add_periodic_callback(self._redraw_charts, period=int(CHART_EVERY_S * 1000))
-        on_change(self._on_change)
+        on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
         filters = pn.Row(self.w_workflow, self.w_state, self.w_trigger, self.w_since, self.w_until, self.w_search,

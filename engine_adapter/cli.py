@@ -99,17 +99,11 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
 
     try:
         recipe = load_recipe_file(args.file)
+        with _conn() as conn:
+            applied = apply_recipe(conn, recipe)  # RecipeError too: a webhook path already taken
     except RecipeError as err:
         print(str(err), file=sys.stderr)
         return EXIT_INVALID
-    import psycopg
-
-    with _conn() as conn:
-        try:
-            applied = apply_recipe(conn, recipe)
-        except psycopg.errors.UniqueViolation as err:  # a webhook path another workflow holds
-            print(f"{args.file}: {err.diag.message_primary}", file=sys.stderr)
-            return EXIT_INVALID
     _print(args, applied.__dict__, lambda a: f"{a['slug']} v{a['version']}" + ("" if a["changed"] else " (unchanged)"))
     return 0
 
@@ -137,27 +131,23 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     return 0
 
 
-class _BadPayload(ValueError):
-    pass
-
-
 def _payload(args: argparse.Namespace) -> Any:
     try:
         return json.loads(args.payload) if args.payload else {}
     except json.JSONDecodeError as err:
-        raise _BadPayload(f"--payload: not valid JSON: {err}") from None
+        raise ValueError(f"--payload: not valid JSON: {err}") from None
 
 
 def cmd_spawn(args: argparse.Namespace) -> int:
     import uuid
 
-    from .spawn import spawn
+    from .spawn import manual_key, spawn
 
     payload = _payload(args)
-    # A client request id makes a retried command (or a double-click) one run.
+    # A client request id makes a retried command (or a double-click) one run of this workflow.
     request_id = args.request_id or str(uuid.uuid4())
     with _conn() as conn:
-        result = spawn(conn, args.slug, payload, idempotency_key=request_id,
+        result = spawn(conn, args.slug, payload, idempotency_key=manual_key(args.slug, request_id),
                        trigger={"kind": "manual", "caller": _actor(args), "request_id": request_id})
     value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
     if not args.request_id:
@@ -310,6 +300,9 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .hooks import DEFAULT_PORT, MAX_BYTES
+    from .webhook_auth import TOLERANCE_S
+
     p = argparse.ArgumentParser(prog="threadline", description="Durable workflows where every run is a thread.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -325,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--port", type=int, default=5006, help="console port (default 5006)")
     sp.add_argument("--no-hooks", action="store_true", help="do not start the webhook ingress")
     sp.add_argument("--hooks-port", type=int, default=None,
-                    help="webhook ingress port (default 5007, or a free one if that is taken)")
+                    help=f"webhook ingress port (default {DEFAULT_PORT}, or a free one if taken)")
     add("conductor", cmd_conductor, "run a conductor process")
     sp = add("bots", cmd_bots, "run a bot process")
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
@@ -333,10 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("hooks", cmd_hooks, "serve webhooks: POST /hooks/<path> starts a run")
     sp.add_argument("--host", default="127.0.0.1",
                     help="address to listen on (default 127.0.0.1; another needs every webhook signed)")
-    sp.add_argument("--port", type=int, default=5007, help="port (default 5007; 0 picks a free one)")
-    sp.add_argument("--max-bytes", type=int, default=1 << 20, help="largest body accepted (default 1 MiB)")
-    sp.add_argument("--tolerance", type=float, default=300.0,
-                    help="seconds a signed timestamp may differ from now (default 300)")
+    sp.add_argument("--port", type=int, default=DEFAULT_PORT,
+                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    sp.add_argument("--max-bytes", type=int, default=MAX_BYTES,
+                    help=f"largest body accepted (default {MAX_BYTES} bytes)")
+    sp.add_argument("--tolerance", type=float, default=TOLERANCE_S,
+                    help=f"seconds a signed timestamp may be off (default {TOLERANCE_S:g})")
     sp = add("console", cmd_console, "serve the web console")
     sp.add_argument("--port", type=int, default=5006)
     sp.add_argument("--address", default="127.0.0.1",
@@ -417,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import commands, recipes, spawn, threads
 
         known += (LookupError, commands.CommandRefused, threads.DecisionRefused, spawn.SpawnError,
-                  recipes.RecipeError, _BadPayload, ValueError)
+                  recipes.RecipeError, ValueError)
         return args.fn(args)
     except known as err:
         print(f"threadline: {err}", file=sys.stderr)

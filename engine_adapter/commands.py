@@ -43,6 +43,7 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: str) -> str:
             return f"{run_id}:engine"
         if run["state"] != "failed":
             raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
+        _check_room(conn, run_id, run["workflow"])
         key = names.step_key(run_id, run["current_step"], run["current_try"])
         db.fetch_one(conn, "emit_event", dict(queue=QUEUE, event=names.retry_event(key),
                                               payload=Jsonb({"actor": actor})))
@@ -52,6 +53,19 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: str) -> str:
                        data={"decision": "retry"})
         db.notify(conn, run_id, "retry")
         return key
+
+
+def _check_room(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> None:
+    """A failed run gave up its place (max_concurrent_runs): resuming it takes one again, so it is
+    refused while the workflow is full. Under the admission lock, held to commit, so a concurrent
+    spawn or retry cannot take the same place."""
+    db.fetch_one(conn, "lock_admission", dict(workflow=workflow))
+    places = db.fetch_one(conn, "workflow_places", dict(workflow=workflow))
+    if places and places["max_runs"] is not None and places["active"] >= places["max_runs"]:
+        raise CommandRefused(
+            f"run {run_id} cannot be retried now: workflow {workflow!r} has {places['active']} of "
+            f"{places['max_runs']} runs allowed at once active (max_concurrent_runs); "
+            "retry it when one of them finishes")
 
 
 def emit_debug_event(conn: psycopg.Connection[Any], run_id: str, event: str, payload: Any, actor: str) -> None:

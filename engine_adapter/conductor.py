@@ -33,6 +33,8 @@ log = logging.getLogger("threadline.conductor")
 # expiry; recovery normally comes sooner, from the liveness lock (see recover_dead_conductors).
 CLAIM_TIMEOUT_S = 30
 SWEEP_EVERY_S = 1.0
+# Admission happens on spawn, on finish and when a limit is raised; this sweep is only a backstop.
+READMIT_EVERY_S = 10.0
 SCHEDULE_EVERY_S = 1.0  # cron slots are minutes: a slot fires within about a second of its time
 BATCH = 10
 
@@ -48,6 +50,7 @@ class Conductor:
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         self._stopping = False
         self._last_sweep = 0.0
+        self._last_readmit = 0.0
         self._last_schedule_tick = 0.0
 
     # -- loop ---------------------------------------------------------------------------------
@@ -68,8 +71,10 @@ class Conductor:
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
             self.reconcile()
-            self.readmit()
             self.recover_dead_conductors()
+        if now - self._last_readmit >= READMIT_EVERY_S:
+            self._last_readmit = now
+            self.readmit()
         if now - self._last_schedule_tick >= SCHEDULE_EVERY_S:
             self._last_schedule_tick = now
             self.tick_schedules()
@@ -115,12 +120,21 @@ class Conductor:
         return emitted
 
     def readmit(self) -> int:
-        """Admission backstop: queued runs of workflows with room (a limit raised, a place freed
-        by a path that skipped the finish trigger) are admitted here."""
+        """Admission backstop: queued runs of workflows with room (a place freed by a path that
+        skipped the finish trigger) are admitted here. A failure is logged, never raised into
+        the loop; one workflow's failure does not stop the others."""
         admitted = 0
-        for row in db.fetch_all(self.conn, "workflows_with_queued_runs"):
-            params = dict(queue=QUEUE, workflow=row["workflow"])
-            admitted += db.fetch_one(self.conn, "admit_queued", params)["admitted"]
+        try:
+            rows = db.fetch_all(self.conn, "workflows_with_queued_runs")
+        except Exception:
+            log.exception("admission sweep failed")
+            return 0
+        for workflow in (row["workflow"] for row in rows):
+            try:
+                admitted += db.fetch_one(self.conn, "admit_queued",
+                                         dict(queue=QUEUE, workflow=workflow))["admitted"]
+            except Exception:
+                log.exception("admission sweep failed for workflow %s", workflow)
         return admitted
 
     def tick_schedules(self) -> None:
@@ -129,7 +143,7 @@ class Conductor:
             for fired in schedules.tick(self.conn, caller=self.worker.id):
                 log.info("schedule %s slot %s: %s", fired.workflow, fired.slot.isoformat(),
                          f"run {fired.run_id}" if fired.run_id else "skipped")
-        except (psycopg.Error, ValueError, LookupError):
+        except Exception:  # nothing may escape the conductor's loop
             log.exception("schedule tick failed")
 
     def recover_dead_conductors(self) -> int:

@@ -8,11 +8,13 @@ The daylight-saving rule: a local time that does not exist (the hour skipped whe
 forward) is skipped, and a local time that occurs twice (the hour repeated when clocks fall back)
 fires once, at its first occurrence. So `30 2 * * *` in America/New_York does not fire on
 2026-03-08, `30 1 * * *` fires once on 2026-11-01, and `* * * * *` fires each local minute once
-(not again in the repeated hour).
+(not again in the repeated hour). A label of a time in the repeated hour carries its UTC offset,
+so "01:30 America/New_York (UTC-04:00)" says which of the two it is.
 """
 
 from __future__ import annotations
 
+import json
 import zoneinfo
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
@@ -25,7 +27,35 @@ _MAX_SHIFT = timedelta(hours=3)
 
 
 class CronError(ValueError):
-    pass
+    """A cron expression or time zone is invalid; the message names the value."""
+
+
+def _q(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def check_expr(expr: str) -> str:
+    """The expression with its spacing normalised; CronError unless it is valid 5-field cron."""
+    if not isinstance(expr, str):
+        raise CronError(f"{_q(expr)} must be a 5-field cron expression")
+    expr = " ".join(expr.split())
+    if len(expr.split()) != 5:
+        raise CronError(f"{_q(expr)} must be a 5-field cron expression")
+    try:
+        CronSim(expr, datetime(2000, 1, 1))
+    except (CronSimError, ValueError) as exc:
+        raise CronError(f"{_q(expr)} is not a valid cron expression ({exc})") from None
+    return expr
+
+
+def zone(tz: str) -> zoneinfo.ZoneInfo:
+    """The IANA time zone named tz; CronError naming it otherwise."""
+    try:
+        if not isinstance(tz, str):
+            raise ValueError(tz)
+        return zoneinfo.ZoneInfo(tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise CronError(f"{_q(tz)} is not an IANA time zone (e.g. Europe/Berlin)") from None
 
 
 def resolve(local: datetime, zone: zoneinfo.ZoneInfo) -> datetime | None:
@@ -40,18 +70,9 @@ class Schedule:
     """One cron expression in one time zone. Instants in and out are timezone-aware."""
 
     def __init__(self, expr: str, tz: str = "UTC") -> None:
-        self.expr = " ".join(expr.split())
+        self.expr = check_expr(expr)
         self.tz = tz
-        if len(self.expr.split()) != 5:
-            raise CronError(f"{self.expr!r} must be a 5-field cron expression")
-        try:
-            self.zone = zoneinfo.ZoneInfo(tz)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise CronError(f"{tz!r} is not an IANA time zone (e.g. Europe/Berlin)") from None
-        try:
-            CronSim(self.expr, datetime(2000, 1, 1))
-        except (CronSimError, ValueError) as exc:
-            raise CronError(f"{self.expr!r} is not a valid cron expression ({exc})") from None
+        self.zone = zone(tz)
 
     def _local(self, t: datetime) -> datetime:
         return t.astimezone(self.zone).replace(tzinfo=None, second=0, microsecond=0)
@@ -96,8 +117,14 @@ class Schedule:
         return None
 
     def label(self, slot: datetime) -> str:
-        """A slot in the schedule's own local time: "2026-11-23 07:00 Europe/Berlin"."""
-        return f"{slot.astimezone(self.zone):%Y-%m-%d %H:%M} {self.tz}"
+        """A slot in the schedule's own local time: "2026-11-23 07:00 Europe/Berlin"; in an hour
+        that repeats, with its UTC offset: "2026-11-01 01:30 America/New_York (UTC-04:00)"."""
+        local = slot.astimezone(self.zone)
+        text = f"{local:%Y-%m-%d %H:%M} {self.tz}"
+        if local.replace(fold=0).utcoffset() != local.replace(fold=1).utcoffset():
+            offset = local.strftime("%z")
+            text += f" (UTC{offset[:3]}:{offset[3:]})"
+        return text
 
     def describe(self) -> str:
         """In words: "at 07:00 every day (Europe/Berlin)"."""

@@ -15,7 +15,7 @@ import psycopg
 
 from . import db
 from .recipes import EVENT_NAME
-from .spawn import SpawnError, spawn
+from .spawn import SpawnError, check_payload, spawn
 
 MAX_EVENT_ID = 200
 
@@ -43,9 +43,7 @@ def emit(conn: psycopg.Connection[Any], name: str, payload: Any = None, *, event
         event_id = str(uuid.uuid4())
     elif not event_id.strip() or len(event_id) > MAX_EVENT_ID:
         raise SpawnError(f"event id {event_id!r} must be 1 to {MAX_EVENT_ID} characters")
-    payload = {} if payload is None else payload
-    if not isinstance(payload, dict):
-        raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
+    payload = check_payload(payload)  # refused even when no workflow listens
     trigger: dict[str, Any] = {"kind": "event", "event": name, "event_id": event_id}
     if caller:
         trigger["caller"] = caller

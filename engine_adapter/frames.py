@@ -12,12 +12,18 @@ from typing import Any
 import pandas as pd
 import psycopg
 
-from . import db, names
+from . import db, names, threads
 from .read_model import show_run
+from .workers import list_workers
 
 STEP_COLUMNS = ["id", "kind", "status", "attempts", "tries", "output"]
 THREAD_COLUMNS = ["seq", "created_at", "author_kind", "author", "kind", "step", "step_key", "text"]
+TRY_COLUMNS = ["step_key", "step", "try", "sent_at", "ended_at", "outcome"]
 TIMELINE_COLUMNS = ["lane", "kind", "start", "finish", "outcome", "detail"]
+FINAL_RESULT = "signal.dispatch."  # entry kinds of a bot's final result for a step: completed, failed
+ENTRY_LIMIT = 100_000
+# A process counts as the run's when it beat within this window before the run started.
+BEAT_WINDOW = timedelta(seconds=5)
 # Process bars are clipped to the run's window plus this margin, so a long-lived process does
 # not stretch the timeline to its whole life.
 MARGIN = timedelta(seconds=1)
@@ -41,36 +47,85 @@ def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
 
 
 def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
-    """Each step try: sent_at, ended_at (bot terminal, gate decision or wake time) and outcome."""
-    return _frame(conn, "frame_step_tries", run_id, ["step_key", "step", "try", "sent_at", "ended_at", "outcome"])
+    """Each step try: sent_at (its first thread entry), and when and how it ended: the step's final
+    result from the bot, the gate decision, or for a sleep its planned wake-up time once that has
+    passed (the next step's sent_at shows when the run actually woke)."""
+    checkpoints = {c["checkpoint_name"]: c["state"]
+                   for c in db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))}
+    now = db.fetch_one(conn, "db_now")["now"]
+    tries: dict[str, dict[str, Any]] = {}
+    for entry in _step_entries(conn, run_id):
+        key = entry["step_key"]
+        if key not in tries:
+            _, step, try_no = names.split_step_key(key)
+            tries[key] = {"step_key": key, "step": step, "try": try_no, "sent_at": entry["created_at"],
+                          "ended_at": None, "outcome": None}
+        if entry["kind"].startswith(FINAL_RESULT):
+            tries[key].update(ended_at=entry["created_at"],
+                              outcome=entry["kind"].removeprefix(FINAL_RESULT))
+    for t in (t for t in tries.values() if t["outcome"] is None):
+        decision = db.fetch_one(conn, "get_decision", dict(step_key=t["step_key"]))
+        wake_at = (checkpoints.get(names.send_checkpoint(t["step"], t["try"])) or {}).get("wake_at")
+        if decision is not None:
+            t.update(ended_at=decision["created_at"], outcome=decision["decision"])
+        elif wake_at is not None and datetime.fromisoformat(wake_at) <= now:
+            t.update(ended_at=datetime.fromisoformat(wake_at), outcome="slept")
+    rows = sorted(tries.values(), key=lambda t: (t["sent_at"], t["step_key"]))
+    return pd.DataFrame(rows, columns=TRY_COLUMNS)
 
 
 def attempts_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Every bot attempt (claim) of the run, oldest first."""
-    frame = _frame(conn, "run_claims", run_id, ["step_key", "attempt", "worker_id", "host", "started_at",
-                                                 "finished_at", "outcome", "lease_until"])
+    frame = pd.DataFrame(db.fetch_all(conn, "run_claims", dict(run_id=run_id)), columns=[
+        "step_key", "attempt", "worker_id", "host", "started_at", "finished_at", "outcome",
+        "lease_until"])
     frame.insert(1, "step", frame["step_key"].map(_step_of))
     return frame
 
 
 def events_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
-    """The run's step done events with the time the engine stored them."""
-    frame = _frame(conn, "frame_done_events", run_id, ["step_key", "emitted_at", "payload"])
+    """The run's step done events with the time the engine stored them (first write wins), oldest
+    first; an event only awaited so far is not among them."""
+    keys = sorted({e["step_key"] for e in _step_entries(conn, run_id)})
+    events = db.fetch_all(conn, "engine_events", dict(names=[names.done_event(k) for k in keys]))
+    prefix = names.done_event("")
+    # As in engine_debug: an event awaited before it was emitted is a placeholder row at the epoch.
+    rows = [{"step_key": e["event_name"].removeprefix(prefix), "emitted_at": e["emitted_at"],
+             "payload": e["payload"]} for e in events if e["emitted_at"].year > 1970]
+    frame = pd.DataFrame(rows, columns=["step_key", "emitted_at", "payload"])
     frame.insert(1, "step", frame["step_key"].map(_step_of))
     frame.insert(2, "try", frame["step_key"].map(lambda key: names.split_step_key(key)[2]))
     return frame
 
 
 def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
-    """Conductor and bot processes alive at some point during the run; `alive` is their lock."""
-    return _frame(conn, "frame_workers", run_id, ["id", "kind", "pid", "started_at", "last_beat_at", "alive"])
+    """Conductor and bot processes alive at some point during the run (or just before it), oldest
+    first; `alive` is their liveness lock."""
+    run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
+    if run is None:
+        raise threads.RunNotFound(f"no run {run_id}")
+    end = run["finished_at"] or db.fetch_one(conn, "db_now")["now"]
+    rows = [w for w in reversed(list_workers(conn))  # newest first there
+            if w["started_at"] <= end
+            and (w["alive"] or w["last_beat_at"] >= run["created_at"] - BEAT_WINDOW)]
+    return pd.DataFrame(rows, columns=["id", "kind", "pid", "started_at", "last_beat_at", "alive"])
 
 
 def engine_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
-    """The engine's own rows for the run (one per conductor attempt): state, lease holder, wake-up."""
-    return _frame(conn, "frame_engine_runs", run_id,
-                  ["engine_run", "attempt", "state", "claimed_by", "claim_expires_at", "available_at",
-                   "wake_event", "started_at", "completed_at", "failed_at"])
+    """The engine's own rows for the run (one per conductor attempt): state, lease holder, wake-up
+    (available_at; empty while the run awaits an event, which the engine stores as infinity)."""
+    rows = db.fetch_all(conn, "engine_attempts", dict(run_id=run_id))
+    frame = pd.DataFrame(rows, columns=[
+        "run_id", "attempt", "state", "claimed_by", "claim_expires_at", "available_at", "wake_event",
+        "started_at", "completed_at", "failed_at", "failure_reason"])
+    return frame.rename(columns={"run_id": "engine_run"})
+
+
+def schedule_slots_frame(conn: psycopg.Connection[Any], workflow: str) -> pd.DataFrame:
+    """A scheduled workflow's slot rows, oldest first: the slot, the run it started, and how many
+    earlier missed slots it stands for (catch_up)."""
+    return pd.DataFrame(db.fetch_all(conn, "frame_schedule_slots", dict(workflow=workflow)),
+                        columns=["slot", "run_id", "skipped"])
 
 
 def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
@@ -140,13 +195,15 @@ def timeline_figure(conn: psycopg.Connection[Any], run_id: str,
     return fig
 
 
+def _step_entries(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
+    """The run's thread entries that belong to a step try, in order."""
+    entries = db.fetch_all(conn, "run_entries", dict(run_id=run_id, after=0, limit=ENTRY_LIMIT))
+    return [e for e in entries if e["step_key"] is not None]
+
+
 def _conductors_first(column: pd.Series) -> pd.Series:
     return column.map(lambda kind: 0 if kind == "conductor" else 1) if column.name == "kind" else column
 
 
 def _step_of(key: Any) -> str | None:
     return names.split_step_key(key)[1] if isinstance(key, str) else None  # missing keys read as NaN
-
-
-def _frame(conn: psycopg.Connection[Any], query: str, run_id: str, columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(db.fetch_all(conn, query, dict(run_id=run_id)), columns=columns)

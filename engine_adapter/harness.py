@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import psycopg
 
@@ -87,25 +88,33 @@ def alive_count(conn: psycopg.Connection[Any], kind: str) -> int:
 
 
 @contextmanager
-def throwaway_server(prefix: str = "threadline-") -> Iterator[str]:
-    """An embedded PostgreSQL in a temp home, removed (data included) on exit; yields its URL."""
+def throwaway_server(prefix: str = "threadline-", home: Path | None = None) -> Iterator[str]:
+    """An embedded PostgreSQL in a temp home (or the empty `home` given), removed (data included)
+    on exit; yields its URL."""
     from .embedded import EmbeddedPostgres
 
-    home = Path(tempfile.mkdtemp(prefix=prefix))
+    home = home or Path(tempfile.mkdtemp(prefix=prefix))
     server = EmbeddedPostgres(home)
-    # As root the data may live outside home (see embedded.py): remember where, to remove it too.
-    data_base: Path | None = None
     try:
         server.ensure_initialised()
-        data_base = server.data_dir.parent
         yield server.start()
     finally:
-        try:
-            server.stop()
-        finally:
-            shutil.rmtree(home, ignore_errors=True)
-            if data_base is not None and not data_base.is_relative_to(home):
-                shutil.rmtree(data_base, ignore_errors=True)
+        remove_server(home)
+
+
+def remove_server(home: Path, mode: str = "fast") -> None:
+    """Stop the embedded server of a throwaway home and remove the home and its data."""
+    from .embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(home)
+    # As root the data may live outside home (see embedded.py): note where before removing home.
+    data_base = server.data_dir.parent
+    try:
+        server.stop(mode)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        if not data_base.is_relative_to(home):
+            shutil.rmtree(data_base, ignore_errors=True)
 
 
 def with_dbname(url: str, name: str) -> str:
@@ -116,17 +125,36 @@ def with_dbname(url: str, name: str) -> str:
 
 
 class ProcessSet:
-    """Conductor and bot processes started against one database; kill_all() ends every one."""
+    """Conductor and bot processes started against one database; kill_all() ends every one.
+    on_start, if given, hears of each process as soon as it is started."""
 
-    def __init__(self, url: str, home: Path) -> None:
+    def __init__(self, url: str, home: Path,
+                 on_start: Callable[[subprocess.Popen[bytes]], None] | None = None) -> None:
         self.url, self.home = url, home
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.on_start = on_start
 
-    def start(self, kind: str, env: dict[str, str] | None = None,
-              args: Iterable[str] = ()) -> subprocess.Popen[bytes]:
+    def start(self, kind: str, env: dict[str, str] | None = None, args: Iterable[str] = (),
+              wait: bool = False, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+        """Start a process; with wait, return once it holds its liveness lock (conductor, bots)."""
         proc = start_process(kind, self.url, self.home, env=env, args=args)
         self.procs.append(proc)
+        if self.on_start is not None:
+            self.on_start(proc)
+        if wait:
+            self.wait_started(proc, kind, timeout)
         return proc
+
+    def wait_started(self, proc: subprocess.Popen[bytes], kind: str, timeout: float = 30.0) -> None:
+        """Until this very process holds its liveness lock; RuntimeError, with the logs, if it
+        exits first."""
+        params = dict(kind=kind, pid=proc.pid, host=socket.gethostname())
+        with db.connect(self.url) as conn:
+            wait_for(lambda: proc.poll() is not None
+                     or db.fetch_one(conn, "live_worker_by_pid", params)["alive"],
+                     timeout, interval=0.02, what=f"{kind} process {proc.pid} to start")
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} process exited with {proc.returncode}:\n{self.log_tails()}")
 
     def wait_alive(self, kind: str, count: int = 1, timeout: float = 30.0) -> None:
         """Until `count` processes of `kind` hold their liveness lock (they finished starting)."""

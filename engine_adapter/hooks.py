@@ -102,7 +102,7 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
     key = dict(path=d.path, delivery=delivery, signature=signature)
     seen = db.fetch_one(conn, "webhook_delivery_seen", key)
     if seen is not None:
-        return _accepted(200, seen)
+        return _repeat(d.path, seen)
     if not trigger["enabled"]:
         return _error(409, f"workflow {trigger['workflow']!r} is disabled")
     try:
@@ -120,7 +120,7 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
             if recorded is None:
                 raise _LostRace  # roll our run back: the first one stands
     except _LostRace:
-        return _accepted(200, db.fetch_one(conn, "webhook_delivery_seen", key))
+        return _repeat(d.path, db.fetch_one(conn, "webhook_delivery_seen", key))
     except SpawnError as err:  # e.g. disabled between the check above and the spawn
         return _error(409, str(err))
     except WorkflowNotFound as err:
@@ -129,6 +129,17 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
         return _error(400, f"the body cannot be stored: {err.diag.message_primary}")
     status = 202 if spawned.created else 200
     return _accepted(status, {"run_id": spawned.run_id, "delivery": delivery})
+
+
+def _repeat(path: str, seen: dict[str, Any]) -> Reply:
+    """A repeat at its own path finds its run (200); a signed request captured at one path and
+    resent to another (paths may share a secret) is refused: it starts nothing there, and the
+    answer does not hand out another workflow's run."""
+    if seen["path"] != path:
+        return _error(409, f"this signed request was already delivered to {PREFIX}{seen['path']}; "
+                           f"a delivery to {PREFIX}{path} needs a signature of its own "
+                           f"(sign it again with a new {TIMESTAMP_HEADER})")
+    return _accepted(200, seen)
 
 
 def _accepted(status: int, row: dict[str, Any]) -> Reply:

@@ -5,22 +5,30 @@ With THREADLINE_DATABASE_URL set, a fresh database is created on that server (an
 end), so a notebook never touches the data it names; otherwise an embedded PostgreSQL is started in
 a temporary home. While the environment is open, THREADLINE_DATABASE_URL and THREADLINE_HOME in
 this process point at it, so the CLI and the console's views find it too.
+
+close() removes everything at once. Should this process die first (a kernel killed seconds after a
+failing cell, too soon for atexit), a reaper does it: a detached process (`python -m
+engine_adapter.notebook_env --reap`) told over a pipe what to remove as it is created. When the
+pipe closes without close() having said it is done, the reaper kills the processes, drops the
+database or stops the embedded server, and removes the folders.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
-import socket
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 import psycopg
 
@@ -41,22 +49,25 @@ class NotebookEnv:
         self.url: str | None = None
         self.conn: psycopg.Connection[Any] | None = None
         self.procs: harness.ProcessSet | None = None
+        self.server_home: Path | None = None  # the embedded server's home, when there is one
         self._stack = ExitStack()
         self._saved_env: dict[str, str | None] = {}
+        self._reaper: Reaper | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> "NotebookEnv":
-        # Registered first: a kernel that exits after a failing cell still cleans up.
+        # A kernel that exits after a failing cell cleans up at exit; one killed first, by the reaper.
         atexit.register(self.close)
         try:
+            self._reaper = Reaper()
             self.home = Path(tempfile.mkdtemp(prefix=self.prefix))
+            self._reaper.tell(remove=str(self.home))
             self._stack.callback(shutil.rmtree, self.home, ignore_errors=True)
             given = os.environ.get(DATABASE_URL_ENV)
-            self.url = self._fresh_database(given) if given else self._stack.enter_context(
-                harness.throwaway_server(prefix=self.prefix))
+            self.url = self._fresh_database(given) if given else self._embedded_server()
             self.conn = self._stack.enter_context(db.connect(self.url))
             schema.migrate(self.conn)
-            self.procs = harness.ProcessSet(self.url, self.home)
+            self.procs = harness.ProcessSet(self.url, self.home, on_start=self._reaper.tell_process)
             self._stack.callback(self.procs.kill_all)  # runs before the database goes away
             self._point_env_here()
         except BaseException:
@@ -74,8 +85,10 @@ class NotebookEnv:
         """Kill every process started here, drop the database or stop the server, remove the temp
         home and restore the environment. Safe to call twice."""
         atexit.unregister(self.close)
+        removed = False
         try:
             self._stack.close()
+            removed = True
         finally:
             for name, value in self._saved_env.items():
                 if value is None:
@@ -83,9 +96,18 @@ class NotebookEnv:
                 else:
                     os.environ[name] = value
             self._saved_env = {}
+            if self._reaper is not None:  # if something was left, the reaper retries it now
+                self._reaper.finish(removed)
+                self._reaper = None
+
+    def _embedded_server(self) -> str:
+        self.server_home = Path(tempfile.mkdtemp(prefix=self.prefix))
+        self._reaper.tell(server_home=str(self.server_home))
+        return self._stack.enter_context(harness.throwaway_server(home=self.server_home))
 
     def _fresh_database(self, server_url: str) -> str:
         name = f"tl_nb_{uuid.uuid4().hex[:12]}"
+        self._reaper.tell(drop=name, server_url=server_url)
         try:
             with psycopg.connect(server_url, autocommit=True) as admin:
                 admin.execute(f"create database {name}")
@@ -114,14 +136,7 @@ class NotebookEnv:
 
     def _start(self, kind: str, wait: bool) -> subprocess.Popen[bytes]:
         assert self.procs is not None, "call start() first"
-        proc = self.procs.start(kind)
-        if wait:  # until it holds its liveness lock, so it is visibly up
-            params = dict(kind=kind, pid=proc.pid, host=socket.gethostname())
-            harness.wait_for(lambda: proc.poll() is not None or db.fetch_one(
-                self.conn, "live_worker_by_pid", params)["alive"], what=f"{kind} process {proc.pid} to start")
-            if proc.poll() is not None:
-                raise RuntimeError(f"{kind} process exited with {proc.returncode}:\n{self.logs()}")
-        return proc
+        return self.procs.start(kind, wait=wait)  # wait: until it holds its liveness lock
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL: no clean-up code runs in the process, as in a real crash."""
@@ -181,3 +196,89 @@ class NotebookEnv:
     def now(self) -> datetime:
         """The database clock, which every recorded time in the frames comes from."""
         return db.fetch_one(self.conn, "db_now")["now"]
+
+
+# -- the reaper ---------------------------------------------------------------------------------
+class Reaper:
+    """The detached process that removes what a NotebookEnv made if the NotebookEnv's process dies
+    before close(). Each tell() is one JSON line on the reaper's stdin, sent before the thing it
+    names is created; finish() ends it."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine_adapter.notebook_env", "--reap"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+            start_new_session=True)  # out of the kernel's process group, which is killed with it
+
+    def tell(self, **item: Any) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(item).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):  # the reaper is gone: close() still cleans up
+            pass
+
+    def tell_process(self, proc: subprocess.Popen[bytes]) -> None:
+        self.tell(pid=proc.pid, started=_started(proc.pid))
+
+    def finish(self, removed: bool) -> None:
+        """removed: everything is gone, the reaper just exits; otherwise it removes what is left."""
+        if removed:
+            self.tell(done=True)
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5 if removed else 60)
+        except subprocess.TimeoutExpired:  # still working: it carries on detached
+            pass
+
+
+def _started(pid: int) -> str | None:
+    """When a process started (clock ticks since boot, from /proc): with the pid, who it is, so a
+    reused pid is never killed."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def reap(items: list[dict[str, Any]]) -> None:
+    """Remove what the items name: processes first, then databases and servers, then folders."""
+    order = ("pid", "drop", "server_home", "remove")
+    for item in sorted(items, key=lambda item: next(i for i, key in enumerate(order) if key in item)):
+        for tries_left in (2, 1, 0):  # e.g. a server still starting up, or a connection refused
+            try:
+                if "pid" in item:
+                    _kill_if_same(item["pid"], item["started"])
+                elif "drop" in item:
+                    NotebookEnv._drop_database(item["server_url"], item["drop"])
+                elif "server_home" in item:
+                    harness.remove_server(Path(item["server_home"]), mode="immediate")
+                else:
+                    shutil.rmtree(item["remove"], ignore_errors=True)
+                break
+            except Exception:
+                if tries_left:
+                    time.sleep(1)
+
+
+def _kill_if_same(pid: int, started: str | None) -> None:
+    if started is not None and _started(pid) == started:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _reap_when_orphaned(stream: IO[bytes]) -> None:
+    """Read what to remove until the pipe closes; remove it unless told that close() did."""
+    items = []
+    for line in stream:
+        item = json.loads(line)
+        if item.get("done"):
+            return
+        items.append(item)
+    reap(items)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--reap"]:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for the notebook is not for us
+    _reap_when_orphaned(sys.stdin.buffer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -93,8 +94,9 @@ def step_statuses(run: dict[str, Any], state: str, checkpoints: dict[str, Any],
             output = _failure_reason(checkpoints, step["id"], last_try)
         first_send = written_at.get(f"send:{step['id']}:1")
         finished = (written_at.get(f"done:{step['id']}:{last_try}")
-                    or written_at.get(f"done-late:{step['id']}:{last_try}")
-                    or written_at.get(f"sleep:{step['id']}:{last_try}"))
+                    or written_at.get(f"done-late:{step['id']}:{last_try}"))
+        if kind.startswith("sleep") and status == "completed" and output:
+            finished = datetime.fromisoformat(output)  # a sleep ends at its wake time
         out.append({"id": step["id"], "kind": kind, "status": status, "attempts": attempts,
                     "tries": last_try, "output": output,
                     "started_at": first_send.isoformat() if first_send else None,

@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import zoneinfo
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from . import cron
 
 if TYPE_CHECKING:
     from .webhook_spec import Webhook
@@ -33,6 +34,7 @@ _STEP_KEYS = {
 }
 _ALL_STEP_KEYS = {"id", *KINDS, *set().union(*_STEP_KEYS.values())}
 MAX_RETRIES = 10
+DEFAULT_CATCH_UP = "latest"
 
 _SLUG = re.compile(r"[a-z0-9-]{1,64}")
 _NAME = re.compile(r"[a-z0-9_-]+")
@@ -262,8 +264,13 @@ class Recipe:
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical normalized document: defaults filled in, None (and empty env) omitted."""
+        """The canonical normalized document: defaults filled in, None (and empty env) omitted.
+
+        catch_up is left out at its default (latest; the database reads a missing one so): a
+        recipe stored before catch_up existed keeps its hash; re-applied, it is no new version."""
         d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps", "webhooks")}
+        if d["catch_up"] == DEFAULT_CATCH_UP:
+            d["catch_up"] = None
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["steps"] = [s.to_dict() for s in self.steps]
@@ -308,30 +315,17 @@ def _build_recipe(d: Any, source: str) -> Recipe:
 
     schedule = _opt_str(d, "schedule", errors)
     if schedule is not None:
-        schedule = " ".join(schedule.split())
-        if len(schedule.split()) != 5:
-            errors.append(f"schedule: {_q(schedule)} must be a 5-field cron expression")
-        else:
-            try:
-                from cronsim import CronSim, CronSimError
-            except ImportError:  # pragma: no cover - cronsim is a declared dependency
-                pass
-            else:
-                try:
-                    CronSim(schedule, datetime.now())
-                except (CronSimError, ValueError) as exc:
-                    errors.append(f"schedule: {_q(schedule)} is not a valid cron expression "
-                                  f"({exc})")
-
+        try:
+            schedule = cron.check_expr(schedule)
+        except cron.CronError as err:
+            errors.append(f"schedule: {err}")
     timezone = d.get("timezone", "UTC")
     try:
-        if not isinstance(timezone, str):
-            raise ValueError
-        zoneinfo.ZoneInfo(timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        errors.append(f"timezone: {_q(timezone)} is not an IANA time zone (e.g. Europe/Berlin)")
+        cron.zone(timezone)
+    except cron.CronError as err:
+        errors.append(f"timezone: {err}")
     catch_up = _choice(d, "catch_up", "catch_up", ("latest", "all", "none"),
-                       "latest" if schedule is not None else None, errors)
+                       DEFAULT_CATCH_UP if schedule is not None else None, errors)
     if catch_up is not None and schedule is None:
         errors.append("catch_up: only applies with a schedule")
     on_event = d.get("on_event")

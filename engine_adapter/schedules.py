@@ -2,8 +2,10 @@
 
 The conductor calls `tick` about once a second on the database clock; tests pass `now` to walk a
 clock through many slots in milliseconds. A slot fires in ONE transaction that locks the workflow
-row, writes the slot row (`threadline.schedule_ticks`) and spawns the run, so however many
-conductors tick, and wherever one crashes, a slot is neither lost nor doubled.
+row, plans what is due from what it reads under that lock, writes the slot row
+(`threadline.schedule_ticks`) and spawns the run, so however many conductors tick, and wherever
+one crashes, a slot is neither lost nor doubled, nor listed as skipped when another one fired it.
+A workflow whose tick fails is logged and retried next tick; the other schedules go on.
 
 Only slots after the later of the last handled slot and the moment the schedule took effect count.
 After downtime, `catch_up` says what to do with the slots missed:
@@ -47,13 +49,14 @@ class Fired:
     skipped: int
 
 
-def due_slots(schedule: Schedule, catch_up: str, after: datetime, now: datetime) -> list[Due]:
-    """What to do now with the slots in (after, now], by the catch_up policy."""
+def due_slots(schedule: Schedule, catch_up: str, after: datetime, now: datetime, *,
+              limit: int = ALL_PER_TICK) -> list[Due]:
+    """What to do now with the slots in (after, now], by the catch_up policy (at most `limit`)."""
     first = schedule.next_after(after)
     if first is None or first > now:
         return []
     if catch_up == "all":
-        return [Due(slot, True) for slot in schedule.slots(after, now, ALL_PER_TICK)]
+        return [Due(slot, True) for slot in schedule.slots(after, now, limit)]
     latest = schedule.latest(now)
     assert latest is not None and latest >= first
     earlier = tuple(s for s in schedule.slots(after, latest, SKIPPED_LISTED + 1) if s < latest)
@@ -70,45 +73,73 @@ def tick(conn: psycopg.Connection[Any], now: datetime | None = None, *,
     out: list[Fired] = []
     for wf in db.fetch_all(conn, "scheduled_workflows", dict(all=False)):
         try:
-            schedule = Schedule(wf["schedule"], wf["timezone"])
-        except CronError as err:  # recipes are validated on apply; an old row may predate a rule
-            log.warning("workflow %s: schedule not evaluated: %s", wf["slug"], err)
-            continue
-        after = max((t for t in (wf["last_slot"], wf["schedule_enabled_at"]) if t is not None), default=now)
-        for due in due_slots(schedule, wf["catch_up"], after, now):
-            fired = _fire(conn, wf, schedule, due, caller)
-            if fired is None:
-                break  # another conductor handled it, or the schedule changed meanwhile
-            out.append(fired)
+            out += _tick_workflow(conn, wf, now, caller)
+        except Exception:  # one broken workflow must not stop the schedules after it
+            log.exception("workflow %s: schedule tick failed; retried next tick", wf["slug"])
     return out
 
 
-def _fire(conn: psycopg.Connection[Any], wf: dict[str, Any], schedule: Schedule, due: Due,
-          caller: str) -> Fired | None:
-    slug, slot = wf["slug"], due.slot
+def _plan(wf: dict[str, Any], last_slot: datetime | None,
+          now: datetime) -> tuple[Schedule, list[Due]]:
+    """The workflow's schedule and the next thing due now after its last handled slot."""
+    schedule = Schedule(wf["schedule"], wf["timezone"])
+    after = max((t for t in (last_slot, wf["schedule_enabled_at"]) if t is not None), default=now)
+    return schedule, due_slots(schedule, wf["catch_up"], after, now, limit=1)
+
+
+def _tick_workflow(conn: psycopg.Connection[Any], wf: dict[str, Any], now: datetime,
+                   caller: str) -> list[Fired]:
+    """Fire one workflow's due slots, one transaction each (catch_up: all fires several)."""
+    try:
+        _, due = _plan(wf, wf["last_slot"], now)  # a cheap look without the lock: anything due?
+    except CronError as err:  # recipes are validated on apply; an old row may predate a rule
+        log.warning("workflow %s: schedule not evaluated: %s", wf["slug"], err)
+        return []
+    out: list[Fired] = []
+    if not due:
+        return out
+    while len(out) < ALL_PER_TICK:
+        fired = _fire(conn, wf["slug"], now, caller)
+        if fired is None:
+            break  # nothing due any more: disabled, cleared, or another conductor fired it
+        out.append(fired)
+    return out
+
+
+def _fire(conn: psycopg.Connection[Any], slug: str, now: datetime, caller: str) -> Fired | None:
+    """Fire (or skip) the workflow's next due slot, planned under its row lock."""
     with conn.transaction():
-        still = db.fetch_one(conn, "lock_scheduled_workflow", dict(
-            slug=slug, schedule=wf["schedule"], timezone=wf["timezone"],
-            enabled_at=wf["schedule_enabled_at"]))
-        if still is None:
-            return None  # disabled, cleared or changed since it was read: stop at once
-        row = db.fetch_one(conn, "insert_schedule_tick",
-                           dict(workflow=slug, slot=slot, skipped=len(due.skipped)))
-        if row is None:
+        wf = db.fetch_one(conn, "lock_scheduled_workflow", dict(slug=slug))
+        if wf is None:
+            return None  # disabled or cleared since it was read: stop at once
+        last = db.fetch_one(conn, "last_schedule_tick", dict(workflow=slug))["slot"]
+        schedule, due = _plan(wf, last, now)
+        if not due:
             return None
-        if not due.fire:
-            return Fired(slug, slot, None, len(due.skipped) + 1)
-        trigger = {"kind": "schedule", "caller": caller, "slot": slot.isoformat(),
-                   "slot_local": schedule.label(slot), "timezone": schedule.tz, "cron": schedule.expr}
-        if due.skipped:
-            trigger["skipped"] = len(due.skipped)
-        key = f"schedule:{slug}:{slot.isoformat()}"
-        run_id = spawn(conn, slug, {}, trigger=trigger, idempotency_key=key).run_id
-        conn.execute(db.q("set_schedule_tick_run"), dict(workflow=slug, slot=slot, run_id=run_id))
-        if due.skipped:
-            threads.append(conn, run_id, "system", "threadline", "note",
-                           _skipped_note(schedule, slot, due.skipped), dedupe_key="catch-up",
-                           data={"skipped": [s.isoformat() for s in due.skipped]})
+        return _handle(conn, slug, schedule, due[0], caller)
+
+
+def _handle(conn: psycopg.Connection[Any], slug: str, schedule: Schedule, due: Due,
+            caller: str) -> Fired | None:
+    """Write the slot row and spawn its run (inside the caller's transaction)."""
+    slot = due.slot
+    row = db.fetch_one(conn, "insert_schedule_tick",
+                       dict(workflow=slug, slot=slot, skipped=len(due.skipped)))
+    if row is None:
+        return None
+    if not due.fire:
+        return Fired(slug, slot, None, len(due.skipped) + 1)
+    trigger = {"kind": "schedule", "caller": caller, "slot": slot.isoformat(),
+               "slot_local": schedule.label(slot), "timezone": schedule.tz, "cron": schedule.expr}
+    if due.skipped:
+        trigger["skipped"] = len(due.skipped)
+    key = f"schedule:{slug}:{slot.isoformat()}"
+    run_id = spawn(conn, slug, {}, trigger=trigger, idempotency_key=key).run_id
+    conn.execute(db.q("set_schedule_tick_run"), dict(workflow=slug, slot=slot, run_id=run_id))
+    if due.skipped:
+        threads.append(conn, run_id, "system", "threadline", "note",
+                       _skipped_note(schedule, slot, due.skipped), dedupe_key="catch-up",
+                       data={"skipped": [s.isoformat() for s in due.skipped]})
     return Fired(slug, slot, run_id, len(due.skipped))
 
 

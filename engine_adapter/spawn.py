@@ -3,7 +3,7 @@
 Every trigger (schedule, webhook, event, manual) is a caller of `spawn`; the run's `trigger`
 records which one, who called and its delivery / slot / event / request id, and the thread's
 opening note says it in words. A workflow with `max_concurrent_runs` gets its new runs as
-`queued`: admitted here at once while there is room, else first in, first out as others finish.
+`queued`: admitted here at once while there is room, else in line (commit order) as others finish.
 """
 
 from __future__ import annotations
@@ -29,6 +29,20 @@ class SpawnError(ValueError):
     pass
 
 
+def check_payload(payload: Any) -> dict[str, Any]:
+    """A run's payload: a JSON object ({} when none was given)."""
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict):
+        raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
+    return payload
+
+
+def manual_key(slug: str, request_id: str) -> str:
+    """The idempotency key of a manual spawn: a client request id counts once per workflow
+    (the CLI and the console both use it), apart from schedule:, event: and webhook: keys."""
+    return f"manual:{slug}:{request_id}"
+
+
 def admit_event(run_id: str) -> str:
     """The event a queued run's handler awaits; emitted by threadline.admit_queued (migration 002)."""
     return f"threadline.run.admit:{run_id}"
@@ -52,9 +66,7 @@ def spawn(
 
     A repeated idempotency key returns the existing run with created=False.
     """
-    payload = {} if payload is None else payload
-    if not isinstance(payload, dict):
-        raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
+    payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
     if trigger.get("kind") not in TRIGGER_KINDS:
         raise SpawnError(f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}")
@@ -87,8 +99,8 @@ def spawn(
 
 
 def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int) -> None:
-    """Queue the new run, admit what fits (FIFO) and say in the thread if it has to wait."""
-    conn.execute(db.q("mark_run_queued"), dict(run_id=run_id))
+    """Queue the new run, admit what fits (in line) and say in the thread if it has to wait."""
+    db.fetch_one(conn, "queue_run", dict(run_id=run_id, workflow=workflow))
     db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=workflow))
     place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
     if place["state"] == "queued":
@@ -104,7 +116,8 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
     if kind == "schedule":
         text = f"by schedule, slot {trigger.get('slot_local') or trigger.get('slot')}"
         if trigger.get("skipped"):
-            text += f" (catching up; {trigger['skipped']} earlier slots skipped)"
+            n = trigger["skipped"]
+            text += f" (catching up; {n} earlier slot{'s' if n != 1 else ''} skipped)"
         return text
     if kind == "webhook":
         text = f"by webhook {trigger.get('path', '')}".rstrip()

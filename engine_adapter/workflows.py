@@ -9,7 +9,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
-from .recipes import Recipe
+from .recipes import Recipe, RecipeError
+from .settings import QUEUE
+
+# Raised by migration 003's trigger when another workflow holds a webhook path.
+_WEBHOOK_PATH_TAKEN = "webhook_triggers_pkey"
 
 
 class WorkflowNotFound(LookupError):
@@ -27,7 +31,18 @@ def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "u
     """Create the workflow or add a version; an unchanged recipe writes nothing.
 
     A new or changed schedule (cron or zone) takes effect now: the database stamps
-    `schedule_enabled_at` (migration 002), and a cleared one stops at once."""
+    `schedule_enabled_at` (migration 002), and a cleared one stops at once. A raised or removed
+    max_concurrent_runs admits queued runs in the same transaction. A webhook path another
+    workflow holds raises RecipeError, and nothing is written."""
+    try:
+        return _apply(conn, recipe, source)
+    except psycopg.errors.UniqueViolation as err:
+        if err.diag.constraint_name != _WEBHOOK_PATH_TAKEN:
+            raise
+        raise RecipeError([err.diag.message_primary or str(err)]) from None
+
+
+def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applied:
     doc = recipe.to_dict()
     fields = dict(
         slug=recipe.slug, name=recipe.name, description=recipe.description, bot=recipe.bot,
@@ -43,10 +58,19 @@ def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "u
             return Applied(recipe.slug, current["version"], changed=False)
         else:
             version = db.fetch_one(conn, "update_workflow", fields)["version"]
+            if _more_room(current["recipe"], recipe):
+                db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=recipe.slug))
         conn.execute(db.q("insert_workflow_version"), dict(
             slug=recipe.slug, version=version, hash=recipe.canonical_hash, recipe=Jsonb(doc),
             source=source))
     return Applied(recipe.slug, version, changed=True)
+
+
+def _more_room(old: dict[str, Any], new: Recipe) -> bool:
+    """Whether the new version raises or removes the old one's max_concurrent_runs."""
+    before = old.get("max_concurrent_runs")
+    after = new.max_concurrent_runs
+    return before is not None and (after is None or after > before)
 
 
 def set_enabled(conn: psycopg.Connection[Any], slug: str, enabled: bool) -> None:

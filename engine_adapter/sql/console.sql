@@ -101,8 +101,10 @@ select * from (
 select text from threadline.thread_entries where run_id = %(run_id)s and seq = %(seq)s
 
 -- engine_attempts --
--- Absurd's runs (attempts) of one task.
-select run_id, attempt, state, claimed_by, claim_expires_at, available_at, wake_event, started_at,
+-- Absurd's runs (attempts) of one task; available_at is null while awaiting an event with no
+-- timeout (the engine stores 'infinity', which Python's datetime cannot hold).
+select run_id, attempt, state, claimed_by, claim_expires_at,
+       nullif(available_at, 'infinity') as available_at, wake_event, started_at,
        completed_at, failed_at, failure_reason, created_at
   from absurd.r_threadline
  where task_id = %(run_id)s

@@ -122,6 +122,11 @@ select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version,
  order by w.started_at desc
  limit 200
 
+-- live_worker_by_pid --
+-- Whether the process with this pid (on this host) holds its liveness lock, i.e. finished starting.
+select exists (select 1 from threadline.live_workers
+                where kind = %(kind)s and pid = %(pid)s and host = %(host)s) as alive
+
 -- next_wake --
 -- Seconds until the earliest run becomes claimable (null when none is scheduled).
 select extract(epoch from (min(available_at) - absurd.current_time()))::float8 as seconds

@@ -10,11 +10,18 @@ select w.slug, w.schedule, w.timezone, w.enabled, w.schedule_enabled_at,
  order by w.slug
 
 -- lock_scheduled_workflow --
--- The workflow row, locked against other tickers and edits, if its schedule is still the one read.
-select slug from threadline.workflows
- where slug = %(slug)s and enabled and schedule = %(schedule)s and timezone = %(timezone)s
-   and schedule_enabled_at = %(enabled_at)s
+-- The workflow's schedule, its row locked against other tickers and edits; nothing when it is
+-- disabled or cleared.
+select slug, schedule, timezone, schedule_enabled_at,
+       coalesce(recipe ->> 'catch_up', 'latest') as catch_up
+  from threadline.workflows
+ where slug = %(slug)s and enabled and schedule is not null
    for no key update
+
+-- last_schedule_tick --
+-- The last slot a workflow handled (a statement of its own after the lock: it sees what the
+-- ticker that held the lock committed).
+select max(slot) as slot from threadline.schedule_ticks where workflow = %(workflow)s
 
 -- insert_schedule_tick --
 -- The slot row; nothing when this slot (or a later one) was handled already.
@@ -35,22 +42,30 @@ select slug from threadline.workflows
  where recipe ? 'on_event' and recipe ->> 'on_event' = %(name)s and enabled
  order by slug
 
--- mark_run_queued --
--- A new run of a workflow with a concurrency limit waits for admission.
-update threadline.run_threads set state = 'queued', admitted_at = null where run_id = %(run_id)s
+-- lock_admission --
+-- The workflow's admission lock, until commit (see migration 002).
+select threadline.lock_admission(%(workflow)s)
+
+-- workflow_places --
+-- A workflow's max_concurrent_runs and the runs holding a place (read under the admission lock).
+select (recipe ->> 'max_concurrent_runs')::integer as max_runs,
+       threadline.active_runs(slug) as active
+  from threadline.workflows where slug = %(workflow)s
+
+-- queue_run --
+-- A new run of a workflow with a concurrency limit waits for admission, in line (migration 002).
+select threadline.queue_run(%(run_id)s, %(workflow)s)
 
 -- admit_queued --
--- Admit the workflow's oldest queued runs while it has room (see migration 002).
+-- Admit the workflow's first queued runs in line while it has room (see migration 002).
 select threadline.admit_queued(%(queue)s, %(workflow)s) as admitted
 
 -- queue_place --
 -- Where a queued run stands: runs holding a place, runs ahead of it in line.
-select (select count(*) from threadline.run_threads a
-         where a.workflow = r.workflow and a.admitted_at is not null
-           and a.state not in ('completed', 'failed', 'cancelled')) as active,
+select threadline.active_runs(r.workflow) as active,
        (select count(*) from threadline.run_threads q
          where q.workflow = r.workflow and q.state = 'queued'
-           and (q.created_at, q.run_id) < (r.created_at, r.run_id)) as ahead,
+           and q.queue_seq < r.queue_seq) as ahead,
        r.state
   from threadline.run_threads r
  where r.run_id = %(run_id)s

@@ -13,10 +13,12 @@ select t.path, t.workflow, t.secret is not null as signed, w.enabled
  order by t.path
 
 -- webhook_delivery_seen --
--- The run an earlier delivery started: same delivery id, or the same signature resent.
-select run_id, delivery
+-- The earlier delivery this one repeats: the same delivery id at this path, or the same signature
+-- resent to any path (a match at this path first).
+select run_id, delivery, path
   from threadline.webhook_deliveries
- where path = %(path)s and (delivery = %(delivery)s or signature = %(signature)s)
+ where (path = %(path)s and delivery = %(delivery)s) or signature = %(signature)s
+ order by path = %(path)s desc
  limit 1
 
 -- insert_webhook_delivery --

@@ -4,6 +4,7 @@ open gates, the engine debug view and the live change feed."""
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 
 from bench.seed import seed_runs
 from console.live import Change, LiveHub
@@ -136,3 +137,30 @@ steps:
     assert attempts[0]["state"] == "failed" and attempts[0]["executed"] == ["send:first:1"]
     assert attempts[1]["replayed"] == ["send:first:1"]
     assert "send:first:1" not in attempts[1]["executed"] and "send:second:1" in attempts[1]["executed"]
+
+
+def test_debug_view_of_a_run_awaiting_its_bot_and_sleep_times(conn, db_url, procs, apply):
+    """The engine stores 'await with no timeout' as an infinite wake time: the debug view reads it
+    as none. A sleep step finishes at its wake time, not when it started sleeping."""
+    apply("""
+slug: slow
+bot: local
+steps:
+  - id: nap
+    sleep: 1s
+  - id: work
+    run_command: sleep 3; echo done
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "slow", {}).run_id
+    harness.wait_for(lambda: conn.execute(
+        "select 1 from threadline.step_claims where step_key = %s", (f"{run_id}:work:1",)).fetchone(),
+        what="the bot to take the step")
+    harness.wait_for(lambda: engine_debug.run_debug(conn, run_id)["awaiting"], what="the run to park")
+    debug = engine_debug.run_debug(conn, run_id)
+    assert debug["attempts"][0]["available_at"] is None and debug["sleep_until"] is None
+    assert [w["event"] for w in debug["awaiting"]] == [f"threadline.step.done:{run_id}:work:1"]
+    nap = read_model.show_run(conn, run_id)["steps"][0]
+    slept = (datetime.fromisoformat(nap["finished_at"]) - datetime.fromisoformat(nap["started_at"]))
+    assert nap["status"] == "completed" and slept.total_seconds() >= 0.99

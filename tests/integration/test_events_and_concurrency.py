@@ -13,12 +13,13 @@ import psycopg
 import pytest
 
 from engine_adapter import db, harness
-from engine_adapter.commands import cancel_run
+from engine_adapter.commands import CommandRefused, cancel_run, retry_run
 from engine_adapter.events import emit
 from engine_adapter.read_model import health, list_runs, show_run
-from engine_adapter.spawn import SpawnError, spawn
+from engine_adapter.recipes import load_recipe_text
+from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.threads import decide
-from engine_adapter.workflows import set_enabled
+from engine_adapter.workflows import apply_recipe, set_enabled
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -119,6 +120,22 @@ def test_spawn_request_id_makes_a_retried_command_one_run(db_url, conn, apply):
     assert count(conn) == 3
 
 
+def test_a_request_id_counts_once_per_workflow(db_url, conn, apply):
+    """The same client request id for two workflows is two requests: two runs, one each."""
+    apply(listener("wf-a", "unused"))
+    apply(listener("wf-b", "unused"))
+    a = json.loads(cli(db_url, "spawn", "wf-a", "--request-id", "1", "--json").stdout)
+    b = json.loads(cli(db_url, "spawn", "wf-b", "--request-id", "1", "--json").stdout)
+    assert a["created"] and b["created"] and a["run_id"] != b["run_id"]
+    again = json.loads(cli(db_url, "spawn", "wf-b", "--request-id", "1", "--json").stdout)
+    assert again == {"run_id": b["run_id"], "created": False}
+    rows = conn.execute("select workflow, idempotency_key from threadline.run_threads "
+                        "order by workflow").fetchall()
+    assert [(r["workflow"], r["idempotency_key"]) for r in rows] == [
+        ("wf-a", manual_key("wf-a", "1")), ("wf-b", manual_key("wf-b", "1"))]
+    assert manual_key("wf-a", "1") == "manual:wf-a:1"  # apart from schedule:, event:, webhook: keys
+
+
 # -- concurrency --------------------------------------------------------------------------------------
 GATED = """slug: limited
 max_concurrent_runs: {limit}
@@ -193,7 +210,7 @@ def test_concurrent_spawns_never_admit_past_the_limit(db_url, conn, apply):
 
     def snapshot() -> dict[str, list[str]]:
         rows = conn.execute("select run_id, state, admitted_at is not null as admitted from threadline.run_threads "
-                            "where workflow = 'limited' order by created_at, run_id").fetchall()
+                            "where workflow = 'limited' order by queue_seq").fetchall()
         return {"admitted": [str(r["run_id"]) for r in rows if r["admitted"] and r["state"] != "cancelled"],
                 "queued": [str(r["run_id"]) for r in rows if r["state"] == "queued"]}
 
@@ -209,16 +226,106 @@ def test_concurrent_spawns_never_admit_past_the_limit(db_url, conn, apply):
     assert ev == 1
 
 
-def test_raising_the_limit_admits_queued_runs_through_the_sweep(db_url, conn, apply, procs):
+def test_raising_or_removing_the_limit_admits_queued_runs_at_once(conn, apply):
+    """No run finishes and no conductor runs: applying the raised limit admits in its own
+    transaction (the conductor's sweep is only a backstop, every 10 s)."""
     apply(GATED.format(limit=1))
-    run_ids = [spawn(conn, "limited", {"n": i}).run_id for i in range(3)]
-    assert states(conn, run_ids) == ["pending", "queued", "queued"]
+    run_ids = [spawn(conn, "limited", {"n": i}).run_id for i in range(4)]
+    assert states(conn, run_ids) == ["pending", "queued", "queued", "queued"]
+    apply(GATED.format(limit=1).replace('"Go on?"', '"Go on now?"'))  # a new version, same limit
+    assert states(conn, run_ids) == ["pending", "queued", "queued", "queued"]
+    apply(GATED.format(limit=2))
+    assert states(conn, run_ids) == ["pending", "pending", "queued", "queued"]
+    apply(GATED.format(limit=1))  # lowering admits nothing and stops no one
+    assert states(conn, run_ids) == ["pending", "pending", "queued", "queued"]
+    apply("slug: limited\nsteps:\n  - id: hold\n    human_gate: \"Go on?\"\n")  # no limit at all
+    assert states(conn, run_ids) == ["pending"] * 4
+    admitted = conn.execute("select count(*) as n from absurd.e_threadline "
+                            "where event_name like 'threadline.run.admit:%%'").fetchone()["n"]
+    assert admitted == 4  # one admission event per run: the first at its spawn
+    # Without a limit any more, new runs are admitted at spawn and never queue.
+    assert states(conn, [spawn(conn, "limited").run_id]) == ["pending"]
+
+
+def test_a_spawn_that_waited_for_the_lock_does_not_jump_the_line(db_url, conn, apply):
+    """The line is commit order: a spawn whose transaction began earlier but queued later (it
+    waited) stands behind the runs queued meanwhile."""
+    apply(GATED.format(limit=1))
+    first = spawn(conn, "limited").run_id  # holds the one place
+    with db.connect(db_url) as early:
+        with early.transaction():
+            early.execute("select 1")  # its transaction (and created_at) starts now
+            meanwhile = spawn(conn, "limited").run_id  # queued and committed first
+            late = spawn(early, "limited").run_id
+        created = {r["run_id"]: r["created_at"] for r in conn.execute(
+            "select run_id::text, created_at from threadline.run_threads")}
+    assert created[late] < created[meanwhile]  # the order a created_at line would use
+    assert "1 ahead of it in line" in show_run(conn, late)["thread"][1]["text"]
+    cancel_run(conn, first, "alice")
+    assert states(conn, [meanwhile, late]) == ["pending", "queued"]
+
+
+def test_retry_is_refused_while_the_workflow_is_full(db_url, conn, apply, procs, tmp_path):
+    """A failed run gave up its place: `threadline retry` takes one again only if there is room,
+    under the same lock admission takes; a refused retry writes nothing."""
+    apply("""slug: limited
+max_concurrent_runs: 1
+steps:
+  - id: check
+    run_command: test -e {{payload.flag}}
+  - id: hold
+    human_gate: "Go on?"
+""")
     procs.start("conductor")
     procs.start("bots")
-    harness.wait_for_state(db_url, run_ids[0], "waiting")
-    apply(GATED.format(limit=3))  # no run finished: only the conductor's sweep can admit them
-    for r in run_ids[1:]:
-        harness.wait_for_state(db_url, r, "waiting")
-    # Without a limit any more, new runs are admitted at spawn and never queue.
-    apply("slug: limited\nsteps:\n  - id: hold\n    human_gate: \"Go on?\"\n")
-    assert states(conn, [spawn(conn, "limited").run_id]) == ["pending"]
+    (tmp_path / "b").touch()
+    failed = spawn(conn, "limited", {"flag": str(tmp_path / "a")}).run_id
+    harness.wait_for_state(db_url, failed, "failed")
+    other = spawn(conn, "limited", {"flag": str(tmp_path / "b")}).run_id
+    harness.wait_for_state(db_url, other, "waiting")
+
+    def written() -> tuple[Any, ...]:
+        entries = conn.execute("select count(*) as n from threadline.thread_entries where run_id = %s",
+                               (failed,)).fetchone()["n"]
+        events = count(conn, "absurd.e_threadline")
+        return entries, events, states(conn, [failed])
+
+    before = written()
+    with pytest.raises(CommandRefused) as refused:
+        retry_run(conn, failed, "alice")
+    assert str(refused.value) == (
+        f"run {failed} cannot be retried now: workflow 'limited' has 1 of 1 runs allowed at once "
+        "active (max_concurrent_runs); retry it when one of them finishes")
+    assert written() == before
+    by_cli = cli(db_url, "retry", failed)
+    assert by_cli.returncode == 2 and "cannot be retried now" in by_cli.stderr
+    assert written() == before
+
+    decide(conn, other, "approve", "alice")
+    harness.wait_for_state(db_url, other, "completed")
+    (tmp_path / "a").touch()
+    retry_run(conn, failed, "alice")
+    harness.wait_for_state(db_url, failed, "waiting")
+
+
+def test_the_admission_sweep_logs_a_failure_and_goes_on(db_url, conn, apply, caplog):
+    """The conductor's backstop sweep never raises into its loop: a workflow whose admission fails
+    is logged with its slug, and the other workflows' queued runs are still admitted."""
+    from engine_adapter.conductor import Conductor
+
+    for slug in ("free", "stuck"):
+        apply(GATED.format(limit=1).replace("slug: limited", f"slug: {slug}"))
+    runs = {slug: [spawn(conn, slug).run_id for _ in range(2)] for slug in ("free", "stuck")}
+    # A limit raised behind apply_recipe's back (so nothing admitted), and admission of "stuck"
+    # made to fail.
+    conn.execute("update threadline.workflows set recipe = recipe || '{\"max_concurrent_runs\": 5}'")
+    conn.execute("alter table threadline.run_threads add constraint stuck_refused "
+                 "check (workflow <> 'stuck' or state <> 'pending') not valid")
+    conductor = Conductor(db_url)
+    try:
+        assert conductor.readmit() == 1
+    finally:
+        conductor.close()
+    assert "admission sweep failed for workflow stuck" in caplog.text
+    assert states(conn, runs["free"]) == ["pending", "pending"]
+    assert states(conn, runs["stuck"]) == ["pending", "queued"]

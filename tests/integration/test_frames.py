@@ -84,6 +84,10 @@ steps:
     procs.start("bots")
     run_id = spawn(conn, "long-step", {"dir": str(tmp_path)}).run_id
     harness.wait_for(lambda: (tmp_path / "started").exists(), what="the step's command to start")
+    # While the run awaits the bot, the engine stores its wake-up as infinity: read as empty.
+    awaiting = harness.wait_for(lambda: frames.engine_frame(conn, run_id).query("state == 'sleeping'")
+                                .to_dict("records"), what="the engine run to await the step")[0]
+    assert pd.isna(awaiting["available_at"]) and pd.isna(awaiting["claimed_by"])
     harness.kill(conductor)
     harness.wait_for(lambda: harness.alive_count(conn, "conductor") == 0, what="the conductor to show as dead")
 
@@ -114,3 +118,27 @@ steps:
     wake = frames.step_tries_frame(conn, run_id)
     assert wake["outcome"].isna().all() and wake["ended_at"].isna().all()  # not woken yet
     assert (row["available_at"] - wake["sent_at"].iloc[0]).total_seconds() > 3500
+
+
+def test_schedule_slots_frame_lists_each_slot_with_its_run(conn, apply):
+    from datetime import timedelta
+
+    from engine_adapter import schedules, workflows
+    from engine_adapter.cron import Schedule
+
+    slug = apply("""
+slug: minutely
+schedule: "* * * * *"
+steps:
+  - id: stamp
+    run_command: echo stamp
+""")
+    assert frames.schedule_slots_frame(conn, slug).empty
+    first = Schedule("* * * * *").next_after(workflows.get_workflow(conn, slug)["schedule_enabled_at"])
+    fired = [f for at in (first, first + timedelta(minutes=1), first + timedelta(minutes=1, seconds=5))
+             for f in schedules.tick(conn, at + timedelta(seconds=1))]
+    slots = frames.schedule_slots_frame(conn, slug)
+    assert list(slots.columns) == ["slot", "run_id", "skipped"]
+    assert list(slots["slot"]) == [first, first + timedelta(minutes=1)]
+    assert [str(r) for r in slots["run_id"]] == [f.run_id for f in fired]
+    assert list(slots["skipped"]) == [0, 0]

@@ -4,12 +4,16 @@ leaves nothing behind (processes, database, temp home, environment)."""
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 import uuid
 
 import psycopg
 import pytest
 
-from engine_adapter.notebook_env import NotebookEnv
+from engine_adapter import db, harness
+from engine_adapter.notebook_env import NotebookEnv, Reaper
 from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
 
 TOUCH = """
@@ -85,3 +89,56 @@ def test_env_refuses_clearly_when_it_cannot_create_its_database(server_url, monk
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"drop role {role}")
+
+
+def test_the_reaper_removes_what_it_was_told_of_when_its_pipe_closes_early(server_url, tmp_path):
+    folder = tmp_path / "made"
+    folder.mkdir()
+    name = f"tl_nb_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f"create database {name}")
+    ours, someone_elses = subprocess.Popen(["sleep", "300"]), subprocess.Popen(["sleep", "300"])
+    try:
+        reaper = Reaper()
+        reaper.tell(remove=str(folder))
+        reaper.tell(drop=name, server_url=server_url)
+        reaper.tell_process(ours)
+        reaper.tell(pid=someone_elses.pid, started="0")  # the pid now names another process
+        reaper.proc.stdin.close()  # as when the process that started it dies
+        assert reaper.proc.wait(timeout=60) == 0
+        assert ours.wait(timeout=10) == -signal.SIGKILL
+        assert someone_elses.poll() is None
+        assert not folder.exists() and name not in databases(server_url)
+    finally:
+        for proc in (ours, someone_elses):
+            harness.kill(proc)
+
+
+def test_the_reaper_leaves_everything_once_close_said_it_is_done(tmp_path):
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        reaper = Reaper()
+        reaper.tell(remove=str(folder))
+        reaper.tell_process(sleeper)
+        reaper.finish(removed=True)
+        assert reaper.proc.returncode == 0
+        assert folder.exists() and sleeper.poll() is None
+    finally:
+        harness.kill(sleeper)
+
+
+def test_process_set_start_waits_for_that_process_and_fails_early_if_it_exits(db_url, tmp_path):
+    procs = harness.ProcessSet(db_url, tmp_path)
+    try:
+        conductor = procs.start("conductor", wait=True)
+        with db.connect(db_url) as conn:
+            live = db.fetch_one(conn, "live_worker_by_pid", dict(kind="conductor", pid=conductor.pid,
+                                                                   host=socket.gethostname()))
+        assert live["alive"]
+        # It exits at once (a bad flag): the wait says so with its log, long before its timeout.
+        with pytest.raises(RuntimeError, match="(?s)bots process exited with 2.*no-such-flag"):
+            procs.start("bots", args=["--no-such-flag"], wait=True, timeout=600)
+    finally:
+        procs.kill_all()

@@ -3,6 +3,9 @@ a failing assert cell fails the test. Notebooks use a throwaway database on the 
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -12,15 +15,20 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from engine_adapter import harness
 from engine_adapter.settings import DATABASE_URL_ENV
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 NOTEBOOK_TIMEOUT_S = 300  # the whole notebook, every cell included
 
 
-def execute(nb: nbformat.NotebookNode, workdir: Path, timeout_s: float = NOTEBOOK_TIMEOUT_S) -> None:
-    """Run every cell in order in a new kernel, within one budget for the whole notebook."""
-    client = NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(workdir)}})
+def execute(nb: nbformat.NotebookNode, workdir: Path, timeout_s: float = NOTEBOOK_TIMEOUT_S,
+            shutdown: str = "graceful") -> None:
+    """Run every cell in order in a new kernel, within one budget for the whole notebook. The
+    kernel is then shut down as nbclient does (graceful: asked, SIGTERM and SIGKILL seconds later;
+    immediate: SIGKILL to its process group)."""
+    client = NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(workdir)}},
+                            shutdown_kernel=shutdown)
     deadline = time.monotonic() + timeout_s
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
@@ -64,3 +72,76 @@ def test_a_failing_assert_cell_fails_the_notebook(tmp_path: Path):
     with pytest.raises(CellExecutionError, match="the claim does not hold"):
         execute(nb, tmp_path)
     assert not (tmp_path / "after-the-failure").exists()  # execution stopped at the failing cell
+
+
+LEAVE_A_TRACE = """
+import json
+from engine_adapter.embedded import EmbeddedPostgres
+from engine_adapter.notebook_env import NotebookEnv
+
+env = NotebookEnv().start()
+conductor, bots = env.start_conductor(), env.start_bots()
+trace = {"home": str(env.home), "pids": [conductor.pid, bots.pid, env._reaper.proc.pid]}
+if env.server_home is not None:
+    data_dir = EmbeddedPostgres(env.server_home).data_dir
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    trace.update(server_home=str(env.server_home), data_dir=str(data_dir),
+                 pids=trace["pids"] + [postmaster])
+json.dump(trace, open("trace.json", "w"))
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether the pid names a live process (a zombie only waits to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database, shutdown", [("server", "graceful"), ("server", "immediate"),
+                                                ("embedded", "immediate")])
+def test_a_notebook_that_fails_leaves_nothing_behind(database: str, shutdown: str, server_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                     request: pytest.FixtureRequest):
+    """The kernel dies seconds after the failing cell, or at once: too soon for atexit. What the
+    notebook made must still go: its processes, its database or embedded server, its folders."""
+    if database == "server":
+        monkeypatch.setenv(DATABASE_URL_ENV, server_url)
+    else:
+        monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    # The kernel's temporary folders land here; like /tmp, any user may pass through it (as root,
+    # the embedded server's user reads a password file from it).
+    temp = Path(tempfile.mkdtemp(prefix="threadline-test-tmp-"))
+    temp.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
+    monkeypatch.setenv("TMPDIR", str(temp))
+    before = notebook_databases(server_url)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell(LEAVE_A_TRACE),
+        nbformat.v4.new_code_cell("assert False, 'the claim does not hold'"),
+        nbformat.v4.new_code_cell("env.close()"),
+    ])
+    with pytest.raises(CellExecutionError, match="the claim does not hold"):
+        execute(nb, tmp_path, shutdown=shutdown)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["home"].startswith(str(temp)) and ("data_dir" in trace) == (database == "embedded")
+
+    def left_behind() -> list[str]:
+        left = [f"database {name}" for name in notebook_databases(server_url) - before]
+        left += [f"folder {path}" for path in temp.glob("threadline-nb*")]
+        if "data_dir" in trace and Path(trace["data_dir"]).exists():
+            left.append(f"data dir {trace['data_dir']}")
+        return left + [f"process {pid}" for pid in trace["pids"] if running(pid)]
+
+    try:
+        harness.wait_for(lambda: not left_behind(), timeout=120, interval=0.5, what="the clean-up")
+    except TimeoutError:
+        left = left_behind()
+        if "server_home" in trace:  # do not leave it running for the next test either
+            harness.remove_server(Path(trace["server_home"]), mode="immediate")
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            for name in notebook_databases(server_url) - before:
+                admin.execute(f"drop database if exists {name} with (force)")
+        pytest.fail(f"the failing notebook left behind: {left}")

@@ -137,7 +137,7 @@ def test_fall_back_fires_the_repeated_local_time_once(conn, apply):
     got = runs(conn, "ny-fall")
     assert [(r["trigger"]["slot_local"], r["trigger"]["slot"]) for r in got] == [
         ("2026-10-31 01:30 America/New_York", "2026-10-31T05:30:00+00:00"),
-        ("2026-11-01 01:30 America/New_York", "2026-11-01T05:30:00+00:00"),  # EDT: first occurrence
+        ("2026-11-01 01:30 America/New_York (UTC-04:00)", "2026-11-01T05:30:00+00:00"),  # EDT: first
         ("2026-11-02 01:30 America/New_York", "2026-11-02T06:30:00+00:00")]
 
 
@@ -178,14 +178,14 @@ def test_racing_tickers_fire_each_slot_exactly_once(db_url, conn, apply):
     print("slots fired per ticker:", [len(per) for per in fired])
 
 
-def test_a_failed_spawn_leaves_no_slot_row_and_the_slot_fires_later(conn, apply):
+def test_a_failed_spawn_leaves_no_slot_row_and_the_slot_fires_later(conn, apply, caplog):
     """The slot row and the spawn commit together: when the spawn fails, so does the slot row,
     and the next tick fires the slot instead of losing it."""
     apply(recipe("atomic", "0 7 * * *"))
     enable_at(conn, "atomic", T0)
     conn.execute("alter table threadline.run_threads add constraint refuse_runs check (false) not valid")
-    with pytest.raises(psycopg.errors.CheckViolation):
-        schedules.tick(conn, T0 + timedelta(minutes=1))
+    assert schedules.tick(conn, T0 + timedelta(minutes=1)) == []  # logged, not raised
+    assert "workflow atomic: schedule tick failed" in caplog.text and "refuse_runs" in caplog.text
     assert ticks(conn, "atomic") == []
     assert conn.execute("select count(*) as n from absurd.t_threadline").fetchone()["n"] == 0
     conn.execute("alter table threadline.run_threads drop constraint refuse_runs")
@@ -194,19 +194,62 @@ def test_a_failed_spawn_leaves_no_slot_row_and_the_slot_fires_later(conn, apply)
     assert len(runs(conn, "atomic")) == 1
 
 
+def test_a_failing_workflow_does_not_stop_the_schedules_after_it(conn, apply, caplog):
+    """Each workflow ticks on its own: one whose spawn fails every time (sorted first) is logged
+    with its slug, and the next workflow's slot still fires."""
+    apply(recipe("a-broken", "0 7 * * *"))
+    apply(recipe("b-fine", "0 7 * * *"))
+    for slug in ("a-broken", "b-fine"):
+        enable_at(conn, slug, T0)
+    conn.execute("alter table threadline.run_threads add constraint refuse_a "
+                 "check (workflow <> 'a-broken') not valid")
+    for minute in (1, 2):
+        fired = schedules.tick(conn, T0 + timedelta(minutes=minute))
+        assert [(f.workflow, f.slot) for f in fired] == (
+            [("b-fine", datetime(2026, 11, 23, 7, 0, tzinfo=UTC))] if minute == 1 else [])
+    assert caplog.text.count("workflow a-broken: schedule tick failed") == 2
+    assert ticks(conn, "a-broken") == [] and len(runs(conn, "b-fine")) == 1
+
+
+def test_a_racing_ticker_never_lists_as_skipped_a_slot_another_fired(db_url, conn, apply):
+    """The catch-up plan is made under the workflow's row lock: a ticker that read the schedule
+    before another fired 07:00 and then waited for the lock fires 08:00 with nothing skipped."""
+    apply(recipe("raced", "0 * * * *"))
+    enable_at(conn, "raced", T0)
+    with db.connect(db_url) as first, db.connect(db_url) as late:
+        result: list[schedules.Fired] = []
+        with first.transaction():
+            [fired] = schedules.tick(first, T0 + timedelta(minutes=1), caller="first")  # 07:00
+            ticker = threading.Thread(target=lambda: result.extend(
+                schedules.tick(late, T0 + timedelta(hours=1, minutes=1), caller="late")))
+            ticker.start()  # reads no slot yet (07:00 is not committed), then waits for the lock
+            harness.wait_for(lambda: conn.execute(
+                "select wait_event_type = 'Lock' as waiting from pg_stat_activity where pid = %s",
+                (late.info.backend_pid,)).fetchone()["waiting"], what="the late ticker to wait")
+        ticker.join(timeout=60)
+    assert fired.slot.hour == 7 and [(f.slot.hour, f.skipped) for f in result] == [(8, 0)]
+    assert [(r["slot"].hour, r["skipped"]) for r in ticks(conn, "raced")] == [(7, 0), (8, 0)]
+    assert all(len(thread_texts(conn, r["run_id"])) == 1 for r in runs(conn, "raced"))  # no catch-up note
+
+
 def test_disabling_or_clearing_stops_a_schedule_and_enabling_does_not_catch_up(conn, apply):
     apply(recipe("toggled", "* * * * *"))
     now = db.fetch_one(conn, "db_now")["now"]
-    enable_at(conn, "toggled", now - timedelta(minutes=10))
-    assert len(schedules.tick(conn, now)) == 1
+    enable_at(conn, "toggled", now - timedelta(minutes=60))
+    [first] = schedules.tick(conn, now - timedelta(minutes=20))  # the last fired slot: 20 minutes ago
     set_enabled(conn, "toggled", False)
-    assert schedules.tick(conn, now + timedelta(minutes=30)) == []
-    set_enabled(conn, "toggled", True)  # the schedule takes effect again from now: 30 missed slots are not
-    [fired] = schedules.tick(conn, now + timedelta(minutes=30))
+    assert schedules.tick(conn, now + timedelta(minutes=10)) == []
+    # Enabled again (now, 20 slots after the last fired one): only slots after now count, so
+    # catch-up stands for about 10 slots, not the 30 since the last fired slot.
+    set_enabled(conn, "toggled", True)
     enabled_at = conn.execute("select schedule_enabled_at as t from threadline.workflows "
                               "where slug = 'toggled'").fetchone()["t"]
-    missed_since_enabled = len(schedules.Schedule("* * * * *").slots(enabled_at, now + timedelta(minutes=30), 100))
-    assert fired.skipped == missed_since_enabled - 1 < 30
+    assert enabled_at >= now
+    [fired] = schedules.tick(conn, now + timedelta(minutes=10))
+    since_enabled = schedules.Schedule("* * * * *").slots(enabled_at, now + timedelta(minutes=10), 100)
+    assert fired.slot == since_enabled[-1] and fired.skipped == len(since_enabled) - 1
+    assert 8 <= fired.skipped <= 9  # counting from the last fired slot would make it 29
+    assert [r["skipped"] for r in ticks(conn, "toggled")] == [first.skipped, fired.skipped]
     # Editing the cron stamps a new start too; clearing the schedule stops it at once.
     apply(recipe("toggled", "*/2 * * * *"))
     assert conn.execute("select schedule_enabled_at > %s as moved from threadline.workflows where slug = 'toggled'",

@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 
 from engine_adapter import harness
+from engine_adapter.recipes import RecipeError, load_recipe_file
 from engine_adapter.webhook_auth import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from engine_adapter.workflows import apply_recipe
 
 SECRET = "a-long-random-secret"
 SECRET_VAR = "TL_TEST_WEBHOOK_SECRET"
@@ -284,6 +286,30 @@ def test_concurrent_duplicates_make_one_run(conn, apply, hooks):
     assert created(conn)["runs"] == 2 and created(conn)["tasks"] == 2
 
 
+def test_a_signed_request_replayed_to_another_path_is_refused(conn, apply, hooks):
+    """Two paths share a secret: a request captured at one and resent to the other within the
+    window carries a valid signature, but that signature was spent; it starts nothing there."""
+    apply(GREET)
+    apply(GREET.replace("greet", "wave"))
+    base = hooks()
+    body = json.dumps({"name": "captured"}).encode()
+    captured = signed(body, delivery="d-1")
+    status, first, _ = request(base, "POST", "/hooks/greet", body, captured)
+    assert status == 202
+    before = created(conn)
+    for headers in (captured, dict(captured, **{DELIVERY_HEADER: "d-2"})):
+        status, answer, _ = request(base, "POST", "/hooks/wave", body, headers)
+        assert (status, answer) == (409, {"error": (
+            "this signed request was already delivered to /hooks/greet; a delivery to /hooks/wave "
+            f"needs a signature of its own (sign it again with a new {TIMESTAMP_HEADER})")})
+    assert created(conn) == before
+    # At its own path it is still a repeat of the first delivery; signed anew it is welcome.
+    assert request(base, "POST", "/hooks/greet", body, captured)[:2] == (200, first)
+    status, _, _ = request(base, "POST", "/hooks/wave", body, signed(body, at=time.time() + 1,
+                                                                       delivery="d-1"))
+    assert status == 202 and created(conn)["runs"] == 2
+
+
 def test_a_path_belongs_to_one_workflow(db_url, conn, tmp_path):
     first = tmp_path / "first.yaml"
     first.write_text("slug: first\nwebhooks:\n  - path: shared\nsteps:\n  - id: s\n    run_command: echo\n")
@@ -293,7 +319,11 @@ def test_a_path_belongs_to_one_workflow(db_url, conn, tmp_path):
     assert cli(db_url, "recipe", "apply", str(first)).returncode == 0
     result = cli(db_url, "recipe", "apply", str(second))
     assert result.returncode == 10
-    assert result.stderr.strip() == f'{second}: webhooks[1].path: "shared" is already used by workflow "first"'
+    assert result.stderr.strip() == 'webhooks[1].path: "shared" is already used by workflow "first"'
+    # apply_recipe itself says so (the console shows the same), and writes nothing.
+    with pytest.raises(RecipeError) as taken:
+        apply_recipe(conn, load_recipe_file(second))
+    assert taken.value.errors == ['webhooks[1].path: "shared" is already used by workflow "first"']
     assert [r["slug"] for r in conn.execute("select slug from threadline.workflows")] == ["first"]
     assert [r["path"] for r in conn.execute("select path from threadline.webhook_triggers")] == ["shared"]
     # The owner may keep it across versions; once it lets go, another may take it.

@@ -247,3 +247,19 @@ def test_bad_links_say_what_is_wrong(page, stack):
     page.wait_for_selector(".tl-error:has-text(\"no workflow 'no-such-flow'\")")
     page.goto(stack.base + "/?state=exploded")
     page.wait_for_selector(".tl-error:has-text(\"state: 'exploded' is not a run state\")")
+
+
+def test_editor_refuses_a_webhook_path_another_workflow_holds(page, stack):
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, "slug: ui-hook-a\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
+                            "  - id: s\n    run_command: echo a\n")
+        before = conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"]
+    page.goto(stack.base + "/recipe?new=1")
+    page.wait_for_selector(".ace_content")
+    set_editor(page, "slug: ui-hook-b\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
+                     "  - id: s\n    run_command: echo b\n")
+    page.wait_for_selector("#tl-validation:has-text('Valid')")
+    page.click("button:has-text('Create')")
+    page.wait_for_selector(".tl-error:has-text('webhooks[0].path')")
+    with db.connect(stack.url) as conn:
+        assert conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"] == before

@@ -76,12 +76,23 @@ def test_words_and_labels():
     assert s.label(utc(2026, 11, 23, 6)) == "2026-11-23 07:00 Europe/Berlin"
 
 
+def test_labels_in_the_repeated_hour_say_which_one():
+    ny = Schedule("30 1 * * *", "America/New_York")
+    # 2026-11-01 01:30 happens twice in New York: at 05:30 UTC (EDT) and at 06:30 UTC (EST).
+    assert ny.label(utc(2026, 11, 1, 5, 30)) == "2026-11-01 01:30 America/New_York (UTC-04:00)"
+    assert ny.label(utc(2026, 11, 1, 6, 30)) == "2026-11-01 01:30 America/New_York (UTC-05:00)"
+    # Either side of the repeated hour, and on an ordinary day, a label needs no offset.
+    assert ny.label(utc(2026, 11, 1, 4, 59)) == "2026-11-01 00:59 America/New_York"
+    assert ny.label(utc(2026, 11, 1, 7, 0)) == "2026-11-01 02:00 America/New_York"
+    assert ny.label(utc(2026, 11, 2, 6, 30)) == "2026-11-02 01:30 America/New_York"
+
+
 def test_bad_expressions_and_zones_name_the_value():
-    with pytest.raises(CronError, match="'0 7 \\* \\*' must be a 5-field"):
+    with pytest.raises(CronError, match='"0 7 \\* \\*" must be a 5-field'):
         Schedule("0 7 * *")
-    with pytest.raises(CronError, match="'61 \\* \\* \\* \\*' is not a valid cron expression"):
+    with pytest.raises(CronError, match='"61 \\* \\* \\* \\*" is not a valid cron expression'):
         Schedule("61 * * * *")
-    with pytest.raises(CronError, match="'Mars/Olympus' is not an IANA time zone"):
+    with pytest.raises(CronError, match='"Mars/Olympus" is not an IANA time zone'):
         Schedule("* * * * *", "Mars/Olympus")
 
 

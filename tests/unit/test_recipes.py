@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -130,6 +131,23 @@ def test_hash_stable_across_form() -> None:
     assert changed not in hashes
     assert load_recipe_text(yaml_text.replace("10m", "11m")).canonical_hash not in hashes
     assert len(next(iter(hashes))) == 64
+
+
+def test_scheduled_recipe_hash_leaves_the_default_catch_up_out() -> None:
+    """A scheduled recipe stored before catch_up existed must keep its hash: re-applying the
+    unchanged file is no new version. The canonical document is exactly what it was then."""
+    text = 'slug: x\nschedule: "0 7 * * *"\nsteps:\n  - id: a\n    sleep: 1s\n'
+    before_catch_up = {"slug": "x", "name": "x", "bot": "shell", "schedule": "0 7 * * *",
+                       "timezone": "UTC", "steps": [{"id": "a", "sleep": "1s"}]}
+    blob = json.dumps(before_catch_up, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    recipe = load_recipe_text(text)
+    assert recipe.to_dict() == before_catch_up and recipe.catch_up == "latest"
+    assert recipe.canonical_hash == hashlib.sha256(blob.encode()).hexdigest()
+    # Writing the default out changes nothing; another policy is part of the document.
+    assert load_recipe_text(text + "catch_up: latest\n").canonical_hash == recipe.canonical_hash
+    other = load_recipe_text(text + "catch_up: all\n")
+    assert other.to_dict()["catch_up"] == "all" and other.canonical_hash != recipe.canonical_hash
+    assert Recipe.from_dict(recipe.to_dict()) == recipe
 
 
 def test_round_trip() -> None:

@@ -37,14 +37,48 @@ alter table threadline.schedule_ticks
 
 -- Concurrency: a run counts against its workflow's max_concurrent_runs from admission until it
 -- finishes. Runs of workflows without a limit are admitted when spawned (the default).
-alter table threadline.run_threads add column admitted_at timestamptz default now();
-create index run_threads_queued on threadline.run_threads (workflow, created_at, run_id)
+-- A queued run's place in line is its queue_seq, drawn under the workflow's admission lock (held
+-- to commit), so the line is in commit order: a spawn that waited for the lock cannot jump runs
+-- queued meanwhile, as ordering by created_at (its transaction's start) would let it.
+alter table threadline.run_threads add column admitted_at timestamptz default now(),
+  add column queue_seq bigint;
+create sequence threadline.run_queue_seq;
+create index run_threads_queued on threadline.run_threads (workflow, queue_seq)
   where state = 'queued';
 
--- Admit the oldest queued runs of a workflow while it has room, first in first out: each admitted
--- run leaves `queued`, gets its admission event (its handler awaits it, holding no process) and a
--- thread note if it had to wait. Serialised per workflow by an advisory transaction lock, so
--- concurrent spawns and finishers never admit past the limit. Returns how many were admitted.
+-- The per-workflow admission lock: every writer that admits, queues or resumes a run of a
+-- workflow with a limit takes it first (released at commit).
+create function threadline.lock_admission (p_workflow text) returns void
+  language sql
+as $$
+  select pg_advisory_xact_lock(7412, hashtext(p_workflow));
+$$;
+
+-- Put a new run in line: the lock first, then its place, so places are drawn in commit order.
+create function threadline.queue_run (p_run_id uuid, p_workflow text) returns void
+  language plpgsql
+as $$
+begin
+  perform threadline.lock_admission(p_workflow);
+  update threadline.run_threads
+     set state = 'queued', admitted_at = null, queue_seq = nextval('threadline.run_queue_seq')
+   where run_id = p_run_id;
+end;
+$$;
+
+-- Runs of a workflow holding a place: admitted and not finished.
+create function threadline.active_runs (p_workflow text) returns integer
+  language sql stable
+as $$
+  select count(*)::integer from threadline.run_threads
+   where workflow = p_workflow and admitted_at is not null
+     and state not in ('completed', 'failed', 'cancelled');
+$$;
+
+-- Admit the first queued runs of a workflow in line while it has room: each admitted run leaves
+-- `queued`, gets its admission event (its handler awaits it, holding no process) and a thread
+-- note if it had to wait. Serialised per workflow by the admission lock, so concurrent spawns and
+-- finishers never admit past the limit. Returns how many were admitted.
 create function threadline.admit_queued (p_queue text, p_workflow text)
   returns integer
   language plpgsql
@@ -55,20 +89,17 @@ declare
   v_run record;
   v_admitted integer := 0;
 begin
-  perform pg_advisory_xact_lock(7412, hashtext(p_workflow));
+  perform threadline.lock_admission(p_workflow);
   if not exists (select 1 from threadline.run_threads where workflow = p_workflow and state = 'queued') then
     return 0;  -- the common case (checked under the lock: a queued run committed before it is seen)
   end if;
   select (recipe ->> 'max_concurrent_runs')::integer into v_max
     from threadline.workflows where slug = p_workflow;
-  select count(*) into v_active
-    from threadline.run_threads
-   where workflow = p_workflow and admitted_at is not null
-     and state not in ('completed', 'failed', 'cancelled');
+  v_active := threadline.active_runs(p_workflow);
   for v_run in
     select run_id from threadline.run_threads
      where workflow = p_workflow and state = 'queued'
-     order by created_at, run_id
+     order by queue_seq
      limit case when v_max is null then null else greatest(v_max - v_active, 0) end
      for update
   loop

@@ -31,7 +31,8 @@ begin
     if not found then
       select workflow into v_owner from threadline.webhook_triggers where path = v_hook ->> 'path';
       raise exception 'webhooks[%].path: "%" is already used by workflow "%"',
-        v_index, v_hook ->> 'path', v_owner using errcode = 'unique_violation';
+        v_index, v_hook ->> 'path', v_owner
+        using errcode = 'unique_violation', constraint = 'webhook_triggers_pkey';
     end if;
   end loop;
   return null;
@@ -43,7 +44,8 @@ create trigger workflows_webhook_triggers
   for each row execute function threadline.sync_webhook_triggers();
 
 -- One row per accepted delivery. A retry names the same delivery id; a captured request resent
--- under a new delivery id carries the same signature: either way it finds the first run.
+-- under a new delivery id, or to another path, carries the same signature: either way it finds
+-- the first delivery. Signatures are unique across paths (several paths may share a secret).
 create table threadline.webhook_deliveries (
   path        text not null,
   delivery    text not null,
@@ -53,5 +55,5 @@ create table threadline.webhook_deliveries (
   received_at timestamptz not null default now(),
   primary key (path, delivery)
 );
-create unique index webhook_deliveries_signature on threadline.webhook_deliveries (path, signature)
+create unique index webhook_deliveries_signature on threadline.webhook_deliveries (signature)
   where signature is not null;

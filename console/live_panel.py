@@ -34,7 +34,9 @@ def on_change(fn: Callable[[Change], None], catch_up: Callable[[], None] | None 
     def start() -> None:
         subscription.append(feed.subscribe(deliver))
         if served and catch_up is not None:
-            catch_up()
+            # On the next tick, not inside the onload callback: changes made there stay held and
+            # reach the browser late (measured: every later thread entry showed ~110 ms slower).
+            doc.add_next_tick_callback(catch_up)
 
     def unsubscribe() -> None:
         for stop in subscription:
@@ -70,24 +72,34 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class Throttle:
-    """Runs `fn` on a change at most once per `min_interval`; a change inside the interval is kept
-    and run on a later beat (the live feed beats twice a second), so none is lost and a burst of
-    changes costs one reload, not one per change."""
+    """Runs `fn` on a change at most once per `min_interval`. A change inside the interval is kept
+    and run when the interval ends (in a served page; in a notebook on the feed's next beat), so
+    none is lost and a burst of changes costs one reload, not one per change."""
 
     def __init__(self, fn: Callable[[], None], min_interval: float = 0.25) -> None:
         self.fn, self.min_interval = fn, min_interval
         self._last = 0.0
-        self._pending = False
+        self._pending = self._scheduled = False
+        doc = pn.state.curdoc
+        self._doc = doc if doc is not None and doc.session_context is not None else None
 
     def poke(self) -> None:
-        if time.monotonic() - self._last >= self.min_interval:
+        wait = self.min_interval - (time.monotonic() - self._last)
+        if wait <= 0:
             self._run()
-        else:
-            self._pending = True
+            return
+        self._pending = True
+        if self._doc is not None and not self._scheduled:
+            self._scheduled = True
+            self._doc.add_timeout_callback(self._deferred, int(wait * 1000) + 1)
 
     def beat(self) -> None:
         if self._pending:
             self._run()
+
+    def _deferred(self) -> None:
+        self._scheduled = False
+        self.beat()
 
     def _run(self) -> None:
         self._pending, self._last = False, time.monotonic()

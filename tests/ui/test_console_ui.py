@@ -89,12 +89,13 @@ def test_create_recipe_in_editor_spawn_it_and_answer_its_gate(page, stack):
 def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
+        before = conn.execute("select count(*) as n from threadline.run_threads where workflow = 'ui-gate'"
+                              ).fetchone()["n"]
         page.goto(stack.base + "/?workflow=ui-gate")
-        page.wait_for_selector(".tl-counts")
-        before = page.locator(".tabulator-row").count()
+        page.wait_for_selector(f".tl-counts :text('all {before}')")
         run_id = spawn(conn, "ui-gate", {"batch": 1}).run_id
         page.wait_for_selector(f"a[href='/run?id={run_id}']")  # appeared without a reload
-        assert page.locator(".tabulator-row").count() == before + 1
+        page.wait_for_selector(f".tl-counts :text('all {before + 1}')")
         harness.wait_for_state(stack.url, run_id, "waiting")
         page.wait_for_selector(".tl-counts :text('waiting')")
         page.locator("select").nth(1).select_option("waiting")

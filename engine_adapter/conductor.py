@@ -59,6 +59,7 @@ class Conductor:
         signal.signal(signal.SIGINT, lambda *_: self.stop())
         log.info("conductor %s started", self.worker.id)
         self.recover_dead_conductors()
+        self.prune_dead_workers()
         try:
             while not self._stopping:
                 self.tick()
@@ -145,6 +146,11 @@ class Conductor:
                          f"run {fired.run_id}" if fired.run_id else "skipped")
         except Exception:  # nothing may escape the conductor's loop
             log.exception("schedule tick failed")
+
+    def prune_dead_workers(self) -> None:
+        """Each restart registers a new process: forget those dead for a day (at start-up, so the
+        list the console and `health` show stays short)."""
+        self.conn.execute(db.q("prune_dead_workers"))
 
     def recover_dead_conductors(self) -> int:
         """Runs claimed by a conductor that died mid-SEND go back to the queue at once."""

@@ -135,13 +135,6 @@ def state_counts(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str
     return {state: found.get(state, 0) for state in RUN_STATES}
 
 
-def runs_by_id(conn: psycopg.Connection[Any], run_ids: list[str]) -> list[dict[str, Any]]:
-    rows = db.fetch_all(conn, "runs_by_id", dict(run_ids=run_ids[:500]))
-    for row in rows:
-        row["run_id"] = str(row["run_id"])
-    return rows
-
-
 def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
     """The charts' time window and bucket: the filter's range, else the last 7 days."""
     since = filters.since or now - timedelta(days=7)

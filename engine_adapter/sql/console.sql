@@ -26,13 +26,6 @@ select state, count(*)::int as runs
         or payload::text ilike %(search_any)s)
  group by state
 
--- runs_by_id --
--- The list rows of a few runs, for patching a page in place.
-select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kind' as trigger_kind,
-       created_at, updated_at, finished_at
-  from threadline.run_threads
- where run_id = any(%(run_ids)s::uuid[])
-
 -- runs_over_time --
 -- Runs started per time bucket and their state, since a moment.
 select date_bin(%(bucket)s::interval, created_at, timestamptz '2000-01-01') as bucket, state,

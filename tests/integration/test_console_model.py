@@ -164,3 +164,14 @@ steps:
     nap = read_model.show_run(conn, run_id)["steps"][0]
     slept = (datetime.fromisoformat(nap["finished_at"]) - datetime.fromisoformat(nap["started_at"]))
     assert nap["status"] == "completed" and slept.total_seconds() >= 0.99
+
+
+def test_a_starting_conductor_forgets_processes_dead_for_a_day(conn, procs):
+    conn.execute("insert into threadline.workers (id, kind, host, pid, lock_key, last_beat_at, version) "
+                 "values ('old-bot', 'bots', 'h', 1, nextval('threadline.worker_lock_keys'), "
+                 "now() - interval '2 days', 'x'), ('recent-bot', 'bots', 'h', 2, "
+                 "nextval('threadline.worker_lock_keys'), now() - interval '2 hours', 'x')")
+    procs.start("conductor", wait=True)
+    ids = lambda: {w["id"] for w in read_model.workers_overview(conn)}  # noqa: E731
+    harness.wait_for(lambda: "old-bot" not in ids(), what="the old process to be forgotten")
+    assert "recent-bot" in ids()  # recent dead ones stay visible as dead

@@ -16,10 +16,9 @@ from engine_adapter import db, harness
 from engine_adapter.commands import CommandRefused, cancel_run, retry_run
 from engine_adapter.events import emit
 from engine_adapter.read_model import health, list_runs, show_run
-from engine_adapter.recipes import load_recipe_text
 from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.threads import decide
-from engine_adapter.workflows import apply_recipe, set_enabled
+from engine_adapter.workflows import set_enabled
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:

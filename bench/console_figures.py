@@ -4,9 +4,7 @@ and the runs page's server-side queries over a large seeded history."""
 from __future__ import annotations
 
 import shutil
-import socket
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -25,12 +23,6 @@ RECIPE = "slug: bench-console\nbot: local\nsteps:\n  - id: ask\n    human_gate: 
 Conn = psycopg.Connection[Any]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[str, Summary] | str:
     """Seconds from a committed change (a thread entry; a run state) to the page showing it."""
     if shutil.which(CHROMIUM) is None:
@@ -39,10 +31,10 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
 
     apply_recipe(conn, load_recipe_text(RECIPE))
     run_id = spawn(conn, "bench-console", {}).run_id  # no conductor: the page watches a still run
-    port = _free_port()
+    port = harness.free_port()
     procs.start("console", args=["--port", str(port)])
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: _serving(base), timeout=90, interval=0.3, what="the console")
+    harness.wait_for(lambda: harness.answers(base + "/recipes"), timeout=90, interval=0.3, what="the console")
     entry, state = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
@@ -59,13 +51,6 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
             state.append(_until_visible(page, f"#tl-run-state:text-is('{target}')"))
         browser.close()
     return {"entry": Summary.of(entry), "state": Summary.of(state)}
-
-
-def _serving(base: str) -> bool:
-    try:
-        return urllib.request.urlopen(base + "/recipes", timeout=5).status == 200
-    except OSError:
-        return False
 
 
 def _until_visible(page: Any, selector: str) -> float:

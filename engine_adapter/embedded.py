@@ -37,7 +37,8 @@ def _package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -213,7 +214,7 @@ class EmbeddedPostgres:
         if proc.returncode != 0:
             shutil.rmtree(data, ignore_errors=True)  # so the next attempt starts clean
             raise RuntimeError(f"initdb failed for {data}:\n{proc.stdout}")
-        self._write_credentials(password, _free_port())
+        self._write_credentials(password, free_port())
 
     def _postmaster(self) -> tuple[int, int] | None:
         """(pid, port) from postmaster.pid if that process is alive; stale pid files give None."""
@@ -254,7 +255,7 @@ class EmbeddedPostgres:
         if port is None:
             port = creds["port"]
             if not _port_free(port):
-                port = _free_port()
+                port = free_port()
             if not self.log_file.exists():
                 self.log_file.touch()
             self._give_to_service(self.log_file, 0o600)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 import psycopg
 
 from . import db
+from .embedded import free_port  # noqa: F401  (shared with tests, benchmarks and scripts)
 from .read_model import show_run
 from .settings import DATABASE_URL_ENV, HOME_ENV
 from .workers import CRASH_ENV
@@ -115,6 +116,17 @@ def remove_server(home: Path, mode: str = "fast") -> None:
         shutil.rmtree(home, ignore_errors=True)
         if not data_base.is_relative_to(home):
             shutil.rmtree(data_base, ignore_errors=True)
+
+
+def answers(url: str) -> bool:
+    """Whether an HTTP GET of url answers 200 now (a server still starting does not)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def with_dbname(url: str, name: str) -> str:

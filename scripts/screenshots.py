@@ -10,11 +10,9 @@ photographs the runs page and a run page in Debian's Chromium.
 from __future__ import annotations
 
 import shutil
-import socket
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,12 +49,6 @@ steps:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     from playwright.sync_api import sync_playwright
 
@@ -68,7 +60,7 @@ def main() -> int:
             for text in (DEMO, FAILING):
                 apply_recipe(conn, load_recipe_text(text))
             procs = harness.ProcessSet(url, home)
-            port = free_port()
+            port = harness.free_port()
             try:
                 procs.start("conductor")
                 procs.start("bots")
@@ -80,7 +72,7 @@ def main() -> int:
                 waiting = spawn(conn, "release-check", {"version": "1.5.0"}).run_id
                 harness.wait_for_state(url, waiting, "waiting", timeout=60)
                 base = f"http://127.0.0.1:{port}"
-                harness.wait_for(lambda: urllib.request.urlopen(base + "/recipes", timeout=5).status == 200,
+                harness.wait_for(lambda: harness.answers(base + "/recipes"),
                                  timeout=90, what="the console")
                 with sync_playwright() as p:
                     browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])

@@ -17,12 +17,6 @@ from engine_adapter import db, harness
 from engine_adapter.embedded import EmbeddedPostgres
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def threadline(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
     env["THREADLINE_HOME"] = str(home)
@@ -41,7 +35,7 @@ def start_up(home: Path, port: int) -> subprocess.Popen[bytes]:
 def test_up_runs_everything_and_restarts_what_dies(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    port = free_port()
+    port = harness.free_port()
     up = start_up(home, port)
     try:
         harness.wait_for(lambda: "Threadline is up" in (home / "up.log").read_text(), timeout=90,
@@ -71,7 +65,7 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
     assert not EmbeddedPostgres(home).is_running()
 
     # Starting again finds everything intact.
-    up = start_up(home, free_port())
+    up = start_up(home, harness.free_port())
     try:
         harness.wait_for(lambda: (home / "up.log").read_text().count("Threadline is up") == 2, timeout=90,
                          what="second start")

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -114,12 +113,6 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, THREADLINE_DATABASE_URL=url)
     return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
                           capture_output=True, text=True, timeout=60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- tests -----------------------------------------------------------------------------------------
@@ -360,7 +353,7 @@ def test_listening_beyond_loopback_needs_every_webhook_signed(db_url, conn, appl
 
 def test_up_supervises_the_ingress_and_prints_its_url(db_url, apply, tmp_path):
     apply(GREET)
-    port = free_port()
+    port = harness.free_port()
     log = tmp_path / "up.log"
     env = dict(os.environ, THREADLINE_DATABASE_URL=db_url, THREADLINE_HOME=str(tmp_path),
                **{SECRET_VAR: SECRET})

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,12 +19,6 @@ from engine_adapter import harness
 CHROMIUM = os.environ.get("THREADLINE_CHROMIUM", "/usr/bin/chromium")
 REQUIRE_ENV = "THREADLINE_REQUIRE_UI_TESTS"
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -52,19 +44,14 @@ class Stack:
     def __init__(self, url: str, home: Path) -> None:
         self.url = url
         self.procs = harness.ProcessSet(url, home)
-        self.port = _free_port()
+        self.port = harness.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.conductor = self.procs.start("conductor")
         self.procs.start("bots")
         self.procs.start("console", env={"THREADLINE_PLAYGROUND": "1"}, args=["--port", str(self.port)])
-        harness.wait_for(self._serving, timeout=90, interval=0.3, what="the console to serve")
+        harness.wait_for(lambda: harness.answers(self.base + "/recipes"), timeout=90, interval=0.3,
+                         what="the console to serve")
         self.procs.wait_alive("conductor")
-
-    def _serving(self) -> bool:
-        try:
-            return urllib.request.urlopen(self.base + "/recipes", timeout=5).status == 200
-        except OSError:
-            return False
 
     def restart_conductor(self) -> None:
         self.conductor = self.procs.start("conductor")

@@ -181,11 +181,11 @@ def test_signed_in_user_is_who_replies(page, stack, tmp_path):
     """With sign-in configured, the console asks for a password and a reply carries the user's name."""
     users = tmp_path / "users.json"
     users.write_text('{"ann": "correct horse battery"}')
-    port = _free_port()
+    port = harness.free_port()
     stack.procs.start("console", args=["--port", str(port)], env={
         "THREADLINE_CONSOLE_USERS": str(users), "THREADLINE_COOKIE_SECRET": "s" * 40})
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: _answers(base + "/login"), timeout=90, interval=0.3, what="the signed-in console")
+    harness.wait_for(lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the signed-in console")
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
         run_id = spawn(conn, "ui-gate", {"batch": 11}).run_id
@@ -206,23 +206,6 @@ def test_signed_in_user_is_who_replies(page, stack, tmp_path):
         page.click("button:has-text('Send')")
         view = harness.wait_for_state(stack.url, run_id, "completed")
         assert [e["author"] for e in view["thread"] if e["author_kind"] == "human"] == ["ann"]
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-
-    try:
-        return urllib.request.urlopen(url, timeout=5).status == 200
-    except OSError:
-        return False
 
 
 def test_long_output_arrives_folded_and_loads_in_full_on_demand(page, stack):

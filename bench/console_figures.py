@@ -39,6 +39,10 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page()
+        link = harness.run_cli(procs.url, "console", "link", "--port", str(port), home=procs.threadline_home)
+        if link.returncode != 0:
+            raise RuntimeError(f"cannot mint a console sign-in link: {link.stderr}")
+        page.goto(link.stdout.strip())  # signs in: the token becomes a session cookie
         page.goto(f"{base}/run?id={run_id}")
         page.wait_for_selector("#tl-run-state")
         for i in range(samples):

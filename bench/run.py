@@ -4,7 +4,9 @@
 
 Without --database-url a private embedded Postgres is started in a temp home and removed at the
 end. With it, URL must be allowed to create databases: a fresh tl_bench_* database is created,
-migrated, and dropped again. Nothing here asserts a speed; the figures are printed only.
+migrated, and dropped again. Nothing here asserts a speed; the figures are printed only. Last
+comes the chaos benchmark (bench/chaos.py): it exits 1 when a run is lost or a side effect repeats
+beyond the attempts its thread shows.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import psycopg
 # Run as a script (`python bench/run.py`): make the repository root importable for `bench.*`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import bare_figures as bare  # noqa: E402
-from bench import console_figures as console  # noqa: E402
-from bench import threadline_figures as tl  # noqa: E402
-from bench.database import embedded_server, fresh_database  # noqa: E402
-from bench.stats import Summary, ratio  # noqa: E402
-from engine_adapter import db, harness  # noqa: E402
+from bench import bare_figures as bare
+from bench import chaos
+from bench import console_figures as console
+from bench import threadline_figures as tl
+from bench.database import embedded_server, fresh_database
+from bench.stats import Summary, ratio
+from engine_adapter import db, harness
 
 HEADER = """\
 Threadline benchmark ({mode})
@@ -51,12 +54,15 @@ class Sizes:
     page_samples: int
     seeded_runs: int
     query_repeats: int
+    chaos: chaos.ChaosSizes
 
 
 SMOKE = Sizes(throughput_runs=10, sequential_runs=3, gate_samples=5, recovery_samples=1,
-              timeout_s=30, page_samples=5, seeded_runs=20_000, query_repeats=3)
+              timeout_s=30, page_samples=5, seeded_runs=20_000, query_repeats=3,
+              chaos=chaos.SMOKE)
 FULL = Sizes(throughput_runs=50, sequential_runs=10, gate_samples=20, recovery_samples=3,
-             timeout_s=120, page_samples=30, seeded_runs=100_000, query_repeats=10)
+             timeout_s=120, page_samples=30, seeded_runs=100_000, query_repeats=10,
+             chaos=chaos.FULL)
 
 Row = tuple[str, str, str, str]  # figure, threadline, bare, ratio
 Conn = psycopg.Connection[Any]
@@ -192,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                                                "(default: a private embedded Postgres)")
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
+    chaos.exit_on_sigterm()
     started = time.perf_counter()
     print(HEADER.format(mode="smoke" if args.smoke else "full", queue=bare.QUEUE), flush=True)
     with ExitStack() as stack:
@@ -203,10 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(url, harness.ProcessSet(url, home), sizes)
         console_url = stack.enter_context(fresh_database(server_url))
         rows += console_rows(console_url, harness.ProcessSet(console_url, home), sizes)
+        chaos_url = stack.enter_context(fresh_database(server_url))
+        outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()
     print_table(rows)
+    print()
+    print("\n".join(outcome.lines()))
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
-    return 0
+    if not outcome.ok:
+        print("chaos: a run was lost or a step's effect repeated unseen (see above)", file=sys.stderr)
+    return 0 if outcome.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,24 +1,69 @@
-"""Who may open the console: loopback only, unless credentials are configured.
+"""Who may use the console, and for what.
 
-THREADLINE_CONSOLE_USERS names a JSON file {"user": "password", ...} for basic auth, and
-THREADLINE_COOKIE_SECRET signs the session cookie. Replies are attributed to the signed-in user.
+Sign-in is always on: a one-time link (console/tokens.py) signs in the OS account running
+Threadline with every role, and the users file (console/users.py) adds people with roles. The
+session is a cookie signed with THREADLINE_COOKIE_SECRET, or with a secret generated once in
+$THREADLINE_HOME. `--no-auth` turns sign-in off, on loopback only; actions are then attributed to
+the account running the console.
+
+Every write asks `actor_for` first, server-side: hiding a button is a courtesy, not the check.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
+import secrets
 import socket
+import stat
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-USERS_ENV = "THREADLINE_CONSOLE_USERS"
+from tornado.web import create_signed_value, decode_signed_value
+
+from engine_adapter.identity import ROLES, Actor, os_user
+from engine_adapter.settings import threadline_home
+
+from .users import USERS_ENV, UsersFileError, load_users
+
+log = logging.getLogger("threadline.console")
+
 SECRET_ENV = "THREADLINE_COOKIE_SECRET"
+SECRET_FILE = "console-cookie-secret"
+SESSION_COOKIE = "threadline_session"
+SESSION_DAYS = 7
+ALL_ROLES = frozenset(ROLES)
+# What each kind of write needs (any one of the roles).
+OPERATE = ("operator",)
+DECIDE = ("approver",)
 
 
 class AccessError(ValueError):
-    """The console may not listen as asked; the message says what to configure."""
+    """The console may not start as asked; the message says what to configure."""
+
+
+class NotAllowed(PermissionError):
+    """The signed-in user (or nobody) may not do this; the message says who and why."""
+
+
+@dataclass(frozen=True)
+class Access:
+    home: Path
+    no_auth: bool = False
+    users_path: Path | None = None
+    secret: str | None = None
+
+
+@dataclass(frozen=True)
+class Session:
+    user: str
+    roles: frozenset[str]
+    via: str  # "token" (a sign-in link), "password" (the users file) or "no-auth"
+
+
+_current: Access | None = None
 
 
 def is_loopback(address: str) -> bool:
@@ -31,27 +76,130 @@ def is_loopback(address: str) -> bool:
                    for info in socket.getaddrinfo(address, None))
 
 
-def auth_options(address: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Panel serve options for signing in; refuses a non-loopback address without credentials."""
+def configure(address: str, *, no_auth: bool = False, env: dict[str, str] | None = None,
+              home: Path | None = None) -> Access:
+    """Check the sign-in setup before the console starts, and keep it for the requests."""
+    global _current
     env = dict(os.environ) if env is None else env
-    users_file, secret = env.get(USERS_ENV), env.get(SECRET_ENV)
-    if not users_file:
-        if not is_loopback(address):
-            raise AccessError(
-                f"the console will not listen on {address} without sign-in: set {USERS_ENV} to a JSON file "
-                f'of users ({{"name": "password"}}) and {SECRET_ENV} to a long random string, or use 127.0.0.1')
-        return {}
-    path = Path(users_file).expanduser()
+    home = home or threadline_home()
+    loopback = is_loopback(address)
+    if no_auth:
+        if not loopback:
+            raise AccessError(f"--no-auth: refused on {address}; sign-in may only be turned off on a "
+                              "loopback address (127.0.0.1)")
+        _current = Access(home, no_auth=True)
+        return _current
+    users_file = env.get(USERS_ENV)
+    if not users_file and not loopback:
+        raise AccessError(
+            f"the console will not listen on {address} without a users file: set {USERS_ENV} to a JSON "
+            f"file of users (`threadline console user add NAME --role operator` writes one) and "
+            f"{SECRET_ENV} to a long random string, or use 127.0.0.1")
+    users_path = Path(users_file).expanduser() if users_file else None
+    if users_path is not None:
+        try:
+            load_users(users_path)
+        except UsersFileError as err:
+            raise AccessError(str(err)) from None
+    secret = env.get(SECRET_ENV)
+    if secret is not None and len(secret) < 16:
+        raise AccessError(f"{SECRET_ENV} must be a random string of at least 16 characters (it signs "
+                          "the session cookie)")
+    if secret is None and not loopback:
+        raise AccessError(f"{SECRET_ENV} must be set to a random string of at least 16 characters when "
+                          f"the console listens on {address} (it signs the session cookie)")
+    _current = Access(home, users_path=users_path, secret=secret or stored_secret(home))
+    return _current
+
+
+def stored_secret(home: Path) -> str:
+    """The cookie secret kept in $THREADLINE_HOME (mode 0600), made on first use."""
+    path = home / SECRET_FILE
+    home.mkdir(parents=True, exist_ok=True)
     try:
-        users = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise AccessError(f"{USERS_ENV}: cannot read users from {path}: {err}") from None
-    if not isinstance(users, dict) or not users or not all(
-            isinstance(k, str) and isinstance(v, str) and v for k, v in users.items()):
-        raise AccessError(f"{USERS_ENV}: {path} must hold a JSON object of user name → non-empty password")
-    if not secret or len(secret) < 16:
-        raise AccessError(f"{SECRET_ENV} must be set to a random string of at least 16 characters "
-                          "when sign-in is on (it signs the session cookie)")
-    # Our own sign-in page: Panel's default one loads its logo from the internet.
-    login = Path(__file__).parent / "static" / "login.html"
-    return {"basic_auth": str(path), "cookie_secret": secret, "login_template": str(login)}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise AccessError(f"{path}: readable by others (mode {mode:o}); run chmod 600 {path}") from None
+        secret = path.read_text().strip()
+        if len(secret) < 16:
+            raise AccessError(f"{path}: too short to sign cookies; delete it and a new one is made")
+        return secret
+    with os.fdopen(fd, "w") as out:
+        secret = secrets.token_hex(32)
+        out.write(secret + "\n")
+    return secret
+
+
+def current() -> Access:
+    if _current is None:
+        raise NotAllowed("the console's sign-in is not configured")
+    return _current
+
+
+def session_cookie(access: Access, user: str, via: str) -> bytes:
+    assert access.secret is not None
+    return create_signed_value(access.secret, SESSION_COOKIE, json.dumps({"user": user, "via": via}))
+
+
+def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:
+    """The session a cookie proves, checked against the users file as it is now; None: no session."""
+    if access.no_auth:
+        return Session(os_user(), ALL_ROLES, "no-auth")
+    if not value or access.secret is None:
+        return None
+    raw = decode_signed_value(access.secret, SESSION_COOKIE, value, max_age_days=SESSION_DAYS)
+    if raw is None:
+        return None
+    try:
+        claims = json.loads(raw)
+        user, via = str(claims["user"]), str(claims["via"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    users = None
+    if access.users_path is not None:
+        try:
+            users = load_users(access.users_path)
+        except UsersFileError as err:  # vanished or broken after start: everyone is locked out
+            log.error("sign-in closed: %s", err)
+            return None
+    if via == "token":
+        return Session(user, ALL_ROLES, via)
+    if via == "password" and users is not None and user in users:
+        return Session(user, users[user].roles, via)
+    return None
+
+
+def current_session() -> Session | None:
+    """The session of the page being served (its cookie, checked again now)."""
+    import panel as pn
+
+    try:
+        access = current()
+    except NotAllowed:
+        return None
+    return session_from_cookie(access, pn.state.cookies.get(SESSION_COOKIE))
+
+
+def refusal(session: Session | None, what: str, any_of: tuple[str, ...]) -> str | None:
+    """Why session may not do what (None: it may)."""
+    if session is None:
+        return f"Not signed in: sign in again to {what}."
+    if session.roles & set(any_of):
+        return None
+    held = ", ".join(sorted(session.roles)) or "no role"
+    return f"{session.user} ({held}) may not {what}: that needs the {' or '.join(any_of)} role."
+
+
+def actor_for(what: str, any_of: tuple[str, ...]) -> Actor:
+    """The actor for a write by the page's signed-in user, or NotAllowed saying why not."""
+    return actor_of(current_session(), what, any_of)
+
+
+def actor_of(session: Session | None, what: str, any_of: tuple[str, ...]) -> Actor:
+    why = refusal(session, what, any_of)
+    if why:
+        raise NotAllowed(why)
+    assert session is not None
+    return Actor(session.user, "console", roles=session.roles)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import data
-from .access import auth_options
+from .access import configure
 from .live import hub
 
 log = logging.getLogger("threadline.console")
@@ -81,13 +81,33 @@ ROUTES: dict[str, Callable[[], Any]] = {
 }
 
 
-def serve(port: int = 5006, address: str = "127.0.0.1", url: str | None = None) -> None:
+def serve(port: int = 5006, address: str = "127.0.0.1", url: str | None = None, *, no_auth: bool = False,
+          link: bool = True) -> None:
     import panel as pn
 
-    options = auth_options(address)  # refuses a non-loopback address without sign-in, before starting
+    from engine_adapter.identity import os_user
+
+    from . import tokens
+    from .auth import NOT_SERVED, ConsoleAuth, NotServed
+
+    access = configure(address, no_auth=no_auth)  # refuses a bad setup before anything starts
     data.configure(url)
     hub(url)
     pn.extension("plotly", "tabulator", "codeeditor", notifications=False)
     origin = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
-    pn.serve({path: fn for path, fn in ROUTES.items()}, port=port, address=address, show=False,
-             title="Threadline", websocket_origin=origin, **options)
+    options = {} if access.no_auth else {"auth_provider": ConsoleAuth(access), "cookie_secret": access.secret}
+    server = pn.serve({path: fn for path, fn in ROUTES.items()}, port=port, address=address, show=False,
+                      title="Threadline", websocket_origin=origin, start=False, **options)
+    # Ahead of Bokeh's own routes: a host-specific rule is tried before the wildcard ones.
+    server._tornado.add_handlers(r".*", [(NOT_SERVED, NotServed)])
+    host = "127.0.0.1" if address in ("0.0.0.0", "::") else address
+    if access.no_auth:
+        log.warning("sign-in is OFF (--no-auth): every account on this machine can use the console as %s",
+                    os_user())
+        print(f"console: http://{host}:{port}/ (sign-in OFF: --no-auth)", flush=True)
+    elif link:
+        token = tokens.mint(access.home, os_user())
+        print(f"console: {tokens.link(token, port, host)} (one-time sign-in link for {os_user()}; "
+              "`threadline console link` prints another)", flush=True)
+    server.start()
+    server.io_loop.start()

@@ -16,32 +16,58 @@ STATE_COLORS = {"completed": "#1a7f37", "failed": "#cf222e", "cancelled": "#6e77
 
 
 def _layout(fig: go.Figure, title: str) -> go.Figure:
-    fig.update_layout(title=title, height=300, margin=dict(l=40, r=10, t=40, b=40),
+    fig.update_layout(title=title, height=300, margin={"l": 40, "r": 10, "t": 40, "b": 40},
                       paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", legend_orientation="h")
     return fig
 
 
-def over_time_figure(rows: list[dict]) -> go.Figure:
+def _empty(fig: go.Figure, title: str, says: str) -> go.Figure:
+    """Words instead of empty axes."""
+    fig.add_annotation(text=says, showarrow=False, font={"size": 15, "color": "#6e7781"},
+                       xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title)
+
+
+def over_time_figure(rows: list[dict], window: dict | None = None) -> go.Figure:
+    """Stacked bars, one per bucket of the window; drawn over the whole window, so a single bucket
+    gets the window's ticks (not sub-millisecond ones) and a bar as wide as its bucket."""
+    title = "Runs over time by outcome"
+    if not rows:
+        return _empty(go.Figure(), title, "No runs in this window yet")
     frame = pd.DataFrame(rows, columns=["bucket", "state", "runs"])
-    fig = go.Figure([go.Bar(x=part["bucket"], y=part["runs"], name=name, marker_color=STATE_COLORS.get(name))
+    width = window["bucket_s"] * 1000 * 0.9 if window else None  # ms on a date axis
+    fig = go.Figure([go.Bar(x=part["bucket"], y=part["runs"], name=name, width=width,
+                            marker_color=STATE_COLORS.get(name))
                      for name, part in frame.groupby("state")])
     fig.update_layout(barmode="stack")
-    return _layout(fig, "Runs over time by outcome")
+    if window:
+        fig.update_xaxes(range=[window["since"], window["until"]])
+    fig.update_yaxes(title="runs", rangemode="tozero", tickformat="d")
+    return _layout(fig, title)
 
 
 def durations_figure(rows: list[dict]) -> go.Figure:
+    title = "Step duration by workflow"
+    if not rows:
+        return _empty(go.Figure(), title, "No step attempts in this window yet")
     frame = pd.DataFrame(rows, columns=["workflow", "step", "outcome", "seconds"])
     fig = go.Figure([go.Box(y=part["seconds"], name=name, boxpoints=False)
                      for name, part in frame.groupby("workflow")])
     fig.update_yaxes(title="seconds per attempt")
-    return _layout(fig, "Step duration by workflow")
+    return _layout(fig, title)
 
 
 def failures_figure(rows: list[dict]) -> go.Figure:
+    title = "Failed runs by step"
+    if not rows:
+        return _empty(go.Figure(), title, "No failures yet")
     frame = pd.DataFrame(rows, columns=["workflow", "step", "runs"])
     fig = go.Figure(go.Bar(x=frame["runs"], y=frame["workflow"] + " · " + frame["step"], orientation="h",
                            marker_color=STATE_COLORS["failed"]))
-    return _layout(fig, "Failed runs by step")
+    fig.update_xaxes(title="runs", rangemode="tozero", tickformat="d")
+    return _layout(fig, title)
 
 
 class RunCharts:
@@ -57,6 +83,6 @@ class RunCharts:
     def redraw(self, filters: RunFilters) -> None:
         with data.connection() as conn:
             found = run_list.chart_data(conn, filters)
-        self.over_time.object = over_time_figure(found["over_time"])
+        self.over_time.object = over_time_figure(found["over_time"], found["window"])
         self.durations.object = durations_figure(found["durations"])
         self.failures.object = failures_figure(found["failures"])

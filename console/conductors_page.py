@@ -14,12 +14,13 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
+from engine_adapter.names import short_run_id
 from engine_adapter import read_model
 
-from . import data, state
-from .style import html_pane
+from . import access, data, state
 from .live import Change
 from .live_panel import on_change, patch_table
+from .style import html_pane
 
 PLAYGROUND_ENV = "THREADLINE_PLAYGROUND"
 RELOAD_EVERY_S = 5.0  # with no change at all, ages are refreshed this often
@@ -27,6 +28,18 @@ RELOAD_EVERY_S = 5.0  # with no change at all, ages are refreshed this often
 
 def playground() -> bool:
     return os.environ.get(PLAYGROUND_ENV) == "1"
+
+
+def unsandboxed_warning(workers: list[dict[str, Any]]) -> str:
+    """Said plainly: live bot processes that run steps without a sandbox."""
+    bare = [w for w in workers if w["kind"] == "bots" and w["alive"]
+            and (w.get("sandbox") or "").startswith("UNSANDBOXED")]
+    if not bare:
+        return ""
+    hosts = ", ".join(sorted({html.escape(w["host"]) for w in bare}))
+    return (f'<div class="tl-error" id="tl-unsandboxed">{len(bare)} bot process(es) on {hosts} run '
+            "steps UNSANDBOXED: a step can read Threadline's credentials and secrets. Install "
+            "bubblewrap (Debian: apt-get install bubblewrap) or run Threadline as root.</div>")
 
 
 class ConductorsPage(Viewer):
@@ -37,9 +50,11 @@ class ConductorsPage(Viewer):
         self.unclaimed = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
                                               sizing_mode="stretch_width", formatters={"run": {"type": "html"}})
         self.kill = pn.widgets.Button(name="Kill the conductor (SIGKILL)", button_type="danger",
-                                      visible=playground())
+                                      visible=playground(), disabled=access.refusal(
+                                          access.current_session(), "kill", access.OPERATE) is not None)
         self.kill.on_click(lambda _e: self._kill())
         self.feedback = html_pane("")
+        self.sandbox = html_pane("")
         self._dirty, self._loaded_at = False, 0.0
         self.load()
         on_change(self._on_change, catch_up=self.load)
@@ -47,7 +62,7 @@ class ConductorsPage(Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         note = ("Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "
                 "runs resume where they were." if playground() else "")
-        return pn.Column(pn.Row(self.kill, html_pane(f"<i>{note}</i>")), self.feedback,
+        return pn.Column(pn.Row(self.kill, html_pane(f"<i>{note}</i>")), self.feedback, self.sandbox,
                          pn.pane.Markdown("### Processes"), self.workers,
                          pn.pane.Markdown("### Runnable runs no conductor has taken"), self.unclaimed,
                          sizing_mode="stretch_width")
@@ -64,9 +79,12 @@ class ConductorsPage(Viewer):
             "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
             "in hand": f'{w["in_hand"]} {"run" if w["kind"] == "conductor" else "attempt"}'
                        f'{"" if w["in_hand"] == 1 else "s"}',
-        } for w in workers], columns=["id", "kind", "host", "pid", "alive", "started", "last beat", "in hand"]))
+            "steps run": w.get("sandbox") or "",
+        } for w in workers], columns=["id", "kind", "host", "pid", "alive", "started", "last beat", "in hand",
+                                      "steps run"]))
+        self.sandbox.object = unsandboxed_warning(workers)
         patch_table(self.unclaimed, pd.DataFrame([{
-            "run": f'<a href="{state.run_url(u["run_id"])}">{u["run_id"][:8]}</a>',
+            "run": f'<a href="{state.run_url(u["run_id"])}">{short_run_id(u["run_id"])}</a>',
             "workflow": u["workflow"] or "", "due for": state.age_text(u["waiting_s"]),
         } for u in unclaimed], columns=["run", "workflow", "due for"]))
 
@@ -77,6 +95,11 @@ class ConductorsPage(Viewer):
             self.load()
 
     def _kill(self) -> None:
+        try:
+            access.actor_for("kill the conductor", access.OPERATE)
+        except access.NotAllowed as err:
+            self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
+            return
         with data.connection() as conn:
             here = [w for w in read_model.workers_overview(conn)
                     if w["kind"] == "conductor" and w["alive"] and w["host"] == socket.gethostname()]

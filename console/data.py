@@ -6,7 +6,6 @@ lives in the console.
 
 from __future__ import annotations
 
-import getpass
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +39,7 @@ def pool() -> ConnectionPool:
     with _lock:
         if _pool is None:
             _pool = ConnectionPool(
-                _url or database_url(), min_size=1, max_size=8, open=True, name="threadline-console",
+                _url or database_url("console"), min_size=1, max_size=8, open=True, name="threadline-console",
                 kwargs={"autocommit": True, "row_factory": dict_row,
                         "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"})
         return _pool
@@ -50,10 +49,3 @@ def pool() -> ConnectionPool:
 def connection() -> Iterator[psycopg.Connection[Any]]:
     with pool().connection() as conn:
         yield conn
-
-
-def current_user() -> str:
-    """Who a human action is attributed to: the signed-in user, else the local account."""
-    import panel as pn
-
-    return pn.state.user or getpass.getuser()

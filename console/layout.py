@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import panel as pn
 
-from . import data, state
+from . import access, data, state
 from .live import Change, hub
 from .live_panel import on_change
 from .style import CSS, html_pane
@@ -19,7 +20,7 @@ PAGES = [("/", "Runs"), ("/needs-you", "Needs you"), ("/recipes", "Recipes"), ("
 def badge_html(beat: dict[str, Any] | None) -> str:
     if beat is None:
         return '<a class="tl-badge tl-badge-amber" href="/conductors">Checking conductor…</a>'
-    b = state.badge(beat, beat.get("db_now") or datetime.now(timezone.utc))
+    b = state.badge(beat, beat.get("db_now") or datetime.now(UTC))
     return (f'<a class="tl-badge tl-badge-{b.color}" href="/conductors" id="tl-badge" data-color="{b.color}">'
             f'● {b.label} <small>{b.detail}</small></a>')
 
@@ -43,10 +44,37 @@ def nav_html(active: str) -> str:
     toggle = ("<a href=\"#\" title=\"light / dark\" onclick=\"const u = new URL(location.href); "
               "u.searchParams.set('theme', u.searchParams.get('theme') === 'dark' ? 'default' : 'dark'); "
               "location.href = u; return false;\">◐</a>")
-    user = pn.state.user
-    who = (f'<span class="tl-user">{html.escape(user)} · <a href="/logout">sign out</a></span>'
-           if user and pn.state.cookies.get("user") else "")
-    return f'<div class="tl-nav">{links}{toggle} {who}</div>'
+    return f'<div class="tl-nav">{links}{toggle} {who_html(access.current_session())}</div>'
+
+
+def who_html(session: access.Session | None) -> str:
+    if session is None:
+        return ""
+    if session.via == "no-auth":
+        return ('<span class="tl-user tl-no-auth" id="tl-no-auth">⚠ sign-in is off (--no-auth): anyone on '
+                f'this machine acts as {html.escape(session.user)}</span>')
+    roles = ", ".join(sorted(session.roles))
+    return (f'<span class="tl-user">{html.escape(session.user)} <small>({html.escape(roles)})</small> · '
+            '<a href="/logout">sign out</a></span>')
+
+
+class SessionWatch:
+    """Ends an open page whose session stopped being valid (signed out, the user removed, the
+    users file gone): the page's connection outlives the checks made when it opened."""
+
+    CHECK_EVERY_S = 2.0
+
+    def __init__(self, main: pn.Column) -> None:
+        self.main, self._checked = main, time.monotonic()
+        on_change(self._check)
+
+    def _check(self, change: Change) -> None:
+        if change.beat is None or time.monotonic() - self._checked < self.CHECK_EVERY_S:
+            return
+        self._checked = time.monotonic()
+        if access.current_session() is None and self.main.objects:
+            self.main.objects = [html_pane('<div class="tl-error" id="tl-signed-out">Your session has ended: '
+                                           '<a href="/login">sign in again</a>.</div>')]
 
 
 def page(title: str, active: str, *content: Any) -> pn.template.BootstrapTemplate:
@@ -55,8 +83,9 @@ def page(title: str, active: str, *content: Any) -> pn.template.BootstrapTemplat
     )
     template.header.append(html_pane(nav_html(active), margin=(12, 10)))
     template.header.append(HeartbeatBadge().pane)
-    template.main.append(pn.Column(pn.pane.Markdown(f"## {title}", margin=(0, 10)), *content,
-                                   sizing_mode="stretch_width"))
+    main = pn.Column(pn.pane.Markdown(f"## {title}", margin=(0, 10)), *content, sizing_mode="stretch_width")
+    SessionWatch(main)
+    template.main.append(main)
     return template
 
 

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import panel as pn
 from panel.viewable import Viewer
 
+from engine_adapter.names import short_run_id
 from engine_adapter import read_model, threads
 
-from . import data, state
-from .style import html_pane
+from . import access, data, state
 from .live import Change
 from .live_panel import Throttle, on_change
+from .style import html_pane
 
 
 class NeedsYouPage(Viewer):
@@ -22,18 +23,22 @@ class NeedsYouPage(Viewer):
         super().__init__(**params)
         self.list = pn.Column(sizing_mode="stretch_width")
         self.feedback = html_pane("")
+        # For the buttons and the note only: act() checks the session again, server-side.
+        self.session = access.current_session()
+        why = access.refusal(self.session, "approve or deny", access.DECIDE)
+        self.permissions = html_pane(f'<div class="tl-muted" id="tl-permissions">{html.escape(why or "")}</div>')
         self._cards: dict[str, tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]] = {}
         self._reload = Throttle(self.load)
         self.load()
         on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(self.feedback, self.list, sizing_mode="stretch_width")
+        return pn.Column(self.permissions, self.feedback, self.list, sizing_mode="stretch_width")
 
     def load(self) -> None:
         with data.connection() as conn:
             gates = read_model.open_gates(conn)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         found = {g["gate_key"]: g for g in gates}
         for key in list(self._cards):
             if key not in found:  # decided elsewhere: drop it in place
@@ -65,18 +70,24 @@ class NeedsYouPage(Viewer):
         approve = pn.widgets.Button(name="Approve 👍", button_type="success")
         deny = pn.widgets.Button(name="Deny 👎", button_type="danger")
         send = pn.widgets.Button(name="Reply", button_type="primary")
+        approve.disabled = deny.disabled = access.refusal(self.session, "decide", access.DECIDE) is not None
+        approve.visible = deny.visible = state.gate_takes_decisions(gate)  # a reply releases any_reply
+        send.disabled = access.refusal(self.session, "reply", access.OPERATE + access.DECIDE) is not None
         run_id, key = row["run_id"], row["gate_key"]
 
         def act(kind: str) -> None:
             try:
+                # Every gate here waits: a reply may decide it, so an approver may reply too.
+                actor = access.actor_for(kind if kind == "reply" else f"{kind} a gate",
+                                         access.OPERATE + access.DECIDE if kind == "reply" else access.DECIDE)
                 with data.connection() as conn:
                     if kind == "reply":
-                        outcome = threads.reply(conn, run_id, reason.value, data.current_user())
+                        outcome = threads.reply(conn, run_id, reason.value, actor)
                         text = outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
                     else:
-                        threads.decide(conn, run_id, kind, data.current_user(), reason.value or None, gate_key=key)
-                        text = f"{kind.capitalize()}d {run_id[:8]} · {row['step']}."
-            except (ValueError, threads.DecisionRefused, threads.RunNotFound) as err:
+                        threads.decide(conn, run_id, kind, actor, reason.value or None, gate_key=key)
+                        text = f"{kind.capitalize()}d {short_run_id(run_id)} · {row['step']}."
+            except (ValueError, access.NotAllowed, threads.DecisionRefused, threads.RunNotFound) as err:
                 self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
                 return
             self.feedback.object = f'<div class="tl-ok">{html.escape(text)}</div>'
@@ -93,10 +104,10 @@ class NeedsYouPage(Viewer):
             self._reload.poke()
         elif change.beat is not None:
             self._reload.beat()
-            self._tick(datetime.now(timezone.utc))
+            self._tick(datetime.now(UTC))
 
 
 def _meta_html(row: dict[str, Any]) -> str:
     return (f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">{html.escape(row["workflow"])} · '
-            f'{html.escape(row["step"])}</a></b> <code>{row["run_id"][:8]}</code> · waiting {row["waiting"]}'
+            f'{html.escape(row["step"])}</a></b> <code>{short_run_id(row["run_id"])}</code> · waiting {row["waiting"]}'
             f' · {row["timeout"]}</div>')

@@ -13,21 +13,33 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter.recipes import RecipeError, load_recipe_text
+from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
 from engine_adapter.schedules import schedule_list
 from engine_adapter.spawn import SpawnError, manual_key, spawn
-from engine_adapter.workflows import (WorkflowNotFound, apply_recipe, get_version, get_workflow, list_versions,
-                                      list_workflows)
+from engine_adapter.workflows import (
+    WorkflowNotFound,
+    apply_recipe,
+    get_version,
+    get_workflow,
+    list_versions,
+    list_workflows,
+)
 
-from . import data, state
+from . import access, data, state
+from .recipe_check import check_recipe_async
 from .style import html_pane
 
 DOUBLE_CLICK_S = 1.0
 NEW_RECIPE = """slug: my-workflow
 name: My workflow
 bot: local
+payload_schema:            # each run's payload must satisfy this JSON Schema
+  type: object
+  properties:
+    name: {type: string, pattern: "^[A-Za-z][A-Za-z0-9 _.-]*$"}
+  required: [name]
 steps:
-  - id: check
+  - id: check              # a value reaches a command as a variable, never as code
     run_command: echo "hello {{ payload.name }}"
   - id: confirm
     human_gate: "The check said: {{ steps.check.output }}. Go on?"
@@ -63,6 +75,8 @@ class RecipeEditor(Viewer):
     def __init__(self, slug: str | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.slug = slug
+        # Why this user may not change recipes or spawn (None: they may); every write checks again.
+        self.read_only = access.refusal(access.current_session(), "save, roll back or spawn", access.OPERATE)
         self.workflow: dict[str, Any] | None = None
         self.versions: list[dict[str, Any]] = []
         self.schedule: dict[str, Any] | None = None
@@ -74,36 +88,39 @@ class RecipeEditor(Viewer):
         text = state.recipe_yaml(self.workflow["recipe"]) if self.workflow else NEW_RECIPE
         self.editor = pn.widgets.CodeEditor(value=text, language="yaml", sizing_mode="stretch_width", height=380,
                                             name="recipe")
-        self.editor.param.watch(lambda _e: self.validate(), "value")
+        self.editor.param.watch(self._edited, "value")
+        self._checks = 0  # the latest check's number: an older answer arriving late is dropped
         self.validation = html_pane("", sizing_mode="stretch_width")
         self.save = pn.widgets.Button(name="Save as new version" if slug else "Create", button_type="primary")
-        self.save.on_click(lambda _e: self._save())
+        self.save.on_click(self._save)
         self.saved = html_pane("")
         self.version_pick = pn.widgets.Select(name="Compare with version", width=200,
                                               options={f"v{v['version']} ({v['source']})": v["version"]
                                                        for v in self.versions})
         self.diff = html_pane("")
         self.rollback = pn.widgets.Button(name="Roll back to this version", button_type="warning",
-                                          disabled=not self.versions)
+                                          disabled=not self.versions or self.read_only is not None)
         self.version_pick.param.watch(lambda _e: self._show_diff(), "value")
         self.rollback.on_click(lambda _e: self._rollback())
         self.payload = pn.widgets.TextAreaInput(name="Payload (JSON object)", value="{}", rows=3,
                                                 placeholder='{"key": "value"}',
                                                 sizing_mode="stretch_width")
-        self.spawn_button = pn.widgets.Button(name="Spawn a run", button_type="success", disabled=not slug)
+        self.spawn_button = pn.widgets.Button(name="Spawn a run", button_type="success", disabled=not slug or self.read_only is not None)
         self.spawn_button.on_click(lambda _e: self._spawn())
         self.spawned = html_pane("")
         # One request id per deliberate click: a second click within DOUBLE_CLICK_S of a spawn reuses
         # the id, so the spawn door returns the same run instead of making another.
         self._request_id = str(uuid.uuid4())
         self._spawned_at = -DOUBLE_CLICK_S
-        self.validate()
+        pn.state.execute(self.validate)
         if self.versions:  # newest first: compare the current version with the one before it
             self.version_pick.value = self.versions[min(1, len(self.versions) - 1)]["version"]
             self._show_diff()
 
     def __panel__(self) -> pn.viewable.Viewable:
-        editor = pn.Column(self.editor, self.validation, pn.Row(self.save, self.saved), sizing_mode="stretch_width")
+        note = html_pane(f'<div class="tl-muted" id="tl-permissions">{html.escape(self.read_only or "")}</div>')
+        editor = pn.Column(self.editor, self.validation, pn.Row(self.save, self.saved), note,
+                           sizing_mode="stretch_width")
         parts: list[Any] = [editor]
         if self.slug:
             parts.append(pn.Card(self.payload, pn.Row(self.spawn_button), self.spawned, title="Spawn",
@@ -114,11 +131,18 @@ class RecipeEditor(Viewer):
                                  sizing_mode="stretch_width"))
         return pn.Column(*parts, sizing_mode="stretch_width")
 
-    def validate(self) -> Any:
-        try:
-            recipe = load_recipe_text(self.editor.value, source="editor")
-        except RecipeError as err:
-            items = "".join(f"<li>{html.escape(e)}</li>" for e in err.errors)
+    async def _edited(self, _event: Any) -> None:
+        await self.validate()
+
+    async def validate(self) -> Recipe | None:
+        """Check the editor's text in a bounded worker, off the event loop, and show the verdict."""
+        self._checks += 1
+        mine = self._checks
+        recipe, errors = await check_recipe_async(self.editor.value, source="editor")
+        if mine != self._checks:
+            return None  # the text changed meanwhile: the newer check shows its verdict
+        if errors:
+            items = "".join(f"<li>{html.escape(e)}</li>" for e in errors)
             self.validation.object = f'<div class="tl-error" id="tl-validation"><b>Not valid:</b><ul>{items}</ul></div>'
             self.save.disabled = True
             return None
@@ -128,12 +152,17 @@ class RecipeEditor(Viewer):
             self.save.disabled = True
             return None
         self.validation.object = f'<div class="tl-ok" id="tl-validation">Valid · {len(recipe.steps)} steps</div>'
-        self.save.disabled = False
+        self.save.disabled = self.read_only is not None
         return recipe
 
-    def _save(self) -> None:
-        recipe = self.validate()
+    async def _save(self, _event: Any) -> None:
+        recipe = await self.validate()
         if recipe is None:
+            return
+        try:
+            access.actor_for("save a recipe", access.OPERATE)
+        except access.NotAllowed as err:
+            self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         with data.connection() as conn:
             if not self.slug:
@@ -163,10 +192,15 @@ class RecipeEditor(Viewer):
         self.diff.object = f'<pre class="tl-text">{html.escape(text)}</pre>'
 
     def _rollback(self) -> None:
+        try:
+            access.actor_for("roll back a recipe", access.OPERATE)
+        except access.NotAllowed as err:
+            self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
+            return
         with data.connection() as conn:
             old = get_version(conn, self.slug or "", self.version_pick.value)
-        recipe = load_recipe_text(json.dumps(old["recipe"]), source=f"v{old['version']}")
-        try:
+        try:  # an old version may break a bound added since: say so
+            recipe = load_recipe_text(json.dumps(old["recipe"]), source=f"v{old['version']}")
             with data.connection() as conn:
                 applied = apply_recipe(conn, recipe, source="rollback")
         except RecipeError as err:
@@ -184,9 +218,14 @@ class RecipeEditor(Viewer):
             self.spawned.object = f'<span class="tl-error">payload: not valid JSON: {html.escape(str(err))}</span>'
             return
         try:
+            actor = access.actor_for("spawn a run", access.OPERATE)
+        except access.NotAllowed as err:
+            self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
+            return
+        try:
             with data.connection() as conn:
                 result = spawn(conn, self.slug or "", payload,
-                               trigger={"kind": "manual", "caller": data.current_user(),
+                               trigger={"kind": "manual", "caller": actor.name,
                                         "request_id": self._request_id},
                                idempotency_key=manual_key(self.slug or "", self._request_id))
         except SpawnError as err:

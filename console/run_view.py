@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -21,11 +21,11 @@ from engine_adapter import commands, read_model, threads
 from engine_adapter.engine_debug import run_debug
 from engine_adapter.spawn import describe_trigger
 
-from . import data, state
-from .style import html_pane
+from . import access, data, state
 from .debug_pane import debug_html
 from .live import Change
 from .live_panel import Throttle, on_change, patch_table
+from .style import html_pane
 
 THREAD_TAIL = 200
 
@@ -47,6 +47,9 @@ class RunView(Viewer):
         self.run_id = run_id
         self.highlight = step
         self.run: dict[str, Any] | None = None
+        # For showing what the user may do; every write checks the session again, server-side.
+        self.session = access.current_session()
+        self.permissions = html_pane("", sizing_mode="stretch_width")
         self._first_seq = 0
         self._last_seq = 0
         self.header = html_pane(sizing_mode="stretch_width")
@@ -98,7 +101,7 @@ class RunView(Viewer):
                              '(not a run id, or a run of another database).</div>')
         gate_row = pn.Row(self.approve, self.deny, self.reason, sizing_mode="stretch_width")
         thread = pn.Column(pn.pane.Markdown("### Thread"), self.earlier, self.thread, gate_row,
-                           pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"), self.feedback,
+                           pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"), self.permissions, self.feedback,
                            sizing_mode="stretch_width")
         actions = pn.Card(pn.Row(self.cancel, self.retry),
                           pn.Row(self.event_name, self.event_payload, self.emit),
@@ -126,7 +129,7 @@ class RunView(Viewer):
     def _render_summary(self, now: datetime | None = None) -> None:
         run = self.run
         assert run is not None
-        now = now or datetime.now(timezone.utc)
+        now = now or datetime.now(UTC)
         trigger = html.escape(describe_trigger(run["trigger"] or {}))
         self.header.object = (
             f'<h4>{run["workflow"]} <small>v{run["workflow_version"]}</small> '
@@ -136,9 +139,16 @@ class RunView(Viewer):
         patch_table(self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight)))
         at_gate = run["gate"] is not None
         for widget in (self.approve, self.deny, self.reason):
-            widget.visible = at_gate
-        self.retry.disabled = run["state"] != "failed"
-        self.cancel.disabled = run["state"] in ("completed", "cancelled")
+            widget.visible = state.gate_takes_decisions(run["gate"])
+        self.retry.disabled = run["state"] != "failed" or not self._may(access.OPERATE)
+        self.cancel.disabled = run["state"] in ("completed", "cancelled") or not self._may(access.OPERATE)
+        self.approve.disabled = self.deny.disabled = not self._may(access.DECIDE)
+        self.send.disabled = not self._may(self._reply_roles())
+        self.emit.disabled = not self._may(access.OPERATE)
+        notes = [why for why in (access.refusal(self.session, "reply, cancel, retry or emit", access.OPERATE),
+                                 access.refusal(self.session, "approve or deny", access.DECIDE) if at_gate else None)
+                 if why]
+        self.permissions.object = f'<div class="tl-muted" id="tl-permissions">{html.escape(" ".join(notes))}</div>'
 
     def _append_entries(self, entries: list[dict[str, Any]]) -> None:
         for entry in entries:
@@ -201,6 +211,14 @@ class RunView(Viewer):
                 self._render_summary()  # countdowns and running durations tick without a query
 
     # -- acting ----------------------------------------------------------------------------------
+    def _may(self, any_of: tuple[str, ...]) -> bool:
+        return access.refusal(self.session, "act", any_of) is None
+
+    def _reply_roles(self) -> tuple[str, ...]:
+        """An operator replies; at a gate an approver may too (the reply may decide it)."""
+        at_gate = bool(self.run and self.run["gate"])
+        return access.OPERATE + access.DECIDE if at_gate else access.OPERATE
+
     def _say(self, text: str, ok: bool = True) -> None:
         self.feedback.object = f'<div class="{"tl-ok" if ok else "tl-error"}">{html.escape(text)}</div>'
 
@@ -210,9 +228,10 @@ class RunView(Viewer):
             self._say("Write something first.", ok=False)
             return
         try:
+            actor = access.actor_for("reply", self._reply_roles())
             with data.connection() as conn:
-                outcome = threads.reply(conn, self.run_id, text, data.current_user())
-        except (ValueError, threads.DecisionRefused, threads.RunNotFound) as err:
+                outcome = threads.reply(conn, self.run_id, text, actor)
+        except (ValueError, access.NotAllowed, threads.DecisionRefused, threads.RunNotFound) as err:
             self._say(str(err), ok=False)
             return
         self.reply_box.value = ""
@@ -222,10 +241,11 @@ class RunView(Viewer):
     def _decide(self, decision: str) -> None:
         gate = self.run and self.run["gate"]
         try:
+            actor = access.actor_for(f"{decision} a gate", access.DECIDE)
             with data.connection() as conn:
-                threads.decide(conn, self.run_id, decision, data.current_user(), self.reason.value or None,
+                threads.decide(conn, self.run_id, decision, actor, self.reason.value or None,
                                gate_key=gate["key"] if gate else None)
-        except (ValueError, threads.DecisionRefused) as err:
+        except (ValueError, access.NotAllowed, threads.DecisionRefused) as err:
             self._say(str(err), ok=False)
             return
         self.reason.value = ""
@@ -233,12 +253,13 @@ class RunView(Viewer):
 
     def _command(self, which: str) -> None:
         try:
+            actor = access.actor_for(f"{which} a run", access.OPERATE)
             with data.connection() as conn:
                 if which == "cancel":
-                    commands.cancel_run(conn, self.run_id, data.current_user(), "from the console")
+                    commands.cancel_run(conn, self.run_id, actor, "from the console")
                 else:
-                    commands.retry_run(conn, self.run_id, data.current_user())
-        except commands.CommandRefused as err:
+                    commands.retry_run(conn, self.run_id, actor)
+        except (access.NotAllowed, commands.CommandRefused) as err:
             self._say(str(err), ok=False)
             return
         self._say("Cancelled." if which == "cancel" else "Retrying the failed step.")
@@ -250,9 +271,10 @@ class RunView(Viewer):
             self._say(f"payload: not valid JSON: {err}", ok=False)
             return
         try:
+            actor = access.actor_for("emit an event", access.OPERATE)
             with data.connection() as conn:
-                commands.emit_debug_event(conn, self.run_id, self.event_name.value, payload, data.current_user())
-        except commands.CommandRefused as err:
+                commands.emit_debug_event(conn, self.run_id, self.event_name.value, payload, actor)
+        except (access.NotAllowed, commands.CommandRefused) as err:
             self._say(str(err), ok=False)
             return
         self._say(f"Emitted {self.event_name.value}.")

@@ -10,15 +10,16 @@ import panel as pn
 import param
 from panel.viewable import Viewer
 
+from engine_adapter.names import short_run_id
 from engine_adapter import run_list
 from engine_adapter.read_model import RUN_STATES
 from engine_adapter.run_list import Cursor, FilterError, RunFilters
 from engine_adapter.workflows import list_workflows
 
 from . import charts, data, state
-from .style import html_pane
 from .live import Change
 from .live_panel import Throttle, on_change, patch_table
+from .style import html_pane
 
 ANY = ""
 CHART_EVERY_S = 5.0  # charts are the costly part: redrawn at most this often, and only after a change
@@ -139,7 +140,7 @@ class RunsPage(Viewer):
 def runs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = ["run", "workflow", "state", "step", "trigger", "started", "finished"]
     return pd.DataFrame([{
-        "run": f'<a href="{state.run_url(r["run_id"])}">{r["run_id"][:8]}</a>',
+        "run": f'<a href="{state.run_url(r["run_id"])}">{short_run_id(r["run_id"])}</a>',
         "workflow": f'{r["workflow"]} v{r["workflow_version"]}',
         "state": r["state"],
         "step": r["current_step"] or "",

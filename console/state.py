@@ -221,3 +221,9 @@ EMPTY_STATE = """### No runs yet
 3. A run that waits at a human gate shows up under **Needs you**; answer it there or in its thread.
 
 From a terminal: `threadline spawn hello --payload '{"name": "you"}'`."""
+
+
+def gate_takes_decisions(gate: dict[str, Any] | None) -> bool:
+    """Whether Approve / Deny decide this gate: an `any_reply` gate is released by a reply, and
+    buttons there would decide nothing."""
+    return gate is not None and gate.get("accept") != "any_reply"

@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 
 from . import db, threads
+from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
-from .settings import threadline_home
+from .sandbox import Sandbox, SandboxError, detect
 from .workers import Worker, crash_point
 
 log = logging.getLogger("threadline.bots")
@@ -52,14 +53,17 @@ def agent_command(bot: str) -> str | None:
 class BotSlot:
     """One claim-run-report loop on connections of its own."""
 
-    def __init__(self, worker: Worker, url: str | None, bots: list[str] | None, stop: threading.Event):
+    def __init__(self, worker: Worker, url: str | None, bots: list[str] | None, stop: threading.Event,
+                 sandbox: Sandbox):
         self.worker = worker
+        self.sandbox = sandbox
         self.bots = bots
         self.stop = stop
-        self.conn = db.connect(url)
-        self.listen_conn = db.connect(url)
+        self.conn = db.connect(url, role="bots")
+        self.listen_conn = db.connect(url, role="bots")
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         self.current_pgid: int | None = None
+        self.abandoning = False
 
     def loop(self) -> None:
         while not self.stop.is_set():
@@ -130,8 +134,15 @@ class BotSlot:
     def execute(self, claim: Claim) -> None:
         kind = claim.data["kind"]
         timeout_s = claim.data.get("timeout_s") or DEFAULT_TIMEOUT_S
-        workdir = claim.data.get("workdir") or str(threadline_home() / "runs" / claim.run_id)
-        Path(workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            workdir = self.prepare_workdir(claim)
+            network = claim.data.get("network", True)
+            if not network and not self.sandbox.bwrap:
+                raise SandboxError("the recipe says network: false, which needs bubblewrap "
+                                   f"(steps here run {self.sandbox.describe()})")
+        except (SandboxError, OSError) as err:
+            self.report(claim, "failed", f"the step cannot run: {err}", None)
+            return
         if kind == "dispatch_task":
             backend = agent_command(claim.bot)
             if backend is None:
@@ -144,12 +155,20 @@ class BotSlot:
         else:
             command, stdin_text = claim.text, None
         result = run_process(
-            command, cwd=workdir, env=self.step_env(claim), timeout_s=timeout_s, stdin_text=stdin_text,
+            self.sandbox.argv(["bash", "-c", command], workdir, network=network), cwd=str(workdir),
+            env=self.step_env(claim, workdir), timeout_s=timeout_s, stdin_text=stdin_text,
+            popen_kwargs=self.sandbox.popen_kwargs(),
             on_start=lambda pgid: self.started(claim, pgid),
             on_output=lambda text: self.progress(claim, text),
             should_continue=lambda: self.still_current(claim),
         )
         self.current_pgid = None
+        if self.abandoning:
+            # The bot is shutting down and killed the command itself: not the step's failure. The
+            # claim is left open; once this process is gone the next bot closes it as lost and runs
+            # a new attempt.
+            log.info("attempt %s of %s abandoned: the bot process is stopping", claim.attempt, claim.step_key)
+            return
         if result.stopped:
             log.info("attempt %s of %s stopped: run cancelled or attempt superseded", claim.attempt, claim.step_key)
             self.close_claim(claim, "cancelled")
@@ -157,15 +176,31 @@ class BotSlot:
         status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
         self.report(claim, status, self.summarise(result, timeout_s), result)
 
-    def step_env(self, claim: Claim) -> dict[str, str]:
-        # A clean environment: no database credentials, so no step can approve its own gate.
+    def prepare_workdir(self, claim: Claim) -> Path:
+        declared = claim.data.get("workdir")
+        workdir = self.sandbox.workdir(claim.run_id, declared)
+        self.sandbox.check_workdir(workdir)
+        if declared and not workdir.is_dir():
+            workdir.mkdir(parents=True, mode=0o700)
+            if self.sandbox.user:
+                os.chown(workdir, *self.sandbox.user)
+        return workdir
+
+    def step_env(self, claim: Claim, workdir: Path) -> dict[str, str]:
+        """A clean environment: no database credentials and no secret, so no step can reach the
+        database or approve its own gate. A recipe's env names pass through, except Threadline's
+        own variables and any variable a webhook names as its secret."""
         env = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
-        env["HOME"] = os.environ.get("HOME", "/")
-        for name in claim.data.get("env") or []:
-            if name in os.environ:
+        env["HOME"] = str(workdir)
+        wanted = claim.data.get("env") or []
+        secrets = {row["name"] for row in db.fetch_all(self.conn, "secret_env_names")} if wanted else set()
+        for name in wanted:
+            if name in os.environ and not is_reserved_env(name) and name not in secrets:
                 env[name] = os.environ[name]
         env["THREADLINE_RUN_ID"] = claim.run_id
         env["THREADLINE_STEP_KEY"] = claim.step_key
+        # The command's placeholder values (TL_*): the command references them, never holds them.
+        env.update(claim.data.get("values") or {})
         return env
 
     def started(self, claim: Claim, pgid: int) -> None:
@@ -238,6 +273,7 @@ class BotSlot:
             self.finish(claim, outcome, None)
 
     def close(self) -> None:
+        self.abandoning = True
         if self.current_pgid:
             kill_group(self.current_pgid)
         for c in (self.listen_conn, self.conn):
@@ -250,11 +286,13 @@ class BotSlot:
 def main(url: str | None = None, concurrency: int | None = None, bots: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s bots %(levelname)s %(message)s")
     concurrency = concurrency or int(os.environ.get("THREADLINE_BOT_CONCURRENCY", "4"))
-    worker = Worker("bots", url)
+    sandbox = detect()
+    (log.info if sandbox.isolated else log.warning)("steps run %s", sandbox.describe())
+    worker = Worker("bots", url, sandbox=sandbox.describe())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    slots = [BotSlot(worker, url, bots, stop) for _ in range(concurrency)]
+    slots = [BotSlot(worker, url, bots, stop, sandbox) for _ in range(concurrency)]
     log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
     threads_ = [threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True) for i, s in enumerate(slots)]
     for t in threads_:

@@ -3,19 +3,58 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 EXIT_INVALID = 10  # recipe validate: the recipe is invalid
+AS_HELP = ("record this as done for NAME; you stay the actor (your OS account), and it never "
+           "satisfies a gate's approvers")
 
 
 def _conn() -> Any:
-    from . import db
+    """People's commands connect as the console's role: the door for people. Without
+    THREADLINE_DATABASE_URL the embedded server is ours: started (made and migrated, the first
+    time) when it is not running."""
+    import psycopg
 
-    return db.connect()
+    from . import db
+    from .settings import DATABASE_URL_ENV, NotConfigured
+
+    try:
+        return db.connect(role="console")
+    except (NotConfigured, psycopg.OperationalError):
+        if os.environ.get(DATABASE_URL_ENV):
+            raise
+    _start_embedded()
+    return db.connect(role="console")
+
+
+def _start_embedded_server() -> str:
+    """The embedded server of THREADLINE_HOME, started (and made, the first time); its URL."""
+    from .embedded import EmbeddedPostgres
+    from .settings import threadline_home
+
+    server = EmbeddedPostgres(threadline_home())
+    if not server.is_running():
+        print(f"threadline: starting the embedded PostgreSQL in {threadline_home()} ...", file=sys.stderr)
+    return server.start()
+
+
+def _start_embedded() -> str:
+    """Start (initialise, the first time) the embedded server of THREADLINE_HOME, migrate it and
+    give the process roles their logins; returns the owner's URL."""
+    from . import db, schema
+    from .roles import ensure_logins
+
+    url = _start_embedded_server()
+    with db.connect(url) as conn:
+        schema.migrate(conn)
+        ensure_logins(conn)
+    return url
 
 
 def _print(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> None:
@@ -25,8 +64,17 @@ def _print(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> 
         print(text(value))
 
 
-def _actor(args: argparse.Namespace) -> str:
-    return getattr(args, "as_", None) or getpass.getuser()
+def _actor(args: argparse.Namespace) -> Any:
+    """The CLI acts as the OS account running it; --as NAME records an action for someone else."""
+    from .identity import cli_actor
+
+    return cli_actor(getattr(args, "as_", None))
+
+
+def _caller(args: argparse.Namespace) -> dict[str, str]:
+    """A manual run's initiator as its trigger records it (a gate may refuse the initiator)."""
+    actor = _actor(args)
+    return {"caller": actor.name, **({"on_behalf_of": actor.on_behalf_of} if actor.on_behalf_of else {})}
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -34,7 +82,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from .supervisor import up
 
     return up(console=not args.no_console, port=args.port, hooks=not args.no_hooks,
-              hooks_port=args.hooks_port)
+              hooks_port=args.hooks_port, no_auth=args.no_auth)
 
 
 def cmd_conductor(args: argparse.Namespace) -> int:
@@ -52,31 +100,80 @@ def cmd_bots(args: argparse.Namespace) -> int:
 
 
 def cmd_hooks(args: argparse.Namespace) -> int:
-    from .hooks import serve
+    from .hooks import Limits, serve
 
-    return serve(args.host, args.port, max_bytes=args.max_bytes, tolerance=args.tolerance)
+    limits = Limits(max_bytes=args.max_bytes, request_s=args.request_timeout,
+                    idle_s=args.idle_timeout, connections=args.max_connections)
+    return serve(args.host, args.port, limits=limits, tolerance=args.tolerance)
 
 
 def cmd_console(args: argparse.Namespace) -> int:
     from console.app import serve
 
-    serve(port=args.port, address=args.address)
+    serve(port=args.port, address=args.address, no_auth=args.no_auth, link=not args.no_link)
+    return 0
+
+
+def cmd_console_link(args: argparse.Namespace) -> int:
+    """A fresh one-time sign-in link for the account running this command."""
+    from console import tokens
+
+    from .identity import os_user
+    from .settings import threadline_home
+
+    if args.minutes < 1:
+        raise ValueError(f"--minutes: {args.minutes}; a link must work for at least a minute")
+    try:
+        token = tokens.mint(threadline_home(), os_user(), ttl_s=args.minutes * 60)
+    except OSError as err:  # another account: Threadline's home is not theirs to write
+        raise ValueError(f"cannot mint a sign-in link in {threadline_home()}: {err.strerror}; run this as "
+                         "the account that runs Threadline") from None
+    print(tokens.link(token, args.link_port, args.host))
+    print(f"(signs in {os_user()} once, within {args.minutes} minutes)", file=sys.stderr)
+    return 0
+
+
+def cmd_console_user_add(args: argparse.Namespace) -> int:
+    import getpass
+
+    from console.users import USERS_ENV, add_user
+
+    path = args.file or os.environ.get(USERS_ENV)
+    if not path:
+        raise ValueError(f"--file: no users file named (or set {USERS_ENV})")
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {args.name}: ")
+        if getpass.getpass("again: ") != password:
+            raise ValueError("the passwords differ; nothing written")
+    add_user(Path(path).expanduser(), args.name, password, args.role)
+    print(f"{args.name} ({', '.join(sorted(set(args.role)))}) written to {path}")
     return 0
 
 
 def cmd_db_migrate(args: argparse.Namespace) -> int:
+    from . import db
+    from .roles import ensure_logins
     from .schema import migrate
+    from .settings import DATABASE_URL_ENV
 
-    with _conn() as conn:
+    url = None if os.environ.get(DATABASE_URL_ENV) else _start_embedded_server()
+    with db.connect(url) as conn:  # the owner: the one process that may change the schema
         applied = migrate(conn)
+        ensure_logins(conn)
     print("applied: " + ", ".join(applied) if applied else "up to date")
+    print("each process kind has its own login: `threadline db url --role KIND` "
+          "(conductor, bots, console, hooks, viewer)")
     return 0
 
 
 def cmd_db_url(args: argparse.Namespace) -> int:
-    from .settings import database_url
+    from .settings import NotConfigured, database_url, read_credentials
 
-    print(database_url())
+    if args.role and args.role not in read_credentials().get("roles", {}):
+        raise NotConfigured(f"no login for role {args.role!r} here yet: run `threadline db migrate`")
+    print(database_url(args.role))
     return 0
 
 
@@ -148,7 +245,7 @@ def cmd_spawn(args: argparse.Namespace) -> int:
     request_id = args.request_id or str(uuid.uuid4())
     with _conn() as conn:
         result = spawn(conn, args.slug, payload, idempotency_key=manual_key(args.slug, request_id),
-                       trigger={"kind": "manual", "caller": _actor(args), "request_id": request_id})
+                       trigger={"kind": "manual", **_caller(args), "request_id": request_id})
     value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
     if not args.request_id:
         value["request_id"] = request_id
@@ -164,7 +261,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     payload = _payload(args)
     with _conn() as conn:
-        emitted = emit(conn, args.name, payload, event_id=args.id, caller=_actor(args))
+        emitted = emit(conn, args.name, payload, event_id=args.id, caller=_actor(args).label)
     value = {"event": emitted.name, "event_id": emitted.event_id, "runs": [r.__dict__ for r in emitted.runs]}
 
     def text(v: dict[str, Any]) -> str:
@@ -292,6 +389,10 @@ def cmd_health(args: argparse.Namespace) -> int:
             for w in v[kind]:
                 lines.append(f"  {kind[:-1]:<9} {'alive' if w['alive'] else 'DEAD ':<5} {w['id']}  "
                              f"beat {w['last_beat_age_s']}s ago")
+                if kind == "bots" and w["alive"] and w["sandbox"]:
+                    lines.append(f"            steps run {w['sandbox']}")
+        if v["unsandboxed_bots"]:
+            lines.append(f"WARNING: {len(v['unsandboxed_bots'])} bot process(es) run steps UNSANDBOXED")
         return "\n".join(lines)
 
     _print(args, h, text)
@@ -300,7 +401,7 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from .hooks import DEFAULT_PORT, MAX_BYTES
+    from .hooks import DEFAULT_PORT, IDLE_TIMEOUT_S, MAX_BYTES, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
     from .webhook_auth import TOLERANCE_S
 
     p = argparse.ArgumentParser(prog="threadline", description="Durable workflows where every run is a thread.")
@@ -319,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-hooks", action="store_true", help="do not start the webhook ingress")
     sp.add_argument("--hooks-port", type=int, default=None,
                     help=f"webhook ingress port (default {DEFAULT_PORT}, or a free one if taken)")
+    sp.add_argument("--no-auth", action="store_true",
+                    help="console without sign-in (loopback only): anyone on this machine acts as you")
     add("conductor", cmd_conductor, "run a conductor process")
     sp = add("bots", cmd_bots, "run a bot process")
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
@@ -332,14 +435,43 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"largest body accepted (default {MAX_BYTES} bytes)")
     sp.add_argument("--tolerance", type=float, default=TOLERANCE_S,
                     help=f"seconds a signed timestamp may be off (default {TOLERANCE_S:g})")
+    sp.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S,
+                    help="seconds from a request's first byte to the end of its body "
+                         f"(default {REQUEST_TIMEOUT_S:g})")
+    sp.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S,
+                    help=f"seconds a connection may wait for its next request "
+                         f"(default {IDLE_TIMEOUT_S:g})")
+    sp.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                    help=f"connections open at once; more are answered 503 "
+                         f"(default {MAX_CONNECTIONS})")
     sp = add("console", cmd_console, "serve the web console")
     sp.add_argument("--port", type=int, default=5006)
     sp.add_argument("--address", default="127.0.0.1",
-                    help="address to listen on; anything but loopback needs sign-in configured")
+                    help="address to listen on; anything but loopback needs a users file")
+    sp.add_argument("--no-auth", action="store_true",
+                    help="no sign-in (loopback only): anyone on this machine acts as you")
+    sp.add_argument("--no-link", action="store_true", help="do not print a sign-in link at start")
+    cp = sp.add_subparsers(dest="console_command", metavar="SUBCOMMAND")
+    lp = cp.add_parser("link", help="print a fresh one-time sign-in link for your account")
+    lp.set_defaults(fn=cmd_console_link)
+    lp.add_argument("--port", type=int, default=5006, dest="link_port", help="the console's port (default 5006)")
+    lp.add_argument("--host", default="127.0.0.1", help="the host in the link (default 127.0.0.1)")
+    lp.add_argument("--minutes", type=int, default=60, help="how long the link works (default 60)")
+    up_ = cp.add_parser("user", help="console users").add_subparsers(dest="user_command", required=True)
+    ap = up_.add_parser("add", help="add or replace a user of the users file (asks for the password)")
+    ap.set_defaults(fn=cmd_console_user_add)
+    ap.add_argument("name")
+    ap.add_argument("--role", action="append", required=True, choices=["viewer", "operator", "approver"],
+                    help="repeatable")
+    ap.add_argument("--file", help="the users file (default: $THREADLINE_CONSOLE_USERS)")
+    ap.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
 
     dbp = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
     dbp.add_parser("migrate", help="apply migrations").set_defaults(fn=cmd_db_migrate)
-    dbp.add_parser("url", help="print the database URL").set_defaults(fn=cmd_db_url)
+    sp = dbp.add_parser("url", help="print the database URL (the owner's, or a process role's)")
+    sp.add_argument("--role", choices=["conductor", "bots", "console", "hooks", "viewer"],
+                    help="the login of this process kind (made by `db migrate`)")
+    sp.set_defaults(fn=cmd_db_url)
 
     rp = sub.add_parser("recipe", help="workflow recipes").add_subparsers(dest="recipe_command", required=True)
     for name, fn, hlp in (("apply", cmd_recipe_apply, "create or update a workflow from FILE"),
@@ -366,12 +498,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload", help="JSON object")
     sp.add_argument("--request-id", "--idempotency-key", dest="request_id",
                     help="client request id: repeating it makes no second run (default: a fresh one, printed)")
-    sp.add_argument("--as", dest="as_")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp = add("emit", cmd_emit, "emit event NAME: one run of each workflow with on_event: NAME", json_flag=True)
     sp.add_argument("name")
     sp.add_argument("--payload", help="JSON object")
     sp.add_argument("--id", help="event id: emitting it again starts no second run (default: a fresh one)")
-    sp.add_argument("--as", dest="as_")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     scp = sub.add_parser("schedule", help="schedules").add_subparsers(dest="schedule_command", required=True)
     sp = scp.add_parser("list", help="each schedule in words with its next fire times")
     sp.add_argument("--json", action="store_true")
@@ -385,20 +517,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("reply", cmd_reply, "reply in a run's thread as a human", json_flag=True)
     sp.add_argument("run_id")
     sp.add_argument("text")
-    sp.add_argument("--as", dest="as_")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     for name in ("approve", "deny"):
         sp = add(name, cmd_decide, f"{name} the gate a run waits at")
         sp.add_argument("run_id")
         sp.add_argument("--reason")
         sp.add_argument("--gate", help="the gate's step key; refused if that gate is no longer open")
-        sp.add_argument("--as", dest="as_")
+        sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp = add("cancel", cmd_cancel, "cancel a run (stops a running command)")
     sp.add_argument("run_id")
     sp.add_argument("--reason")
-    sp.add_argument("--as", dest="as_")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp = add("retry", cmd_retry, "resume a failed run at its failed step")
     sp.add_argument("run_id")
-    sp.add_argument("--as", dest="as_")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
     return p
 
@@ -419,6 +551,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `threadline show RUN | head`: the reader has gone, which is no error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from absurd_sdk import TimeoutError as AwaitTimeout
 from psycopg.types.json import Jsonb
 
 from . import db, names, schedules, threads
-from .recipes import Step, parse_duration
-from .render import RenderError, render
+from .recipes import RecipeError, Step, check_wake, parse_duration
+from .render import RenderError, render, render_command
 from .settings import HANDLER_NAME, QUEUE
 from .spawn import admit_event
 from .workers import Worker, crash_point
@@ -43,10 +43,10 @@ class Conductor:
     def __init__(self, url: str | None = None) -> None:
         self.url = url
         self.worker = Worker("conductor", url)
-        self.conn = db.connect(url)
+        self.conn = db.connect(url, role="conductor")
         self.engine = Absurd(self.conn, queue_name=QUEUE)
         self.engine.register_task(HANDLER_NAME)(self.handle_run)
-        self.listen_conn = db.connect(url)
+        self.listen_conn = db.connect(url, role="conductor")
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         self._stopping = False
         self._last_sweep = 0.0
@@ -178,7 +178,7 @@ class RunHandler:
         self.ctx = ctx
         self.run_id = str(ctx.task_id)
         self.payload = params["payload"]
-        self.steps = [Step.from_dict(s) for s in params["recipe"]["steps"]]
+        self.steps = [snapshot_step(s) for s in params["recipe"]["steps"]]
         self.recipe = params["recipe"]
         self.outputs: dict[str, Any] = {}
         self.admit = bool(params.get("admit"))
@@ -203,6 +203,10 @@ class RunHandler:
         return {"outputs": self.outputs}
 
     def run_step(self, step: Step, try_no: int) -> dict[str, Any]:
+        if step.kind == INVALID:
+            sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
+                                 lambda: self.refuse(step, try_no))
+            return {"status": "failed", "output": sent["error"]}
         if step.kind in ("run_command", "dispatch_task"):
             return self.bot_step(step, try_no)
         if step.kind in ("sleep", "sleep_until"):
@@ -213,7 +217,8 @@ class RunHandler:
     def bot_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
         data = {"timeout_s": step.timeout_s, "retries": step.retries,
-                "workdir": self.recipe.get("workdir"), "env": self.recipe.get("env", [])}
+                "workdir": self.recipe.get("workdir"), "env": self.recipe.get("env", []),
+                "network": self.recipe.get("network", True)}
         sent = self.ctx.step(names.send_checkpoint(step.id, try_no), lambda: self.send(
             step, try_no, key, entry_kind="instruction", state="running", await_kind="bot", data=data))
         crash_point("after_send_checkpoint")
@@ -228,7 +233,11 @@ class RunHandler:
             deadline = None
             if step.timeout_s:
                 now = self.db_now()
-                deadline = datetime.fromtimestamp(now.timestamp() + step.timeout_s, now.tzinfo).isoformat()
+                try:
+                    deadline = datetime.fromtimestamp(now.timestamp() + step.timeout_s,
+                                                      now.tzinfo).isoformat()
+                except (OverflowError, ValueError, OSError) as err:  # bounded by validation
+                    return {"ok": False, "error": f"gate {step.id}: timeout out of range ({err})"}
             data = {"accept": step.accept, "approvers": list(step.approvers), "from": step.from_,
                     "deadline": deadline}
             return self.send(step, try_no, key, entry_kind="question", state="waiting",
@@ -258,7 +267,11 @@ class RunHandler:
         transaction. Idempotent per step key, so a replay after a crash posts nothing twice."""
         with self.conn.transaction():
             try:
-                text = render(step.text, self.payload, self.outputs, shell=step.kind == "run_command")
+                if step.kind == "run_command":  # values travel as environment variables
+                    command = render_command(step.text, self.payload, self.outputs)
+                    text, data = command.text, {**data, "values": command.values}
+                else:
+                    text = render(step.text, self.payload, self.outputs)
             except RenderError as err:
                 self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
@@ -270,6 +283,14 @@ class RunHandler:
             db.notify(self.conn, self.run_id, entry_kind)
         crash_point("after_send_commit")
         return {"ok": True, "data": data}
+
+    def refuse(self, step: Step, try_no: int) -> dict[str, Any]:
+        """A step of the snapshot that no longer validates fails with the reason, SENDing nothing."""
+        key = names.step_key(self.run_id, step.id, try_no)
+        error = f"Step {step.id} cannot run: {step.text}"
+        with self.conn.transaction():
+            self.note(error, key, f"render:{key}")
+        return {"ok": False, "error": error}
 
     def gate_result(self, step: Step, decision: dict[str, Any]) -> dict[str, Any]:
         text = decision.get("text") or ""
@@ -295,14 +316,19 @@ class RunHandler:
         """The wake time comes from the database clock, computed once and checkpointed."""
         with self.conn.transaction():
             now = self.db_now()
-            if step.kind == "sleep":
-                wake = datetime.fromtimestamp(now.timestamp() + parse_duration(step.text), now.tzinfo)
-            else:
-                try:
-                    wake = datetime.fromisoformat(render(step.text, self.payload, self.outputs, shell=False))
-                except (RenderError, ValueError) as err:
-                    self.note(f"Step {step.id} failed: {err}", key, f"render:{key}")
-                    return {"ok": False, "error": str(err)}
+            try:
+                if step.kind == "sleep":
+                    wake = datetime.fromtimestamp(now.timestamp() + parse_duration(step.text),
+                                                  now.tzinfo)
+                else:
+                    wake = datetime.fromisoformat(render(step.text, self.payload, self.outputs))
+                    if wake.tzinfo is None:
+                        raise ValueError(f"{wake.isoformat()} has no timezone (add Z or +hh:mm)")
+                    if problem := check_wake(wake, now):
+                        raise ValueError(problem)
+            except (RenderError, ValueError, OverflowError, OSError) as err:
+                self.note(f"Step {step.id} failed: {err}", key, f"render:{key}")
+                return {"ok": False, "error": str(err)}
             self.set_state("sleeping", step.id, try_no, wake_at=wake)
             self.note(f"Sleeping until {wake.isoformat(timespec='seconds')} (step {step.id}).",
                       key, f"sleep:{key}")
@@ -355,6 +381,19 @@ class RunHandler:
 
     def db_now(self) -> datetime:
         return db.fetch_one(self.conn, "db_now")["now"]
+
+
+INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
+
+
+def snapshot_step(d: dict[str, Any]) -> Step:
+    """A step of a run's snapshot. One stored before a bound existed (a timeout of 10^20 days)
+    fails with the reason when the run reaches it, rather than crash every replay of the run."""
+    try:
+        return Step.from_dict(d)
+    except RecipeError as err:
+        return Step(id=str(d.get("id") if isinstance(d, dict) else "?"), kind=INVALID,
+                    text="; ".join(err.errors))
 
 
 def main(url: str | None = None) -> None:

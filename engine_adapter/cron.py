@@ -15,15 +15,18 @@ so "01:30 America/New_York (UTC-04:00)" says which of the two it is.
 from __future__ import annotations
 
 import json
+import re
 import zoneinfo
-from datetime import datetime, timedelta, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
 
-UTC = timezone.utc
 # Search far enough back that the latest slot is found across the largest daylight-saving shift.
 _MAX_SHIFT = timedelta(hours=3)
+# IANA names: segments of letters, digits, _ + - joined by /; the longest is 32 characters.
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,30}(?:/[A-Za-z0-9_+-]{1,30}){0,2}")
+MAX_EXPR = 500
 
 
 class CronError(ValueError):
@@ -36,25 +39,27 @@ def _q(value: object) -> str:
 
 def check_expr(expr: str) -> str:
     """The expression with its spacing normalised; CronError unless it is valid 5-field cron."""
-    if not isinstance(expr, str):
-        raise CronError(f"{_q(expr)} must be a 5-field cron expression")
+    if not isinstance(expr, str) or len(expr) > MAX_EXPR:
+        raise CronError(f"{_q(expr)[:80]} must be a 5-field cron expression "
+                        f"(at most {MAX_EXPR} characters)")
     expr = " ".join(expr.split())
     if len(expr.split()) != 5:
         raise CronError(f"{_q(expr)} must be a 5-field cron expression")
     try:
         CronSim(expr, datetime(2000, 1, 1))
-    except (CronSimError, ValueError) as exc:
+    except (CronSimError, ValueError, OverflowError) as exc:
         raise CronError(f"{_q(expr)} is not a valid cron expression ({exc})") from None
     return expr
 
 
 def zone(tz: str) -> zoneinfo.ZoneInfo:
-    """The IANA time zone named tz; CronError naming it otherwise."""
+    """The IANA time zone named tz; CronError naming it otherwise (also for a name that is a
+    directory, too long, or a file that is no zone: nothing about the file system leaks out)."""
+    if not isinstance(tz, str) or not _ZONE_NAME.fullmatch(tz):
+        raise CronError(f"{_q(tz)[:80]} is not an IANA time zone (e.g. Europe/Berlin)")
     try:
-        if not isinstance(tz, str):
-            raise ValueError(tz)
         return zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except Exception:  # noqa: BLE001 - not found, a directory, unreadable, not TZif: all "no zone"
         raise CronError(f"{_q(tz)} is not an IANA time zone (e.g. Europe/Berlin)") from None
 
 

@@ -35,9 +35,11 @@ def q(name: str) -> str:
     return queries()[name]
 
 
-def connect(url: str | None = None, *, autocommit: bool = True) -> psycopg.Connection[Any]:
-    """A connection returning dict rows; autocommit so callers open transactions explicitly."""
-    return psycopg.connect(url or database_url(), autocommit=autocommit, row_factory=dict_row)
+def connect(url: str | None = None, *, role: str | None = None,
+            autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A connection returning dict rows; autocommit so callers open transactions explicitly.
+    Without a url: the login of process role `role` (see settings.database_url)."""
+    return psycopg.connect(url or database_url(role), autocommit=autocommit, row_factory=dict_row)
 
 
 def fetch_one(conn: psycopg.Connection[Any], name: str, params: Any = None) -> dict[str, Any] | None:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psycopg
 
-from engine_adapter.settings import credentials_path
+from engine_adapter.roles import url_with
+from engine_adapter.settings import credentials_path, read_credentials, write_credentials
 
 SERVICE_USER = "threadline-pg"
 DB_USER = "threadline"
@@ -163,14 +164,14 @@ class EmbeddedPostgres:
         return json.loads(self.credentials_file.read_text())
 
     def _write_credentials(self, password: str, port: int) -> None:
-        creds = {"user": DB_USER, "password": password, "port": port, "database": DATABASE,
-                 "url": f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DATABASE}"}
-        tmp = self.credentials_file.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), 0o600)  # O_CREAT's mode does not apply to an existing file
-            json.dump(creds, f, indent=2)
-        tmp.replace(self.credentials_file)
+        """The owner's login; role logins already stored follow the server to a new port."""
+        creds = read_credentials(self.home)
+        roles = {kind: url_with(url, port=str(port)) for kind, url in creds.get("roles", {}).items()}
+        creds.update({"user": DB_USER, "password": password, "port": port, "database": DATABASE,
+                      "url": f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DATABASE}"})
+        if roles:
+            creds["roles"] = roles
+        write_credentials(creds, self.home)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def is_initialised(self) -> bool:

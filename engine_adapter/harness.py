@@ -20,20 +20,49 @@ import psycopg
 from . import db
 from .embedded import free_port  # noqa: F401  (shared with tests, benchmarks and scripts)
 from .read_model import show_run
+from .sandbox import RUNS_DIR_ENV, STEP_DIRS_ENV
 from .settings import DATABASE_URL_ENV, HOME_ENV
 from .workers import CRASH_ENV
 
 
 def start_process(kind: str, url: str, home: Path, *, env: dict[str, str] | None = None,
-                  log_path: Path | None = None, args: Iterable[str] = ()) -> subprocess.Popen[bytes]:
-    """Start `threadline conductor` or `threadline bots` against url; output goes to log_path."""
+                  log_path: Path | None = None, args: Iterable[str] = (),
+                  step_dirs: Iterable[Path] = ()) -> subprocess.Popen[bytes]:
+    """Start `threadline conductor` or `threadline bots` against url; output goes to log_path
+    (default home/<kind>.log). Under home: .threadline (THREADLINE_HOME) and runs (the runs'
+    working directories); step_dirs are directories every step may write as well."""
     inherited = {k: v for k, v in os.environ.items() if k != CRASH_ENV}  # crash only when asked
-    full_env = dict(inherited, **{DATABASE_URL_ENV: url, HOME_ENV: str(home)}, **(env or {}))
+    layout = {DATABASE_URL_ENV: url, HOME_ENV: str(home / ".threadline"),  # ProcessSet.threadline_home
+              RUNS_DIR_ENV: str(home / "runs"), STEP_DIRS_ENV: ":".join(map(str, step_dirs))}
+    full_env = dict(inherited, **layout, **(env or {}))
     log_path = log_path or home / f"{kind}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", kind, *args],
                                 env=full_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def make_traversable(path: Path) -> None:
+    """As root, steps run as an unprivileged user who must reach the runs' directories under a
+    throwaway home: let everyone traverse (not list) it and the parents we own."""
+    if os.geteuid() != 0:
+        return
+    tmp = Path(tempfile.gettempdir()).resolve()
+    for p in (path, *path.parents):
+        p = p.resolve()
+        if p == tmp or not p.is_relative_to(tmp) and p != path.resolve():
+            break
+        p.chmod(p.stat().st_mode | 0o111)
+
+
+def run_cli(url: str, *args: str, home: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`threadline ARGS` as a real subprocess against url; output captured as text."""
+    full_env = dict(os.environ, **{DATABASE_URL_ENV: url}, **(env or {}))
+    if home:
+        full_env[HOME_ENV] = str(home)
+    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
@@ -141,15 +170,26 @@ class ProcessSet:
     on_start, if given, hears of each process as soon as it is started."""
 
     def __init__(self, url: str, home: Path,
-                 on_start: Callable[[subprocess.Popen[bytes]], None] | None = None) -> None:
+                 on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+                 step_dirs: Iterable[Path] = (), logins: dict[str, str] | None = None) -> None:
         self.url, self.home = url, home
+        self.step_dirs = tuple(step_dirs)
+        home.mkdir(parents=True, exist_ok=True)
+        make_traversable(home)
+        self.logins = logins or {}  # kind -> URL: a process connects as its kind's role
         self.procs: list[subprocess.Popen[bytes]] = []
         self.on_start = on_start
+
+    @property
+    def threadline_home(self) -> Path:
+        """THREADLINE_HOME of the processes started here (see start_process)."""
+        return self.home / ".threadline"
 
     def start(self, kind: str, env: dict[str, str] | None = None, args: Iterable[str] = (),
               wait: bool = False, timeout: float = 30.0) -> subprocess.Popen[bytes]:
         """Start a process; with wait, return once it holds its liveness lock (conductor, bots)."""
-        proc = start_process(kind, self.url, self.home, env=env, args=args)
+        proc = start_process(kind, self.logins.get(kind, self.url), self.home, env=env, args=args,
+                             step_dirs=self.step_dirs)
         self.procs.append(proc)
         if self.on_start is not None:
             self.on_start(proc)

@@ -5,11 +5,17 @@ spawn door; GET /healthz says whether the database is reachable. Every refusal a
 {"error": ...} and creates nothing. Each request reads its trigger afresh (one indexed query), so a
 newly applied recipe takes effect without a restart. Loopback by default: on any other address
 every trigger must have a secret.
+
+The HTTP layer is http.server, held strictly (hook_requests.py): a request whose framing two
+parsers could read differently, a bad path or a body that is not JSON is refused before its body
+is read; each request has one deadline from its first byte to its body's last; idle connections
+are closed; and the connections open at once are capped, one thread each.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import ipaddress
 import json
 import logging
@@ -18,7 +24,9 @@ import re
 import signal
 import socket
 import socketserver
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from email.message import Message
 from http import HTTPStatus
@@ -30,16 +38,28 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import db
+from .hook_requests import content_type_problem, framing_problem, header_problem, request_path
+from .roles import warn_if_superuser
 from .settings import database_url
-from .spawn import SpawnError, spawn
-from .webhook_auth import (DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, TOLERANCE_S,
-                           SignatureError, verify)
+from .spawn import BadPayload, PayloadRejected, SpawnError, spawn
+from .webhook_auth import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    TOLERANCE_S,
+    SignatureError,
+    verify,
+)
 from .webhook_spec import map_payload, secret_env
 from .workflows import WorkflowNotFound
 
 log = logging.getLogger("threadline.hooks")
 DEFAULT_PORT = 5007
 MAX_BYTES = 1 << 20
+REQUEST_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 64
+MAX_TIMEOUT_S = 3600.0
 PREFIX = "/hooks/"
 HEALTH = "/healthz"
 _DELIVERY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it becomes part of a key
@@ -73,7 +93,7 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
             tolerance: float = TOLERANCE_S) -> Reply:
     """One POST /hooks/<path>: 202 with a new run, 200 with the run a repeat already started,
     or a refusal that creates nothing."""
-    trigger = db.fetch_one(conn, "webhook_trigger", dict(path=d.path))
+    trigger = db.fetch_one(conn, "webhook_trigger", {"path": d.path})
     if trigger is None:
         return _error(404, f"no webhook at {PREFIX}{d.path}")
     signature = None
@@ -99,7 +119,7 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
         delivery = "sha256:" + hashlib.sha256(d.body).hexdigest()
     elif not _DELIVERY.fullmatch(delivery):
         return _error(400, f"{DELIVERY_HEADER} must be 1 to 200 visible ASCII characters")
-    key = dict(path=d.path, delivery=delivery, signature=signature)
+    key = {"path": d.path, "delivery": delivery, "signature": signature}
     seen = db.fetch_one(conn, "webhook_delivery_seen", key)
     if seen is not None:
         return _repeat(d.path, seen)
@@ -121,6 +141,10 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
                 raise _LostRace  # roll our run back: the first one stands
     except _LostRace:
         return _repeat(d.path, db.fetch_one(conn, "webhook_delivery_seen", key))
+    except PayloadRejected as err:  # the body is fine JSON, but the workflow's schema refuses it
+        return _error(422, str(err))
+    except BadPayload as err:  # e.g. "\u0000", which PostgreSQL cannot store
+        return _error(400, f"the body cannot be stored: {err}")
     except SpawnError as err:  # e.g. disabled between the check above and the spawn
         return _error(409, str(err))
     except WorkflowNotFound as err:
@@ -151,8 +175,15 @@ def parse_body(body: bytes) -> Any:
     def refuse(name: str) -> None:
         raise ValueError(f"the body is not valid JSON: {name} is not a JSON value")
 
+    def integer(text: str) -> int:  # Python's own refusal would name a Python setting
+        digits = len(text.lstrip("-"))
+        if digits > sys.get_int_max_str_digits():
+            raise ValueError(f"the body is not accepted: a number of {digits} digits (at most "
+                             f"{sys.get_int_max_str_digits()})")
+        return int(text)
+
     try:
-        return json.loads(body, parse_constant=refuse)
+        return json.loads(body, parse_constant=refuse, parse_int=integer)
     except RecursionError:
         raise ValueError("the body is not accepted: JSON nested too deeply") from None
     except UnicodeDecodeError:
@@ -162,33 +193,171 @@ def parse_body(body: bytes) -> Any:
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """What one client may take of the ingress."""
+    max_bytes: int = MAX_BYTES  # the largest body
+    request_s: float = REQUEST_TIMEOUT_S  # from a request's first byte to the end of its body
+    idle_s: float = IDLE_TIMEOUT_S  # a connection waiting for its next (or first) request
+    connections: int = MAX_CONNECTIONS  # open at once; one thread each
+
+    def check(self) -> None:
+        if self.max_bytes < 1 or self.connections < 1:
+            raise ValueError("--max-bytes and --max-connections must be positive")
+        for flag, seconds in (("--request-timeout", self.request_s),
+                              ("--idle-timeout", self.idle_s)):
+            if not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails this too
+                raise ValueError(f"{flag} must be more than 0 and at most {MAX_TIMEOUT_S:g} "
+                                 f"seconds, got {seconds:g}")
+
+
+class _Clock(io.RawIOBase):
+    """A connection's reads, each bounded by what is left of the request's deadline (between
+    requests, by the idle timeout): a client trickling a byte at a time still runs out of it."""
+
+    def __init__(self, sock: socket.socket, idle_s: float) -> None:
+        super().__init__()
+        self.sock, self.idle_s = sock, idle_s
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.idle_s if self.deadline is None else self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request was not complete within its deadline")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
+class _Reader(io.BufferedReader):
+    """Keeps the lines it reads while `lines` is a list: http.server parses the headers, and the
+    raw lines show what that parser would forgive (a folded line, a bare CR, a NUL)."""
+
+    lines: list[bytes] | None = None
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        if self.lines is not None:
+            self.lines.append(line)
+        return line
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a burst of connections waits in the backlog rather than failing
 
-    def __init__(self, host: str, port: int, pool: ConnectionPool, *, max_bytes: int,
+    def __init__(self, host: str, port: int, pool: ConnectionPool, *, limits: Limits,
                  tolerance: float, open_to_network: bool) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.pool, self.max_bytes, self.tolerance = pool, max_bytes, tolerance
+        self.pool, self.limits, self.tolerance = pool, limits, tolerance
         self.open_to_network = open_to_network
+        self.slots = threading.BoundedSemaphore(limits.connections)
+        self._warned_at = 0.0
         super().__init__((host, port), _Handler)
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # HTTPServer's would look the host name up in DNS
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            return self._turn_away(request, client_address)
+        try:
+            super().process_request(request, client_address)  # its own thread, which releases
+        except BaseException:
+            self.slots.release()
+            raise
+        return None
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def _turn_away(self, request: socket.socket, client_address: Any) -> None:
+        """Over the cap: a 503 sent without blocking the accept loop, then closed; no thread."""
+        body = json.dumps({"error": f"too many connections (the limit is "
+                                    f"{self.limits.connections}); retry later"}).encode() + b"\n"
+        head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+        try:
+            request.setblocking(False)
+            request.send(head.encode() + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+        if time.monotonic() - self._warned_at > 10:  # one line per burst, not one per connection
+            self._warned_at = time.monotonic()
+            log.warning("%s: turned away: %d connections are open (--max-connections)",
+                        client_address[0], self.limits.connections)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):  # the client reset or vanished: nothing to answer
+            log.info("%s: connection ended: %s", client_address[0], err)
+        else:
+            log.exception("connection from %s failed", client_address[0])
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive for senders that batch, and Expect: 100-continue
     server_version = "threadline-hooks"
-    timeout = 30  # a client that stalls mid-request is dropped
+    default_request_version = "HTTP/1.0"  # so that a refusal of a garbled line has a status line
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
     server: _Server
+    rfile: _Reader
+    hook_path: str = ""  # the request's percent-decoded path, once it is known to be sound
+    header_lines: list[bytes]
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        route = self._route()
-        if route != PREFIX:
-            return self._refuse_method(route)
-        problem = self._length_problem()
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own reader: it would keep the socket open after close()
+        self.clock = _Clock(self.connection, self.server.limits.idle_s)
+        self.rfile = _Reader(self.clock)
+
+    def handle_one_request(self) -> None:
+        """Waits up to the idle timeout for a request to begin; from its first byte, the request
+        line, headers and body share one deadline, however steadily they trickle in."""
+        self.clock.deadline = None
+        try:
+            started = self.rfile.peek(1)
+        except OSError:  # idle too long (TimeoutError), or reset
+            started = b""
+        if not started:
+            self.close_connection = True
+            return
+        self.clock.deadline = time.monotonic() + self.server.limits.request_s
+        super().handle_one_request()  # a TimeoutError in it closes the connection
+
+    def parse_request(self) -> bool:
+        self.hook_path = ""
+        self.header_lines = self.rfile.lines = []
+        try:
+            if not super().parse_request():
+                return False
+        finally:
+            self.rfile.lines = None
+        problem = self._request_problem()
+        if problem is not None:
+            self.close_connection = True  # where this request ends is not certain: no next one
+            self._send(problem)
+            return False
+        return True
+
+    def _request_problem(self) -> Reply | None:
+        """A target or headers this ingress will not interpret, whatever the method."""
+        try:
+            self.hook_path = request_path(self.path)
+        except ValueError as err:
+            return _error(400, str(err))
+        problem = header_problem(self.header_lines) or framing_problem(self.headers)
+        return None if problem is None else _error(400, problem)
+
+    def do_POST(self) -> None:
+        problem = self._before_body()
         if problem is not None:
             return self._send(problem)
         length = int(self.headers["Content-Length"])
@@ -196,7 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
         if len(body) < length:  # the client hung up mid-body
             self.close_connection = True
             return None
-        delivery = Delivery(self.path.split("?", 1)[0][len(PREFIX):], body, self.headers,
+        delivery = Delivery(self.hook_path[len(PREFIX):], body, self.headers,
                             self.client_address[0])
         try:
             with self.server.pool.connection() as conn:
@@ -211,7 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(reply, consumed=True)
         return None
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self._route() != HEALTH:
             return self._refuse_method(self._route())
         try:
@@ -222,26 +391,35 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(_error(503, "the database is unavailable"))
 
     def _refuse_method(self, route: str | None) -> None:
+        self._send(self._method_refusal(route))
+
+    def _method_refusal(self, route: str | None) -> Reply:
         if route is None:
-            return self._send(_error(404, f"nothing here: webhooks are at POST {PREFIX}<path>"))
+            return _error(404, f"nothing here: webhooks are at POST {PREFIX}<path>")
         allow = "POST" if route == PREFIX else "GET"
-        return self._send(_error(405, f"{self.command} is not allowed here; use {allow}",
-                                 Allow=allow))
+        return _error(405, f"{self.command[:20]} is not allowed here; use {allow}", Allow=allow)
 
     def _any_other_method(self) -> None:
         self._refuse_method(self._route())
 
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _any_other_method  # noqa: N815
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _any_other_method
 
     def _route(self) -> str | None:
-        path = self.path.split("?", 1)[0]
+        path = self.hook_path
         if path.startswith(PREFIX) and len(path) > len(PREFIX):
             return PREFIX
         return HEALTH if path == HEALTH else None
 
-    def _length_problem(self) -> Reply | None:
-        """Checked before reading a byte of the body."""
-        if self.headers.get("Transfer-Encoding"):
+    def _before_body(self) -> Reply | None:
+        """Every refusal of a POST that needs no body, so none is read (nor 100-continue sent)
+        for it: where it goes, how long it is, and that it is JSON."""
+        problem = self._request_problem()
+        if problem is not None:
+            return problem
+        route = self._route()
+        if route != PREFIX:
+            return self._method_refusal(route)
+        if "Transfer-Encoding" in self.headers:  # even empty: its body's end is unknown
             return _error(411, "send the body with a Content-Length "
                                "(chunked bodies are not accepted)")
         raw = self.headers.get("Content-Length")
@@ -249,26 +427,34 @@ class _Handler(BaseHTTPRequestHandler):
             return _error(411, "Content-Length header required")
         if not _LENGTH.fullmatch(raw.strip()):
             return _error(400, f"Content-Length must be a number of bytes, got {raw[:40]!r}")
-        if int(raw) > self.server.max_bytes:
-            return _error(413, f"the body is {int(raw)} bytes; "
-                               f"the limit is {self.server.max_bytes}")
-        return None
+        limit = self.server.limits.max_bytes
+        if int(raw) > limit:
+            return _error(413, f"the body is {int(raw)} bytes; the limit is {limit}")
+        media = content_type_problem(self.headers)
+        return None if media is None else _error(415, media)
 
     def handle_expect_100(self) -> bool:
-        # Refuse an oversized body before the client sends it.
-        problem = self._length_problem() if self.command == "POST" else None
+        # Refuse a body before the client sends it.
+        problem = self._before_body() if self.command == "POST" else None
         if problem is not None:
+            self.close_connection = True
             self._send(problem)
             return False
         return super().handle_expect_100()
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # http.server's own refusals (bad request line, unknown method, ...) answer JSON too.
+        # http.server's own refusals (bad request line, unknown method, ...) answer JSON too,
+        # and none is a 5xx: each is the client's doing.
         self.close_connection = True
-        self._send(_error(code, message or HTTPStatus(code).phrase))
+        if code == HTTPStatus.NOT_IMPLEMENTED and self.hook_path:  # a method with no do_X
+            return self._refuse_method(self._route())
+        if code >= 500:  # e.g. 505 for an HTTP/2.0 request line
+            code, message = 400, "only HTTP/1.0 and HTTP/1.1 requests are served"
+        return self._send(_error(code, message or HTTPStatus(code).phrase))
 
     def _send(self, reply: Reply, consumed: bool = False) -> None:
         data = json.dumps(reply.body, ensure_ascii=False).encode() + b"\n"
+        self.connection.settimeout(self.server.limits.request_s)  # a reader that never reads
         self.send_response(reply.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -281,8 +467,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        log.info("%s %s %s %d %s", self.client_address[0], self.command,
-                 getattr(self, "path", "-")[:200], reply.status,
+        log.info("%s %.20r %.200r %d %s", self.client_address[0], getattr(self, "command", "-"),
+                 getattr(self, "path", "-"), reply.status,
                  reply.body.get("run_id") or reply.body.get("error", ""))
 
     def _body_pending(self) -> bool:
@@ -290,7 +476,7 @@ class _Handler(BaseHTTPRequestHandler):
         if headers is None:
             return True
         length = headers.get("Content-Length", "0").strip()
-        return bool(headers.get("Transfer-Encoding")) or length != "0"
+        return "Transfer-Encoding" in headers or length != "0"
 
     def version_string(self) -> str:
         return self.server_version  # no Python version for the world to see
@@ -298,7 +484,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass  # _send logs one line per request
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+    def log_message(self, format: str, *args: Any) -> None:
         log.warning("%s " + format, self.client_address[0], *args)
 
 
@@ -330,27 +516,31 @@ def check_bind(host: str, triggers: list[dict[str, Any]]) -> None:
                          f"127.0.0.1")
 
 
-def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, max_bytes: int = MAX_BYTES,
+def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, limits: Limits = Limits(),
           tolerance: float = TOLERANCE_S, url: str | None = None) -> int:
     """Run the ingress until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s hooks %(levelname)s %(message)s")
-    if max_bytes < 1 or tolerance <= 0:
-        raise ValueError("--max-bytes and --tolerance must be positive")
-    pool = ConnectionPool(url or database_url(), min_size=1, max_size=8, open=False,
-                          kwargs=dict(autocommit=True, row_factory=dict_row),
+    limits.check()
+    if tolerance <= 0:
+        raise ValueError("--tolerance must be positive")
+    pool = ConnectionPool(url or database_url("hooks"), min_size=1, max_size=8, open=False,
+                          kwargs={"autocommit": True, "row_factory": dict_row},
                           check=ConnectionPool.check_connection, name="hooks")
     pool.open(wait=True, timeout=30)
     try:
         with pool.connection() as conn:
             triggers = db.fetch_all(conn, "list_webhook_triggers")
+            warn_if_superuser(conn, "hooks")
         check_bind(host, triggers)
         try:
-            server = _Server(host, port, pool, max_bytes=max_bytes, tolerance=tolerance,
+            server = _Server(host, port, pool, limits=limits, tolerance=tolerance,
                              open_to_network=not is_loopback(host))
         except OSError as err:
             raise ValueError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         shown = f"[{host}]" if ":" in host else host
         print(f"hooks: listening on http://{shown}:{server.server_port}{PREFIX}<path>", flush=True)
+        log.info("limits: bodies up to %d bytes, %gs per request, %gs idle, %d connections",
+                 limits.max_bytes, limits.request_s, limits.idle_s, limits.connections)
         for t in triggers:
             log.info("%s%s -> workflow %s (%s%s)", PREFIX, t["path"], t["workflow"],
                      "signed" if t["signed"] else "unsigned", "" if t["enabled"] else ", disabled")

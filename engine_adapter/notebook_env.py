@@ -32,7 +32,7 @@ from typing import IO, Any, Iterable, Iterator
 
 import psycopg
 
-from . import db, harness, schema
+from . import db, harness, roles, schema
 from .read_model import FINISHED, show_run
 from .recipes import load_recipe_text
 from .settings import DATABASE_URL_ENV, HOME_ENV
@@ -67,7 +67,16 @@ class NotebookEnv:
             self.url = self._fresh_database(given) if given else self._embedded_server()
             self.conn = self._stack.enter_context(db.connect(self.url))
             schema.migrate(self.conn)
-            self.procs = harness.ProcessSet(self.url, self.home, on_start=self._reaper.tell_process)
+            logins = roles.grant_logins(self.conn)  # each process connects as its kind's role
+            self._stack.callback(self._drop_logins)  # runs after the processes are gone
+            # Steps run sandboxed (as an unprivileged user, when root): the scratch directory is
+            # theirs to write, and the only one of ours they see.
+            self.home.chmod(0o711)
+            work = self.home / "work"
+            work.mkdir(mode=0o777)
+            work.chmod(0o777)
+            self.procs = harness.ProcessSet(self.url, self.home, on_start=self._reaper.tell_process,
+                                            step_dirs=[work], logins=logins)
             self._stack.callback(self.procs.kill_all)  # runs before the database goes away
             self._point_env_here()
         except BaseException:
@@ -117,6 +126,13 @@ class NotebookEnv:
         self._stack.callback(self._drop_database, server_url, name)
         return harness.with_dbname(server_url, name)
 
+    def _drop_logins(self) -> None:
+        if self.conn is not None and not self.conn.closed:
+            try:
+                roles.drop_logins(self.conn)
+            except psycopg.Error:  # a server going away takes them along
+                pass
+
     @staticmethod
     def _drop_database(server_url: str, name: str) -> None:
         with psycopg.connect(server_url, autocommit=True) as admin:
@@ -154,9 +170,7 @@ class NotebookEnv:
     def workdir(self) -> Path:
         """A scratch directory for side effects, removed with everything else."""
         assert self.home is not None, "call start() first"
-        path = self.home / "work"
-        path.mkdir(exist_ok=True)
-        return path
+        return self.home / "work"
 
     def apply(self, recipe_yaml: str) -> str:
         """Apply a recipe given as YAML text; returns the workflow's slug."""

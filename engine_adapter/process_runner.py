@@ -1,7 +1,8 @@
 """Run one command in its own process group: streamed output, a cap, a timeout, and a kill switch.
 
-The child asks the kernel to SIGKILL it when the bot dies (PR_SET_PDEATHSIG), and everything it
-starts shares its process group, which a successor bot kills before it runs the next attempt.
+The child asks the kernel to SIGKILL it when the bot dies (PR_SET_PDEATHSIG, set by the sandbox's
+wrapper), and everything it starts shares its process group, which a successor bot kills before
+it runs the next attempt.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 OUTPUT_CAP = 64 * 1024
 TERM_GRACE_S = 5.0
@@ -37,7 +38,7 @@ def as_text(raw: bytes | bytearray) -> str:
     return raw.decode(errors="replace").replace("\x00", "\ufffd")
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not Linux: the successor's killpg still cleans up
@@ -88,7 +89,7 @@ def _feed(pipe: IO[bytes], text: str) -> None:
 
 
 def run_process(
-    command: str,
+    argv: list[str],
     *,
     cwd: str,
     env: dict[str, str],
@@ -100,12 +101,14 @@ def run_process(
     check_every_s: float = 1.0,
     flush_every_s: float = 0.5,
     quiet_for_s: float = 1.0,
+    popen_kwargs: dict[str, Any] | None = None,
 ) -> ProcessResult:
+    """Run argv (its own session and process group) until it exits, times out or is stopped."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        ["bash", "-c", command], cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_text is not None
+        argv, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_text is not None
         else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=_die_with_parent,
+        start_new_session=True, **(popen_kwargs or {}),
     )
     on_start(proc.pid)
     if stdin_text is not None:

@@ -122,7 +122,8 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
     def view(kind: str) -> list[dict[str, Any]]:
         return [{"id": w["id"], "host": w["host"], "pid": w["pid"],
-                 "last_beat_age_s": round(w["last_beat_age_s"], 1), "alive": w["alive"]}
+                 "last_beat_age_s": round(w["last_beat_age_s"], 1), "alive": w["alive"],
+                 "sandbox": w.get("sandbox")}
                 for w in workers if w["kind"] == kind and (w["alive"] or w["last_beat_age_s"] < 3600)]
 
     conductors, bots = view("conductor"), view("bots")
@@ -132,7 +133,9 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         status = "degraded"
     else:
         status = "ok"
-    return {"status": status, "conductors": conductors, "bots": bots,
+    # Said plainly wherever health is shown: which live bot processes run steps unsandboxed.
+    unsandboxed = [b["id"] for b in bots if b["alive"] and (b["sandbox"] or "").startswith("UNSANDBOXED")]
+    return {"status": status, "conductors": conductors, "bots": bots, "unsandboxed_bots": unsandboxed,
             "runnable_unclaimed": counts["runnable_unclaimed"],
             "instructions_waiting": counts["instructions_waiting"]}
 

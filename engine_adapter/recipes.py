@@ -9,40 +9,53 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from . import cron
+from . import cron, payload_schema, recipe_doc, shell_context
 
 if TYPE_CHECKING:
     from .webhook_spec import Webhook
 
 KINDS = ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
 TOP_KEYS = ("slug", "name", "description", "bot", "schedule", "timezone", "catch_up", "on_event",
-            "max_concurrent_runs", "workdir", "env", "steps", "webhooks")
+            "max_concurrent_runs", "workdir", "network", "env", "payload_schema", "steps", "webhooks")
 _STEP_KEYS = {
     "run_command": {"timeout", "retries", "on_failure"},
     "dispatch_task": {"timeout", "retries", "on_failure"},
     "sleep": set(),
     "sleep_until": set(),
-    "human_gate": {"timeout", "accept", "from", "approvers", "on_timeout"},
+    "human_gate": {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
 }
 _ALL_STEP_KEYS = {"id", *KINDS, *set().union(*_STEP_KEYS.values())}
 MAX_RETRIES = 10
+MAX_CONCURRENT_RUNS = 10_000
+# Every duration (a sleep, a step or gate timeout, how far ahead a sleep_until lies): a year and
+# a day covers any real schedule, and keeps every deadline far inside what clocks can hold.
+MAX_DURATION_S = 366 * 86_400.0
+MAX_DURATION = "366 days"
+_MAX_DURATION_TEXT = 64
 DEFAULT_CATCH_UP = "latest"
 
 _SLUG = re.compile(r"[a-z0-9-]{1,64}")
 _NAME = re.compile(r"[a-z0-9_-]+")
 _ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Never passed to a step, whatever `env` says: Threadline's own settings, and libpq's (PGPASSWORD,
+# PGSERVICEFILE, ...), which reach the database.
+RESERVED_ENV_PREFIXES = ("THREADLINE_", "PG")
+
+
+def is_reserved_env(name: str) -> bool:
+    return name.upper().startswith(RESERVED_ENV_PREFIXES)
 EVENT_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")  # `on_event` and `threadline emit NAME`
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.S)
+# No braces inside: a scan from each "{{" stops at the next brace, so matching stays linear.
+PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _PAYLOAD_REF = re.compile(r"payload(?:\.[A-Za-z0-9_-]+)+")
 _STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.output")
 
@@ -55,25 +68,36 @@ class RecipeError(ValueError):
         self.source = source
         super().__init__("\n".join(self.errors))
 
+    def __reduce__(self) -> tuple[Any, ...]:  # across processes (the console's bounded check)
+        return (RecipeError, (self.errors, self.source))
+
 
 def _q(value: Any) -> str:
-    """Quote a value for an error message: strings in double quotes, others as JSON."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """Quote a value for an error message: strings in double quotes, others as JSON; cut short."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
-def parse_duration(text: str | int | float) -> float:
-    """"30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> float seconds."""
+def parse_duration(text: str | float) -> float:
+    """"30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> seconds, whole
+    milliseconds, at most MAX_DURATION_S; ValueError saying which rule the text breaks."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text >= 0:
-            return float(text)
+        # A huge int would not fit a float; NaN is no duration.
+        seconds = -1.0 if math.isnan(text) else float(min(text, MAX_DURATION_S + 1))
+    else:
+        s = text.strip() if isinstance(text, str) else ""
+        parts = _DURATION_PART.findall(s) if len(s) <= _MAX_DURATION_TEXT else []
+        if re.fullmatch(r"\d{1,20}", s):
+            seconds = float(s)
+        elif not s or "".join(n + u for n, u in parts) != s:
+            raise ValueError(f"{_q(text)} is not a duration")
+        else:
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not 0 <= seconds:
         raise ValueError(f"{_q(text)} is not a duration")
-    s = text.strip() if isinstance(text, str) else ""
-    if re.fullmatch(r"\d+", s):
-        return float(s)
-    parts = _DURATION_PART.findall(s)
-    if not s or "".join(n + u for n, u in parts) != s:
-        raise ValueError(f"{_q(text)} is not a duration")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{_q(text)} is longer than {MAX_DURATION}, the longest a duration may be")
+    return round(seconds * 1000) / 1000
 
 
 def format_duration(seconds: float) -> str:
@@ -90,6 +114,28 @@ def format_duration(seconds: float) -> str:
 def find_placeholders(text: str) -> list[str]:
     """The dotted paths inside `{{ ... }}` in text, in order, whitespace stripped."""
     return [m.group(1).strip() for m in PLACEHOLDER.finditer(text)]
+
+
+def check_wake(wake: datetime, now: datetime | None = None) -> str | None:
+    """Why a sleep_until time cannot be slept until (none: it can); a past one wakes at once."""
+    now = now or datetime.now(UTC)
+    try:
+        ahead = wake - now
+    except (OverflowError, TypeError) as err:
+        return f"{_q(wake.isoformat())} cannot be compared with now ({err})"
+    if ahead > timedelta(seconds=MAX_DURATION_S):
+        return (f"{_q(wake.isoformat())} is more than {MAX_DURATION} ahead, the longest a step "
+                f"may sleep")
+    return None
+
+
+def _check_command(text: str, path: str, errors: list[str]) -> None:
+    """Placeholders where a variable reference cannot stand (render.render_command)."""
+    matches = list(PLACEHOLDER.finditer(text))
+    for match, context in zip(matches, shell_context.contexts(text, [m.span() for m in matches])):
+        if context in shell_context.REFUSED:
+            errors.append(f"{path}: {{{{{match.group(1).strip()}}}}} "
+                          f"{shell_context.REFUSED[context]}")
 
 
 def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: list[str]) -> None:
@@ -111,8 +157,9 @@ def _is_int(v: Any) -> bool:
 
 def _choice(d: dict, key: str, where: str, options: tuple[str, ...], default: str | None,
             errors: list[str]) -> str | None:
-    """d[key] (or default) if it is one of options; `where` is the key's path for errors."""
-    value = d.get(key, default)
+    """d[key] (or default, also for an explicit null) if it is one of options; `where` is the
+    key's path for errors."""
+    value = default if d.get(key) is None else d[key]
     if value is not None and value not in options:
         errors.append(f"{where}: {_q(value)} must be one of {', '.join(options)}")
     return value
@@ -131,6 +178,7 @@ class Step:
     accept: str | None = None
     from_: str | None = None
     approvers: tuple[str, ...] = ()
+    not_by_initiator: bool = False  # a gate the run's initiator may not decide
     on_timeout: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +195,8 @@ class Step:
                 d["from"] = self.from_
             if self.approvers:
                 d["approvers"] = list(self.approvers)
+            if self.not_by_initiator:
+                d["not_by_initiator"] = True
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -187,24 +237,31 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
     if kind == "sleep":
         try:
             text = format_duration(parse_duration(text))
-        except (ValueError, TypeError):
-            errors.append(f"{path}.sleep: {_q(text)} is not a duration")
+        except ValueError as err:
+            errors.append(f"{path}.sleep: {err}")
     elif kind == "sleep_until" and isinstance(text, (datetime, date)):
         if not isinstance(text, datetime) or text.tzinfo is None:
             errors.append(f"{path}.sleep_until: {_q(text)} has no timezone (add Z or +hh:mm)")
+        elif problem := check_wake(text):
+            errors.append(f"{path}.sleep_until: {problem}")
         text = text.isoformat()
     elif kind and (not isinstance(text, str) or not text.strip()):
         errors.append(f"{path}.{kind}: must be a non-empty string, got {_q(text)}")
     elif kind == "sleep_until" and not find_placeholders(text):
         try:
-            if datetime.fromisoformat(text.strip()).tzinfo is None:
+            wake = datetime.fromisoformat(text.strip())
+            if wake.tzinfo is None:
                 errors.append(f"{path}.sleep_until: {_q(text)} has no timezone (add Z or +hh:mm)")
+            elif problem := check_wake(wake):
+                errors.append(f"{path}.sleep_until: {problem}")
         except ValueError:
             errors.append(f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp "
                           "or a {{placeholder}}")
         text = text.strip()
     if kind and kind != "sleep" and isinstance(text, str):
         _check_placeholders(text, f"{path}.{kind}", earlier, errors)
+    if kind == "run_command" and isinstance(text, str):
+        _check_command(text, f"{path}.{kind}", errors)
 
     timeout_s = None
     if "timeout" in d:
@@ -212,10 +269,11 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
             timeout_s = parse_duration(d["timeout"])
             if timeout_s <= 0:
                 errors.append(f"{path}.timeout: {_q(d['timeout'])} must be positive")
-        except (ValueError, TypeError):
-            errors.append(f"{path}.timeout: {_q(d['timeout'])} is not a duration")
+        except ValueError as err:
+            errors.append(f"{path}.timeout: {err}")
 
     retries, on_failure, accept, from_, approvers, on_timeout = 0, None, None, None, (), None
+    not_by_initiator = False
     if kind in ("run_command", "dispatch_task"):
         retries = d.get("retries", 0)
         if not _is_int(retries) or not 0 <= retries <= MAX_RETRIES:
@@ -238,11 +296,14 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
             errors.append(f"{path}.approvers: {_q(raw)} must be a list of names")
         else:
             approvers = tuple(raw)
+        not_by_initiator = d.get("not_by_initiator", False)
+        if not isinstance(not_by_initiator, bool):
+            errors.append(f"{path}.not_by_initiator: {_q(not_by_initiator)} must be true or false")
     if len(errors) > n_before:
         return None
     return Step(id=sid, kind=kind, text=text, timeout_s=timeout_s, retries=retries,
                 on_failure=on_failure, accept=accept, from_=from_, approvers=approvers,
-                on_timeout=on_timeout)
+                on_timeout=on_timeout, not_by_initiator=not_by_initiator)
 
 
 @dataclass(frozen=True)
@@ -259,7 +320,9 @@ class Recipe:
     on_event: str | None = None
     max_concurrent_runs: int | None = None
     workdir: str | None = None
+    network: bool = True  # false: steps run with no network at all (needs bubblewrap)
     env: tuple[str, ...] = ()
+    payload_schema: dict[str, Any] | None = None  # JSON Schema every payload must satisfy
     steps: tuple[Step, ...] = ()
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
 
@@ -271,6 +334,7 @@ class Recipe:
         d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps", "webhooks")}
         if d["catch_up"] == DEFAULT_CATCH_UP:
             d["catch_up"] = None
+        d["network"] = None if self.network else False  # the default keeps older hashes
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["steps"] = [s.to_dict() for s in self.steps]
@@ -297,6 +361,9 @@ def _opt_str(d: dict, key: str, errors: list[str]) -> str | None:
 
 
 def _build_recipe(d: Any, source: str) -> Recipe:
+    problems = recipe_doc.check_document(d)
+    if problems:  # nothing below may meet such a value
+        raise RecipeError(problems, source)
     if not isinstance(d, dict):
         raise RecipeError([f"{source}: top level must be a mapping of fields, got {_q(d)[:60]}"],
                           source)
@@ -332,8 +399,12 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     if on_event is not None and (not isinstance(on_event, str) or not EVENT_NAME.fullmatch(on_event)):
         errors.append(f"on_event: {_q(on_event)} must be an event name matching {EVENT_NAME.pattern}")
     mcr = d.get("max_concurrent_runs")
-    if mcr is not None and (not _is_int(mcr) or mcr < 1):
-        errors.append(f"max_concurrent_runs: {_q(mcr)} must be a positive integer")
+    if mcr is not None and (not _is_int(mcr) or not 1 <= mcr <= MAX_CONCURRENT_RUNS):
+        errors.append(f"max_concurrent_runs: {_q(mcr)} must be an integer from 1 to "
+                      f"{MAX_CONCURRENT_RUNS}")
+    network = d.get("network", True)
+    if not isinstance(network, bool):
+        errors.append(f"network: {_q(network)} must be true (the default) or false (no network)")
     workdir = _opt_str(d, "workdir", errors)
     if workdir is not None and not workdir.startswith("/"):
         errors.append(f"workdir: {_q(workdir)} must be an absolute path")
@@ -347,6 +418,16 @@ def _build_recipe(d: Any, source: str) -> Recipe:
             errors.append(f"env[{i}]: {_q(var)} must match [A-Za-z_][A-Za-z0-9_]*")
         elif var in env[:i]:
             errors.append(f"env[{i}]: {_q(var)} is listed twice")
+        elif is_reserved_env(var):
+            errors.append(f"env[{i}]: {_q(var)} is never passed to a step: THREADLINE_* and PG* "
+                          "variables hold Threadline's own settings and database logins")
+
+    schema = None
+    if "payload_schema" in d:
+        schema = payload_schema.check_schema(d["payload_schema"], errors)
+    if schema is not None and schedule is not None:
+        for problem in payload_schema.payload_problems(schema, {}):
+            errors.append(f"payload_schema: a scheduled run's payload is {{}}, and {problem}")
 
     steps: list[Step] = []
     raw_steps = d.get("steps")
@@ -369,66 +450,25 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     from .webhook_spec import parse_webhooks  # imports this module: import it late
 
     webhooks = parse_webhooks(d.get("webhooks"), errors)
+    secrets = {w.secret.removeprefix("env:") for w in webhooks if w.secret}
+    for i, var in enumerate(env):
+        if isinstance(var, str) and var in secrets:
+            errors.append(f"env[{i}]: {_q(var)} holds a webhook's secret (webhooks[].secret), "
+                          "which is never passed to a step")
     if errors:
         raise RecipeError(errors, source)
     return Recipe(slug=slug, name=name, description=description, bot=bot, schedule=schedule,
                   timezone=timezone, catch_up=catch_up, on_event=on_event, max_concurrent_runs=mcr,
-                  workdir=workdir, env=tuple(env), steps=tuple(steps), webhooks=webhooks)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys instead of keeping the last one."""
-
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if isinstance(key, (list, dict)):
-            continue  # construct_mapping reports unhashable keys itself
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {_q(key)}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def _json_pairs(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [k for k, _ in pairs]
-    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-    if dup is not None:
-        raise ValueError(f"duplicate key {_q(dup)}")
-    return dict(pairs)
-
-
-def _yaml_message(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    context = getattr(exc, "context", None)
-    msg = f"{context}, {problem}" if context else problem
-    return msg + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
+                  workdir=workdir, network=network, env=tuple(env), payload_schema=schema, steps=tuple(steps),
+                  webhooks=webhooks)
 
 
 def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
     """Parse YAML or JSON text and validate it; raises RecipeError listing every problem."""
-    json_error = None
-    if text.lstrip().startswith("{"):  # JSON first: YAML rejects tab-indented JSON
-        try:
-            return _build_recipe(json.loads(text, object_pairs_hook=_json_pairs), source)
-        except json.JSONDecodeError as exc:
-            json_error = f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
-        except ValueError as exc:
-            if isinstance(exc, RecipeError):
-                raise
-            json_error = str(exc)
     try:
-        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        msg = json_error or _yaml_message(exc)
-        raise RecipeError([f"{source}: not valid YAML/JSON: {msg}"], source) from None
+        doc = recipe_doc.parse_text(text)
+    except recipe_doc.DocumentError as err:
+        raise RecipeError([f"{source}: {err}"], source) from None
     return _build_recipe(doc, source)
 
 
@@ -436,8 +476,9 @@ def load_recipe_file(path: str | Path) -> Recipe:
     """Load and validate a recipe file (.yaml, .yml or .json)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open(encoding="utf-8") as f:
+            text = f.read(recipe_doc.MAX_CHARS + 1)  # a longer one is refused, unread
     except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError([f"{p}: cannot read recipe ({exc.__class__.__name__}: "
-                           f"{getattr(exc, 'strerror', None) or exc})"], str(p)) from None
+        why = f"{exc.__class__.__name__}: {getattr(exc, 'strerror', None) or exc}"
+        raise RecipeError([f"{p}: cannot read recipe ({why})"], str(p)) from None
     return load_recipe_text(text, source=str(p))

@@ -1,29 +1,105 @@
-"""Placeholders in step text: {{payload.x}} and {{steps.<id>.output}}."""
+"""Placeholders in step text: {{payload.x}} and {{steps.<id>.output}}.
+
+Instructions, questions and timestamps get the values substituted. A command never does: each
+placeholder becomes a reference to an environment variable holding the value (shell_context.py),
+so the shell never parses a value, whatever its quotes.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
+from dataclasses import dataclass
 from typing import Any
 
+from . import shell_context
 from .recipes import PLACEHOLDER
+
+# Linux caps one environment string ("NAME=value" and its NUL) at 32 pages (MAX_ARG_STRLEN), and
+# all of them with the arguments at a quarter of the stack limit: stay well under both.
+MAX_VALUE_BYTES = 128 * 1024
+MAX_VALUES_BYTES = 1024 * 1024
+_NOT_NAME = re.compile(r"[^A-Za-z0-9]+")
 
 
 class RenderError(ValueError):
-    """A placeholder whose path resolves to nothing; names the path."""
+    """A placeholder whose path resolves to nothing, or a value a step cannot take; names it."""
 
 
-def render(text: str, payload: Any, outputs: dict[str, Any], *, shell: bool) -> str:
-    """Substitute placeholders; values are shell-quoted when the text is a command."""
+@dataclass(frozen=True)
+class Command:
+    """A run_command ready to run: text referencing variables, and the variables' values."""
 
-    def substitute(match: re.Match[str]) -> str:
-        path = match.group(1)
-        value = resolve(path, payload, outputs)
-        as_text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return shlex.quote(as_text) if shell else as_text
+    text: str
+    values: dict[str, str]
 
-    return PLACEHOLDER.sub(substitute, text)
+
+def render(text: str, payload: Any, outputs: dict[str, Any]) -> str:
+    """Substitute the values into text that no shell reads (an instruction, a question, a time)."""
+    return PLACEHOLDER.sub(lambda m: as_text(resolve(m.group(1).strip(), payload, outputs)), text)
+
+
+def render_command(text: str, payload: Any, outputs: dict[str, Any]) -> Command:
+    """Each placeholder becomes "$TL_<PATH>" (unquoted) or ${TL_<PATH>} (in "…" or a heredoc); the
+    values go with it. RenderError for a placeholder where a variable cannot expand."""
+    matches = list(PLACEHOLDER.finditer(text))
+    where = shell_context.contexts(text, [m.span() for m in matches])
+    names = variable_names([m.group(1).strip() for m in matches])
+    values: dict[str, str] = {}
+    out, last = [], 0
+    for match, context in zip(matches, where):
+        path = match.group(1).strip()
+        if context in shell_context.REFUSED:
+            raise RenderError(f"{{{{{path}}}}} {shell_context.REFUSED[context]}")
+        name = names[path]
+        if name not in values:
+            values[name] = _env_value(name, path, resolve(path, payload, outputs))
+        reference = f'"${name}"' if context == shell_context.BARE else f"${{{name}}}"
+        out += [text[last:match.start()], reference]
+        last = match.end()
+    out.append(text[last:])
+    total = sum(len(n) + len(v.encode()) + 2 for n, v in values.items())
+    if total > MAX_VALUES_BYTES:
+        raise RenderError(f"the step's placeholder values come to {total} bytes; a step's "
+                          f"environment takes at most {MAX_VALUES_BYTES} (pass large data in a file)")
+    return Command("".join(out), values)
+
+
+def variable_names(paths: list[str]) -> dict[str, str]:
+    """Each distinct path -> a variable name derived from it (payload.target -> TL_PAYLOAD_TARGET);
+    paths that map to one name get _2, _3, ... in order of appearance."""
+    names: dict[str, str] = {}
+    taken: set[str] = set()
+    for path in paths:
+        if path in names:
+            continue
+        base = "TL_" + _NOT_NAME.sub("_", path).strip("_").upper()
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        names[path] = name
+        taken.add(name)
+    return names
+
+
+def as_text(value: Any) -> str:
+    """A value as text: strings as they are, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _env_value(name: str, path: str, value: Any) -> str:
+    text = as_text(value)
+    if "\0" in text:
+        raise RenderError(f"{{{{{path}}}}}: the value holds a NUL character, which no environment "
+                          f"variable can")
+    size = len(name) + len(text.encode(errors="replace")) + 2
+    if size > MAX_VALUE_BYTES:
+        room = MAX_VALUE_BYTES - len(name) - 2
+        raise RenderError(f"{{{{{path}}}}}: the value is {size - len(name) - 2} bytes; an "
+                          f"environment variable of a step holds at most {room} "
+                          f"(pass large data in a file)")
+    return text
 
 
 def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
@@ -33,7 +109,8 @@ def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
         for i, part in enumerate(parts[1:], start=1):
             if isinstance(value, dict) and part in value:
                 value = value[part]
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            elif isinstance(value, list) and part.isascii() and part.isdigit() and len(part) < 10 \
+                    and int(part) < len(value):
                 value = value[int(part)]
             else:
                 raise RenderError(f"{{{{{path}}}}}: {'.'.join(parts[: i + 1])} is not in the payload")

@@ -67,7 +67,6 @@ class RunFilters:
         params: dict[str, Any] = asdict(self)
         term = self.search
         escaped = _escape_like(term) if term else None
-        params["search_prefix"] = f"{escaped}%" if term else None
         params["search_any"] = f"%{escaped}%" if term else None
         return params
 
@@ -135,6 +134,9 @@ def state_counts(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str
     return {state: found.get(state, 0) for state in RUN_STATES}
 
 
+BUCKET_SECONDS = {"5 minutes": 300, "1 hour": 3600, "1 day": 86400}
+
+
 def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
     """The charts' time window and bucket: the filter's range, else the last 7 days."""
     since = filters.since or now - timedelta(days=7)
@@ -150,6 +152,9 @@ def chart_data(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str, 
     since, bucket = chart_window(filters, now)
     common = dict(since=since, workflow=filters.workflow)
     return {
+        # The window and bucket too: a chart drawn over its window keeps sensible ticks and bar
+        # widths even with a single bucket of data.
+        "window": {"since": since, "until": filters.until or now, "bucket_s": BUCKET_SECONDS[bucket]},
         "over_time": db.fetch_all(conn, "runs_over_time", common | {"bucket": bucket}),
         "durations": db.fetch_all(conn, "step_durations", common | {"limit": 5000}),
         "failures": db.fetch_all(conn, "failures_by_step", common),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 DATABASE_URL_ENV = "THREADLINE_DATABASE_URL"
 HOME_ENV = "THREADLINE_HOME"
@@ -25,16 +26,40 @@ def credentials_path(home: Path | None = None) -> Path:
     return (home or threadline_home()) / "credentials.json"
 
 
-def database_url() -> str:
-    """THREADLINE_DATABASE_URL if set, else the embedded server's URL written by `threadline up`."""
+def read_credentials(home: Path | None = None) -> dict[str, Any]:
+    """$THREADLINE_HOME/credentials.json: the owner's URL of the embedded server ("url") and the
+    logins of the process roles ("roles": kind -> URL); {} when there is none yet."""
+    try:
+        return json.loads(credentials_path(home).read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def write_credentials(creds: dict[str, Any], home: Path | None = None) -> None:
+    """Replace credentials.json atomically, readable by its owner only (0600)."""
+    path = credentials_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # O_CREAT's mode does not apply to an existing file
+        json.dump(creds, f, indent=2)
+    tmp.replace(path)
+
+
+def database_url(role: str | None = None) -> str:
+    """THREADLINE_DATABASE_URL if set (used as given: the operator chose its role); else, from
+    credentials.json, the login of the process role `role` (conductor, bots, console, hooks,
+    viewer) once `db migrate` or `up` made it, or the owner's URL (migrations only)."""
     url = os.environ.get(DATABASE_URL_ENV)
     if url:
         return url
-    path = credentials_path()
-    try:
-        return json.loads(path.read_text())["url"]
-    except FileNotFoundError:
-        raise NotConfigured(
-            f"no database: set {DATABASE_URL_ENV} or start the embedded one with `threadline up` "
-            f"(looked for {path})"
-        ) from None
+    creds = read_credentials()
+    if role and role in creds.get("roles", {}):
+        return creds["roles"][role]
+    if "url" in creds:
+        return creds["url"]
+    raise NotConfigured(
+        f"no database: set {DATABASE_URL_ENV} or start the embedded one with `threadline up` "
+        f"(looked for {credentials_path()})"
+    )

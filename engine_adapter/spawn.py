@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, threads
+from . import db, payload_schema, recipe_doc, threads
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
 
@@ -29,11 +29,29 @@ class SpawnError(ValueError):
     pass
 
 
+class BadPayload(SpawnError):
+    """The payload itself is refused: not storable, or against the workflow's payload_schema."""
+
+
+class PayloadRejected(BadPayload):
+    """The payload breaks the workflow's payload_schema; each problem names its payload path."""
+
+    def __init__(self, workflow: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"workflow {workflow!r} refuses the payload: " + "; ".join(problems))
+
+
 def check_payload(payload: Any) -> dict[str, Any]:
     """A run's payload: a JSON object ({} when none was given)."""
     payload = {} if payload is None else payload
     if not isinstance(payload, dict):
         raise SpawnError(f"payload must be a JSON object, not {type(payload).__name__}")
+    # What PostgreSQL cannot store (NUL, lone surrogates) or what is unbounded is refused with
+    # its path here, rather than failing as a raw database error.
+    problems = recipe_doc.check_document(payload)
+    if problems:
+        raise BadPayload("\n".join(f"payload.{p}" if not p.startswith("top level") else
+                                   f"payload{p.removeprefix('top level')}" for p in problems))
     return payload
 
 
@@ -74,6 +92,9 @@ def spawn(
         wf = get_workflow(conn, workflow)
         if not wf["enabled"]:
             raise SpawnError(f"workflow {workflow!r} is disabled")
+        problems = payload_schema.payload_problems(wf["recipe"].get("payload_schema"), payload)
+        if problems:  # before anything is written
+            raise PayloadRejected(workflow, problems)
         params = {"v": HANDLER_VERSION, "workflow": workflow, "recipe": wf["recipe"], "payload": payload}
         limited = wf["recipe"].get("max_concurrent_runs") is not None
         if limited:
@@ -127,6 +148,8 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
     if kind == "event":
         text = f"by event {trigger.get('event')}, id {trigger.get('event_id')}"
         return text + (f", emitted by {caller}" if caller else "")
+    if trigger.get("on_behalf_of"):
+        caller = f"{caller} for {trigger['on_behalf_of']}"
     text = "manually" + (f" by {caller}" if caller else "")
     return text + (f", request {trigger['request_id']}" if trigger.get("request_id") else "")
 

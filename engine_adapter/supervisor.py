@@ -19,6 +19,8 @@ from pathlib import Path
 
 from . import db, schema
 from .recipes import load_recipe_file
+from .roles import ensure_logins
+from .sandbox import SandboxError, detect
 from .settings import DATABASE_URL_ENV, threadline_home
 from .workflows import apply_recipe
 
@@ -33,9 +35,10 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
+    env: dict[str, str] = field(default_factory=dict)  # its own login, over the shared env
 
     def start(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(self.argv, env=env)
+        self.proc = subprocess.Popen(self.argv, env=env | self.env)
         self.started_at = time.monotonic()
         log.info("%s started (pid %s)", self.name, self.proc.pid)
 
@@ -79,15 +82,37 @@ def pick_hooks_port(requested: int | None) -> int:
         return probe.getsockname()[1]
 
 
+def announce_console(home: Path, port: int, no_auth: bool) -> None:
+    """The console's address: with a one-time sign-in link, or a warning when sign-in is off."""
+    from console import tokens
+
+    from .identity import os_user
+
+    if no_auth:
+        log.warning("console: http://127.0.0.1:%d (sign-in OFF, --no-auth: every account on this machine "
+                    "can use it as %s)", port, os_user())
+        return
+    link = tokens.link(tokens.mint(home, os_user()), port)
+    log.info("console: %s (one-time sign-in link for %s, valid %d minutes; `threadline console link` "
+             "prints another)", link, os_user(), tokens.TTL_S // 60)
+
+
 def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
-       hooks_port: int | None = None) -> int:
+       hooks_port: int | None = None, no_auth: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
     if console:
         ensure_port_free(port)
     if hooks:
         hooks_port = pick_hooks_port(hooks_port)
     home = threadline_home()
-    home.mkdir(parents=True, exist_ok=True)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if home.stat().st_mode & 0o077 and home.stat().st_uid == os.geteuid():
+        home.chmod(0o700)  # it holds the credentials: for its owner only
+        log.info("made %s private to its owner (0700)", home)
+    try:  # what the bot process will find: refused here, before anything starts, if it cannot be had
+        steps = detect()
+    except SandboxError as err:
+        raise ValueError(str(err)) from None
     embedded = None
     url = os.environ.get(DATABASE_URL_ENV)
     if url:
@@ -101,19 +126,24 @@ def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
         log.info("embedded PostgreSQL running (data in %s)", embedded.data_dir)
     with db.connect(url) as conn:
         applied = schema.migrate(conn)
+        logins = ensure_logins(conn)  # each child connects as its own kind's role
     if applied:
         log.info("migrations applied: %s", ", ".join(applied))
     examples = install_examples(url, home)
     if examples:
         log.info("example workflows installed: %s", ", ".join(examples))
     # Playground: the console offers to SIGKILL the conductor, since `up` restarts it.
-    env = dict(os.environ, **{DATABASE_URL_ENV: url, "THREADLINE_PLAYGROUND": "1"})
+    env = dict(os.environ, THREADLINE_PLAYGROUND="1")
     me = [sys.executable, "-m", "engine_adapter.cli"]
     children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
     if console:
-        children.append(Child("console", me + ["console", "--port", str(port)]))
+        # `up` prints the sign-in link itself (below), so a restarted console does not print another.
+        children.append(Child("console", me + ["console", "--port", str(port), "--no-link"]
+                              + (["--no-auth"] if no_auth else [])))
     if hooks:
         children.append(Child("hooks", me + ["hooks", "--port", str(hooks_port)]))
+    for child in children:
+        child.env = {DATABASE_URL_ENV: logins[child.name]}
     stopping = False
 
     def request_stop(*_: object) -> None:
@@ -125,9 +155,10 @@ def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
     for child in children:
         child.start(env)
     if console:
-        log.info("console: http://127.0.0.1:%d", port)
+        announce_console(home, port, no_auth)
     if hooks:
         log.info("webhooks: http://127.0.0.1:%d/hooks/<path>", hooks_port)
+    (log.info if steps.isolated else log.warning)("steps run %s", steps.describe())
     log.info("Threadline is up. Ctrl-C stops everything.")
     try:
         while not stopping:

@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, names
+from . import db
+from .identity import SYSTEM, Actor
 from .settings import QUEUE
 
 APPROVE_WORDS = ("👍", "approve")
@@ -57,13 +58,11 @@ def append(
 
 
 def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, payload: Any) -> None:
-    """Emit the step's done event and clear `awaiting` with a compare-and-set on the key."""
-    db.fetch_one(
-        conn, "emit_event",
-        dict(queue=QUEUE, event=names.done_event(step_key), payload=Jsonb(payload)),
-    )
-    conn.execute(db.q("clear_awaiting"), dict(run_id=run_id, step_key=step_key))
-    db.notify(conn, run_id, "step.done")
+    """Emit the step's done event (first write wins), clear `awaiting` with a compare-and-set
+    on the key and wake the conductor. The database checks that the caller may release it:
+    a bot only the bot step the run awaits, a human door only a gate it decided."""
+    db.fetch_one(conn, "emit_step_done",
+                 dict(queue=QUEUE, run_id=run_id, step_key=step_key, payload=Jsonb(payload)))
 
 
 def set_run_state(conn: psycopg.Connection[Any], run_id: str, state: str, step: str | None,
@@ -99,23 +98,24 @@ class ReplyOutcome:
     hint: str | None  # what System answered when the reply decided nothing
 
 
-def reply(conn: psycopg.Connection[Any], run_id: str, text: str, author: str) -> ReplyOutcome:
+def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -> ReplyOutcome:
     """A human reply: always kept in the thread; it releases an open gate when it decides it."""
     if not text.strip():
         raise ValueError("reply text is empty")
     with conn.transaction():
         run = lock_run(conn, run_id)
-        seq = append(conn, run_id, "human", author, "message", text)
+        seq = append(conn, run_id, "human", actor.label, "message", text, data=actor.as_record())
         gate = current_gate(run)
         if gate is None:
             return ReplyOutcome(seq, None, None)
-        decision = _decision_from_reply(gate, text, author)
-        if decision is None:
-            hint = _gate_hint(gate, author)
+        decision = _decision_from_reply(gate, text, actor)
+        refusal = _why_not_decider(gate, run, actor) if decision else None
+        if decision is None or refusal:
+            hint = f"Noted. {refusal}." if refusal else _gate_hint(gate, actor)
             append(conn, run_id, "system", "threadline", "note", hint, step_key=run["await_key"])
             db.notify(conn, run_id, "thread")
             return ReplyOutcome(seq, None, hint)
-        _record_decision(conn, run, decision, author, text)
+        _record_decision(conn, run, decision, actor, text)
         return ReplyOutcome(seq, decision, None)
 
 
@@ -123,15 +123,16 @@ def decide(
     conn: psycopg.Connection[Any],
     run_id: str,
     decision: str,
-    actor: str,
+    actor: Actor,
     reason: str | None = None,
     *,
     gate_key: str | None = None,
 ) -> str:
     """Approve or deny the gate the run waits at; returns the gate's step key.
 
-    Raises GateClosed (and writes nothing) when the run waits at no gate, or gate_key names a
-    gate that is no longer open, or the actor is not among the gate's approvers.
+    Raises GateClosed (and writes nothing) when the run waits at no gate or gate_key names a
+    gate that is no longer open; DecisionRefused when the actor may not decide it (not among
+    its approvers, acting for someone else, or the run's initiator where the gate forbids that).
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
@@ -142,12 +143,12 @@ def decide(
             raise GateClosed(f"run {run_id} is not waiting at a gate (state: {run['state']})")
         if gate_key is not None and gate_key != run["await_key"]:
             raise GateClosed(f"gate {gate_key} is no longer open; run {run_id} waits at {run['await_key']}")
-        approvers = gate.get("approvers") or []
-        if approvers and actor not in approvers:
-            raise DecisionRefused(f"{actor} is not an approver of gate {gate['id']} (approvers: {', '.join(approvers)})")
+        refusal = _why_not_decider(gate, run, actor)
+        if refusal:
+            raise DecisionRefused(refusal)
         text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (f": {reason}" if reason else "")
-        append(conn, run_id, "human", actor, "decision", text, step_key=run["await_key"],
-               data={"decision": decision, "reason": reason})
+        append(conn, run_id, "human", actor.label, "decision", text, step_key=run["await_key"],
+               data={"decision": decision, "reason": reason, **actor.as_record()})
         _record_decision(conn, run, decision, actor, reason)
         return run["await_key"]
 
@@ -162,28 +163,43 @@ def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> 
         append(conn, run_id, "system", "threadline", "decision",
                f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
                step_key=step_key, data={"decision": "timeout"})
-        _record_decision(conn, run, "timeout", "threadline", gate.get("on_timeout", "deny"))
+        _record_decision(conn, run, "timeout", SYSTEM, gate.get("on_timeout", "deny"))
         return True
 
 
 def _record_decision(conn: psycopg.Connection[Any], run: dict[str, Any], decision: str,
-                     actor: str, text: str | None) -> None:
+                     actor: Actor, text: str | None) -> None:
     key = run["await_key"]
     row = db.fetch_one(conn, "insert_decision", dict(
-        step_key=key, run_id=run["run_id"], decision=decision, actor=actor, reason=text))
+        step_key=key, run_id=run["run_id"], decision=decision, reason=text, **actor.as_record()))
     if row is None:
         raise GateClosed(f"gate {key} was decided already")
-    payload = {"decision": decision, "actor": actor, "text": text or "",
+    payload = {"decision": decision, "actor": actor.label, "text": text or "",
                "at": row["created_at"].isoformat()}
     emit_step_done(conn, str(run["run_id"]), key, payload)
 
 
-def _decision_from_reply(gate: dict[str, Any], text: str, author: str) -> str | None:
+def _why_not_decider(gate: dict[str, Any], run: dict[str, Any], actor: Actor) -> str | None:
+    """Why the actor may not decide this gate, or None when it may."""
+    if not actor.may("approver"):
+        return f"{actor.name} may not decide gates (that needs the approver role)"
+    approvers = gate.get("approvers") or []
+    if approvers and not actor.is_one_of(approvers):
+        if actor.on_behalf_of:
+            return (f"{actor.label}: a decision for someone else cannot satisfy gate {gate['id']}'s "
+                    f"approvers ({', '.join(approvers)}); {actor.on_behalf_of} must decide as themselves")
+        return f"{actor.name} is not an approver of gate {gate['id']} (approvers: {', '.join(approvers)})"
+    if gate.get("not_by_initiator") and actor.name == (run.get("trigger") or {}).get("caller"):
+        return f"{actor.name} started this run; gate {gate['id']} needs someone else's decision"
+    return None
+
+
+def _decision_from_reply(gate: dict[str, Any], text: str, actor: Actor) -> str | None:
     if gate.get("accept") == "any_reply":
         wanted = gate.get("from")
-        return "reply" if wanted in (None, author) else None
+        return "reply" if wanted is None or actor.is_one_of([wanted]) else None
     approvers = gate.get("approvers") or []
-    if approvers and author not in approvers:
+    if approvers and not actor.is_one_of(approvers):
         return None
     lowered = text.strip().lower()
     if lowered.startswith(APPROVE_WORDS):
@@ -193,11 +209,11 @@ def _decision_from_reply(gate: dict[str, Any], text: str, author: str) -> str | 
     return None
 
 
-def _gate_hint(gate: dict[str, Any], author: str) -> str:
+def _gate_hint(gate: dict[str, Any], actor: Actor) -> str:
     if gate.get("accept") == "any_reply":
         return f"Noted. Gate {gate['id']} waits for a reply from {gate.get('from')}."
     approvers = gate.get("approvers") or []
-    if approvers and author not in approvers:
+    if approvers and not actor.is_one_of(approvers):
         return f"Noted. Only {', '.join(approvers)} can decide gate {gate['id']}."
     return (f"Noted. Gate {gate['id']} is still waiting: reply starting with 👍 or \"approve\" to "
             f"continue, 👎 or \"deny\" to stop (or `threadline approve` / `threadline deny`).")

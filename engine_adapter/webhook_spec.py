@@ -19,8 +19,9 @@ MAX_PATH = 200
 _PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*")
 _SECRET = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
 _FIELD = re.compile(r"[A-Za-z0-9_-]+")  # usable as {{payload.<field>}}
-_EXPR = re.compile(r"\$(?:\.[A-Za-z0-9_-]+|\[\d+\])*")
-_SEGMENT = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d+)\]")
+# An index has at most 9 digits: a longer one would find nothing, and not fit an int cheaply.
+_EXPR = re.compile(r"\$(?:\.[A-Za-z0-9_-]+|\[\d{1,9}\])*")
+_SEGMENT = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d{1,9})\]")
 
 
 class MappingError(ValueError):

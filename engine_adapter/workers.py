@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from . import db
+from .roles import warn_if_superuser
 
 LOCK_CLASS = 7411
 HEARTBEAT_SECONDS = 2.0
@@ -24,13 +25,15 @@ CRASH_ENV = "THREADLINE_CRASH_AT"
 class Worker:
     """A registered process: holds its liveness lock and beats on a connection of its own."""
 
-    def __init__(self, kind: str, url: str | None = None) -> None:
+    def __init__(self, kind: str, url: str | None = None, sandbox: str | None = None) -> None:
         self.kind = kind
         self.host = socket.gethostname()
         self.id = f"{kind}-{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._conn = db.connect(url)
+        self._conn = db.connect(url, role=kind)
+        warn_if_superuser(self._conn, kind)
         row = db.fetch_one(self._conn, "register_worker", dict(
-            id=self.id, kind=kind, host=self.host, pid=os.getpid(), version=VERSION))
+            id=self.id, kind=kind, host=self.host, pid=os.getpid(), version=VERSION,
+            sandbox=sandbox))
         self.lock_key: int = row["lock_key"]
         self._conn.execute("select pg_advisory_lock(%s, %s)", (LOCK_CLASS, self.lock_key))
         self._stop = threading.Event()

@@ -50,6 +50,7 @@ def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applie
         hash=recipe.canonical_hash,
     )
     with conn.transaction():
+        _refuse_secret_clashes(conn, recipe)
         current = db.fetch_one(conn, "lock_workflow", dict(slug=recipe.slug))
         if current is None:
             conn.execute(db.q("insert_workflow"), fields)
@@ -64,6 +65,19 @@ def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applie
             slug=recipe.slug, version=version, hash=recipe.canonical_hash, recipe=Jsonb(doc),
             source=source))
     return Applied(recipe.slug, version, changed=True)
+
+
+def _refuse_secret_clashes(conn: psycopg.Connection[Any], recipe: Recipe) -> None:
+    """A variable is either a webhook's secret or passed to steps, across all workflows."""
+    secrets = [w.secret.removeprefix("env:") for w in recipe.webhooks if w.secret]
+    clashes = db.fetch_all(conn, "secret_clashes", dict(slug=recipe.slug, env=list(recipe.env),
+                                                        secrets=secrets))
+    if clashes:
+        raise RecipeError([
+            f"env: {c['name']} is a webhook secret of workflow {c['other']!r}, and a webhook's "
+            "secret is never passed to a step" if c["held_as"] == "secret" else
+            f"webhooks: {c['name']} is passed to the steps of workflow {c['other']!r} (its env), "
+            "so it cannot be a webhook's secret" for c in clashes])
 
 
 def _more_room(old: dict[str, Any], new: Recipe) -> bool:

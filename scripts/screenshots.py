@@ -77,7 +77,8 @@ def main() -> int:
                 with sync_playwright() as p:
                     browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
                     page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                    page.goto(base + "/")
+                    link = harness.run_cli(url, "console", "link", "--port", str(port), home=home).stdout.strip()
+                    page.goto(link)  # signs in, then shows the runs page
                     page.wait_for_selector(".tl-counts")
                     time.sleep(2)
                     page.screenshot(path=str(out / "console-runs.png"))

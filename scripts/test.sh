@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One command to run the whole test suite, then the benchmarks' smoke mode.
+# One command to run the whole test suite (lint first), then the benchmarks' smoke mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh test
+.venv/bin/ruff check --quiet .
 .venv/bin/python -m pytest -q "$@"
 if [ -f bench/run.py ]; then
   .venv/bin/python bench/run.py --smoke

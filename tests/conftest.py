@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from engine_adapter import db, harness, schema
+from engine_adapter import db, harness, roles, schema
 
 TEMPLATE = "tl_template"
 
@@ -28,14 +30,28 @@ def server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def template_url(server_url: str) -> str:
+def template_logins(server_url: str) -> dict[str, str]:
+    """The migrated template, and its process-role logins (kind -> URL of the template). A clone
+    keeps the template's grants, so these logins serve every test database."""
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"drop database if exists {TEMPLATE} with (force)")
         admin.execute(f"create database {TEMPLATE}")
     url = harness.with_dbname(server_url, TEMPLATE)
     with db.connect(url) as conn:
         schema.migrate(conn)
-    return url
+        return roles.grant_logins(conn)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str, template_logins: dict[str, str]) -> str:
+    return harness.with_dbname(server_url, TEMPLATE)
+
+
+@pytest.fixture
+def logins(db_url: str, template_logins: dict[str, str]) -> dict[str, str]:
+    """This test database's process-role logins: kind -> URL."""
+    name = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    return {kind: harness.with_dbname(url, name) for kind, url in template_logins.items()}
 
 
 @contextmanager
@@ -70,14 +86,44 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def procs(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[harness.ProcessSet]:
-    """Conductor and bot processes of one test; all killed at teardown, their logs shown on failure."""
-    p = harness.ProcessSet(db_url, tmp_path)
+def procs(db_url: str, logins: dict[str, str], tmp_path: Path,
+          request: pytest.FixtureRequest) -> Iterator[harness.ProcessSet]:
+    """Conductor and bot processes of one test, each connected as its kind's role; all killed at
+    teardown, their logs shown on failure."""
+    p = harness.ProcessSet(db_url, tmp_path, step_dirs=[tmp_path], logins=logins)
     yield p
     p.kill_all()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(p.log_tails())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Commands run by the tests keep their credentials and sign-in tokens in a home of this
+    # session's own, never in the account's ~/.threadline.
+    home = tempfile.mkdtemp(prefix="threadline-tests-home-")
+    os.environ["THREADLINE_HOME"] = home
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    # As root, steps run as an unprivileged user and must reach their test's tmp_path: a base
+    # directory of this session's own, not pytest's shared /tmp/pytest-of-root, which every
+    # pytest session resets to 0700.
+    if os.geteuid() == 0 and config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="threadline-tests-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+
+
+@pytest.fixture(autouse=True)
+def steps_may_write_tmp_path(request: pytest.FixtureRequest) -> None:
+    """As root, steps run as an unprivileged user: a test's tmp_path (where its steps leave their
+    side effects) must be reachable and writable by it, as THREADLINE_STEP_DIRS would be."""
+    if os.geteuid() != 0 or "tmp_path" not in request.fixturenames:
+        return
+    path: Path = request.getfixturevalue("tmp_path")
+    path.chmod(0o777)
+    for parent in path.parents:
+        if parent == Path(tempfile.gettempdir()) or parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o111)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

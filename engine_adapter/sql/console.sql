@@ -8,7 +8,7 @@ select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kin
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
-   and (%(search)s::text is null or run_id::text like %(search_prefix)s
+   and (%(search)s::text is null or run_id::text like %(search_any)s
         or payload::text ilike %(search_any)s)
    and (%(after_at)s::timestamptz is null or (created_at, run_id) < (%(after_at)s, %(after_id)s::uuid))
  order by created_at desc, run_id desc
@@ -22,7 +22,7 @@ select state, count(*)::int as runs
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
-   and (%(search)s::text is null or run_id::text like %(search_prefix)s
+   and (%(search)s::text is null or run_id::text like %(search_any)s
         or payload::text ilike %(search_any)s)
  group by state
 
@@ -123,7 +123,7 @@ select to_jsonb(t) - 'params' as task from absurd.t_threadline t where task_id =
 
 -- workers_in_hand --
 -- Each live worker with what it holds: engine runs for a conductor, open attempts for a bot host.
-select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at,
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.sandbox,
        extract(epoch from now() - w.last_beat_at)::float8 as last_beat_age_s,
        (w.id in (select id from threadline.live_workers)) as alive,
        case w.kind

@@ -11,21 +11,22 @@ select * from threadline.run_threads where run_id = %(run_id)s for update
 -- The run row without a lock.
 select * from threadline.run_threads where run_id = %(run_id)s
 
--- emit_event --
--- Absurd's first-write-wins event emit.
-select absurd.emit_event(%(queue)s, %(event)s, %(payload)s)
+-- emit_step_done --
+-- The step's done event, `awaiting` cleared and a wake-up, if the caller may release it (008).
+select threadline.emit_step_done(%(queue)s, %(run_id)s, %(step_key)s, %(payload)s)
 
--- clear_awaiting --
--- Compare-and-set: only the emit for the awaited key clears it.
-update threadline.run_threads
-   set awaiting = false, last_emitted_key = %(step_key)s, updated_at = now()
- where run_id = %(run_id)s and await_key = %(step_key)s and awaiting
-returning run_id
+-- emit_retry --
+-- A failed run's retry event, human doors only (migration 008).
+select threadline.emit_retry(%(queue)s, %(run_id)s, %(step_key)s, %(payload)s)
+
+-- emit_debug_event --
+-- An event emitted by hand, never one of Threadline's own (migration 008).
+select threadline.emit_debug_event(%(queue)s, %(event)s, %(payload)s)
 
 -- insert_decision --
 -- A gate decision; the step key is unique, so a gate is decided once.
-insert into threadline.decisions (step_key, run_id, decision, actor, reason)
-values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(reason)s)
+insert into threadline.decisions (step_key, run_id, decision, actor, via, on_behalf_of, reason)
+values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(via)s, %(on_behalf_of)s, %(reason)s)
 on conflict (step_key) do nothing
 returning created_at
 
@@ -99,8 +100,9 @@ values (%(run_id)s, %(workflow)s, %(version)s, %(hash)s, %(recipe)s, %(payload)s
 
 -- register_worker --
 -- A new conductor or bot process; its lock key names the advisory lock it holds while alive.
-insert into threadline.workers (id, kind, host, pid, lock_key, version)
-values (%(id)s, %(kind)s, %(host)s, %(pid)s, nextval('threadline.worker_lock_keys'), %(version)s)
+insert into threadline.workers (id, kind, host, pid, lock_key, version, sandbox)
+values (%(id)s, %(kind)s, %(host)s, %(pid)s, nextval('threadline.worker_lock_keys'), %(version)s,
+        %(sandbox)s)
 returning lock_key
 
 -- heartbeat_worker --
@@ -115,7 +117,7 @@ delete from threadline.workers w
 
 -- list_workers --
 -- Every known process, newest first, with liveness from its advisory lock.
-select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version,
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version, w.sandbox,
        extract(epoch from (now() - w.last_beat_at))::float8 as last_beat_age_s,
        exists (select 1 from threadline.live_workers l where l.id = w.id) as alive
   from threadline.workers w
@@ -276,3 +278,20 @@ select (select count(*) from absurd.r_threadline
          as runnable_unclaimed,
        (select count(*) from threadline.run_threads where awaiting and await_kind = 'bot')
          as instructions_waiting
+
+-- secret_env_names --
+-- Environment variables that webhooks name as their secret: never passed to a step.
+select distinct substr(secret, 5) as name from threadline.webhook_triggers
+ where secret like 'env:%%'
+
+-- secret_clashes --
+-- Another workflow's webhook secret that this recipe's env names, or this recipe's webhook secret
+-- that another workflow's env names: a step would be handed a secret.
+select t.workflow as other, substr(t.secret, 5) as name, 'secret' as held_as
+  from threadline.webhook_triggers t
+ where t.workflow <> %(slug)s and t.secret like 'env:%%' and substr(t.secret, 5) = any(%(env)s::text[])
+union all
+select w.slug, e.name, 'env'
+  from threadline.workflows w,
+       jsonb_array_elements_text(coalesce(w.recipe -> 'env', '[]'::jsonb)) as e(name)
+ where w.slug <> %(slug)s and e.name = any(%(secrets)s::text[])

@@ -8,7 +8,9 @@ from datetime import datetime
 
 from bench.seed import seed_runs
 from console.live import Change, LiveHub
+from engine_adapter.names import short_run_id
 from engine_adapter import engine_debug, harness, read_model, run_list, threads
+from engine_adapter.identity import Actor
 from engine_adapter.run_list import RunFilters
 from engine_adapter.spawn import spawn
 
@@ -52,6 +54,8 @@ def test_filters_search_and_counts_agree(conn):
     assert len(hit) == 1
     by_id = run_list.runs_page(conn, RunFilters(search=hit[0]["run_id"][:18])).rows  # by run id prefix
     assert [r["run_id"] for r in by_id] == [hit[0]["run_id"]]
+    by_short = run_list.runs_page(conn, RunFilters(search=short_run_id(hit[0]["run_id"]))).rows
+    assert [r["run_id"] for r in by_short] == [hit[0]["run_id"]]  # the short form the console shows
     assert run_list.runs_page(conn, RunFilters(search="100%")).rows == []  # % is a character, not a wildcard
     newest = run_list.runs_page(conn, RunFilters(), limit=1).rows[0]["created_at"]
     recent = run_list.runs_page(conn, RunFilters(since=newest), limit=500).rows
@@ -95,7 +99,9 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         assert [(g["run_id"], g["step"], g["question"]) for g in gates] == [(run_id, "ok", "Ship 7?")]
         assert gates[0]["deadline"] is not None
 
-        debug = engine_debug.run_debug(conn, run_id)
+        # The run shows `waiting` once its question is posted; its await follows a moment later.
+        debug = harness.wait_for(lambda: (d := engine_debug.run_debug(conn, run_id))["awaiting"] and d,
+                                 what="the gate's await")
         names = [c["name"] for c in debug["checkpoints"]]
         assert "send:check:1" in names and "done:check:1" in names and "send:ok:1" in names
         assert [w["event"] for w in debug["awaiting"]] == [f"threadline.step.done:{run_id}:ok:1"]
@@ -106,7 +112,7 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         assert debug["attempts"][0]["attempt"] == 1 and "send:check:1" in debug["attempts"][0]["executed"]
         assert debug["bot_attempts"][0]["outcome"] == "completed"
 
-        threads.decide(conn, run_id, "approve", "ann")
+        threads.decide(conn, run_id, "approve", Actor("ann", "console"))
         harness.wait_for_state(db_url, run_id, "completed")
         assert read_model.open_gates(conn) == []
         run = read_model.show_run(conn, run_id)

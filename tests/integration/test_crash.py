@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine_adapter import db, harness
+from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
 THREE_STEPS = """
@@ -94,7 +95,22 @@ def _gone(pid: int) -> bool:
     return state == "Z"
 
 
+def host_pids(marker: str) -> list[int]:
+    """Processes whose command line holds marker. A step runs in a process namespace of its own,
+    so the pid it could report ($!) is not the host's."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes() and not _gone(int(cmdline.parent.name)):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 def test_bot_killed_mid_command_retried_as_attempt_2_with_old_group_gone(conn, apply, procs, tmp_path):
+    # The first attempt's child holds a lock until it dies: the second attempt sees it free only
+    # if the successor bot killed the old process group before starting it.
     apply("""
 slug: long
 steps:
@@ -102,31 +118,26 @@ steps:
     run_command: |
       cd {{payload.dir}}
       if [ -f marker ]; then
-        if kill -0 "$(cat child.pid)" 2>/dev/null && ! grep -q '^State:.*Z' /proc/$(cat child.pid)/status; then
-          echo OLD-STILL-ALIVE
-        else
-          echo old-gone
-        fi
+        if flock -n child.lock true; then echo old-gone; else echo OLD-STILL-ALIVE; fi
         echo "key=$THREADLINE_STEP_KEY"
       else
         touch marker
-        sleep 300 & echo $! > child.pid
+        flock {{payload.dir}}/child.lock sleep 300 &
         wait
       fi
 """)
     procs.start("conductor")
     bots = procs.start("bots")
     run_id = spawn(conn, "long", {"dir": str(tmp_path)}).run_id
-    harness.wait_for(lambda: (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip(),
-                     what="the command's child to start")
-    child = int((tmp_path / "child.pid").read_text())
+    lock = f"{tmp_path}/child.lock"
+    children = harness.wait_for(lambda: host_pids(lock), what="the command's child to start")
     harness.kill(bots)
     procs.start("bots")
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     step = view["steps"][0]
     assert step["attempts"] == 2
     assert "old-gone" in step["output"] and f"key={run_id}:work:1" in step["output"]
-    assert _gone(child)
+    assert all(_gone(child) for child in children)
 
 
 def test_cancel_reaches_a_running_command(conn, apply, procs, tmp_path):
@@ -136,19 +147,18 @@ def test_cancel_reaches_a_running_command(conn, apply, procs, tmp_path):
 slug: sleeper
 steps:
   - id: wait
-    run_command: cd {{payload.dir}} && (sleep 300 & echo $! > child.pid; wait)
+    run_command: cd {{payload.dir}} && (flock {{payload.dir}}/child.lock sleep 300 & wait)
   - id: never
     run_command: touch {{payload.dir}}/never
 """)
     procs.start("conductor")
     procs.start("bots")
     run_id = spawn(conn, "sleeper", {"dir": str(tmp_path)}).run_id
-    harness.wait_for(lambda: (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip(),
-                     what="the command to start")
-    child = int((tmp_path / "child.pid").read_text())
-    cancel_run(conn, run_id, "tester", "changed my mind")
+    children = harness.wait_for(lambda: host_pids(f"{tmp_path}/child.lock"), what="the command to start")
+    cancel_run(conn, run_id, Actor("tester", "console"), "changed my mind")
     view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=10)
-    harness.wait_for(lambda: _gone(child), timeout=15, what="the cancelled command's process to die")
+    harness.wait_for(lambda: all(_gone(c) for c in children), timeout=15,
+                     what="the cancelled command's processes to die")
     harness.wait_for(lambda: conn.execute("select outcome from threadline.step_claims where run_id = %s",
                                           (run_id,)).fetchone()["outcome"] == "cancelled", what="claim closed")
     assert not (tmp_path / "never").exists()
@@ -176,11 +186,34 @@ steps:
     view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
     assert [s["status"] for s in view["steps"]] == ["completed", "failed", "pending"]
     (tmp_path / "flag").touch()
-    retry_run(conn, run_id, "tester")
+    retry_run(conn, run_id, Actor("tester", "console"))
     with pytest.raises(CommandRefused):
-        retry_run(conn, run_id, "tester")  # not failed any more
+        retry_run(conn, run_id, Actor("tester", "console"))  # not failed any more
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert side_effects(tmp_path) == ["one", "two", "three"]
     assert view["steps"][1]["tries"] == 2
     assert os.path.exists(tmp_path / "flag")
     assert_clean_thread(view)
+
+
+def test_a_bot_stopped_gracefully_mid_command_loses_nothing(conn, apply, procs, tmp_path):
+    """SIGTERM (Ctrl-C on `up`) kills the running command, but that is not the step's failure:
+    the next bot runs it again as attempt 2 and the run completes."""
+    apply("""
+slug: interrupted
+steps:
+  - id: work
+    run_command: |
+      cd {{payload.dir}}
+      if [ -f started ]; then echo second-time; else touch started; sleep 300; fi
+""")
+    procs.start("conductor")
+    bots = procs.start("bots", wait=True)
+    run_id = spawn(conn, "interrupted", {"dir": str(tmp_path)}).run_id
+    harness.wait_for(lambda: (tmp_path / "started").exists(), what="the command to start")
+    harness.kill(bots, signal.SIGTERM)
+    assert bots.returncode == 0
+    procs.start("bots")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert view["steps"][0]["attempts"] == 2 and "second-time" in view["steps"][0]["output"]
+    assert not any(e["kind"] == "signal.dispatch.failed" for e in view["thread"])

@@ -15,6 +15,7 @@ import pytest
 from engine_adapter import db, harness
 from engine_adapter.commands import CommandRefused, cancel_run, retry_run
 from engine_adapter.events import emit
+from engine_adapter.identity import Actor, os_user
 from engine_adapter.read_model import health, list_runs, show_run
 from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.threads import decide
@@ -111,9 +112,10 @@ def test_spawn_request_id_makes_a_retried_command_one_run(db_url, conn, apply):
     assert count(conn) == 3
     trig = conn.execute("select trigger from threadline.run_threads where run_id = %s",
                         (one.stdout.strip(),)).fetchone()["trigger"]
-    assert trig == {"kind": "manual", "caller": "alice", "request_id": "click-1"}
+    me = os_user()  # the CLI's actor is its OS account; --as only says for whom
+    assert trig == {"kind": "manual", "caller": me, "on_behalf_of": "alice", "request_id": "click-1"}
     assert first_entry(conn, one.stdout.strip()).startswith(
-        "Run of manual v1 started manually by alice, request click-1.")
+        f"Run of manual v1 started manually by {me} for alice, request click-1.")
     with pytest.raises(SpawnError, match="trigger kind 'cron' must be one of"):
         spawn(conn, "manual", trigger={"kind": "cron"})
     assert count(conn) == 3
@@ -169,7 +171,7 @@ def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn,
     h = health(conn)
     assert h["status"] == "ok" and h["runnable_unclaimed"] == 0
 
-    decide(conn, a, "approve", "alice")  # a finishes: b (first in line) starts, c still waits
+    decide(conn, a, "approve", Actor("alice", "console"))  # a finishes: b (first in line) starts, c still waits
     harness.wait_for_state(db_url, a, "completed")
     harness.wait_for_state(db_url, b, "waiting")
     assert states(conn, [c]) == ["queued"]
@@ -177,7 +179,7 @@ def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn,
 
     assert cli(db_url, "cancel", b).returncode == 0  # cancelling frees the place as well
     harness.wait_for_state(db_url, c, "waiting")
-    decide(conn, c, "approve", "alice")
+    decide(conn, c, "approve", Actor("alice", "console"))
     harness.wait_for_state(db_url, c, "completed")
     started = conn.execute("select run_id from threadline.run_threads where workflow = 'limited' "
                            "order by admitted_at").fetchall()
@@ -215,7 +217,7 @@ def test_concurrent_spawns_never_admit_past_the_limit(db_url, conn, apply):
 
     before = snapshot()
     assert len(before["admitted"]) == 2 and len(before["queued"]) == 8
-    cancel_run(conn, before["admitted"][0], "alice")
+    cancel_run(conn, before["admitted"][0], Actor("alice", "console"))
     after = snapshot()
     assert set(after["admitted"]) == {before["admitted"][1], before["queued"][0]}  # the oldest queued one
     assert after["queued"] == before["queued"][1:]
@@ -260,7 +262,7 @@ def test_a_spawn_that_waited_for_the_lock_does_not_jump_the_line(db_url, conn, a
             "select run_id::text, created_at from threadline.run_threads")}
     assert created[late] < created[meanwhile]  # the order a created_at line would use
     assert "1 ahead of it in line" in show_run(conn, late)["thread"][1]["text"]
-    cancel_run(conn, first, "alice")
+    cancel_run(conn, first, Actor("alice", "console"))
     assert states(conn, [meanwhile, late]) == ["pending", "queued"]
 
 
@@ -291,7 +293,7 @@ steps:
 
     before = written()
     with pytest.raises(CommandRefused) as refused:
-        retry_run(conn, failed, "alice")
+        retry_run(conn, failed, Actor("alice", "console"))
     assert str(refused.value) == (
         f"run {failed} cannot be retried now: workflow 'limited' has 1 of 1 runs allowed at once "
         "active (max_concurrent_runs); retry it when one of them finishes")
@@ -300,10 +302,10 @@ steps:
     assert by_cli.returncode == 2 and "cannot be retried now" in by_cli.stderr
     assert written() == before
 
-    decide(conn, other, "approve", "alice")
+    decide(conn, other, "approve", Actor("alice", "console"))
     harness.wait_for_state(db_url, other, "completed")
     (tmp_path / "a").touch()
-    retry_run(conn, failed, "alice")
+    retry_run(conn, failed, Actor("alice", "console"))
     harness.wait_for_state(db_url, failed, "waiting")
 
 

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from engine_adapter import harness, schema
+from engine_adapter.embedded import EmbeddedPostgres
 from engine_adapter.read_model import health
 from engine_adapter.spawn import SpawnError, spawn
 
@@ -19,11 +20,7 @@ HELLO = Path(__file__).resolve().parents[2] / "assets" / "recipes" / "hello.yaml
 
 
 def cli(url: str, *args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, THREADLINE_DATABASE_URL=url)
-    if home:
-        env["THREADLINE_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return harness.run_cli(url, *args, home=home)
 
 
 def count(conn, table: str) -> int:
@@ -62,6 +59,8 @@ def test_spawn_rejects_bad_input_and_writes_nothing(conn, apply):
         spawn(conn, "hello", ["not", "an", "object"])
     with pytest.raises(LookupError, match="no workflow 'nope'"):
         spawn(conn, "nope")
+    with pytest.raises(SpawnError, match=r"payload\.who\[1\]: contains a NUL character"):
+        spawn(conn, "hello", {"who": ["ok", "a\x00b"]})
     assert count(conn, "run_threads") == 0
     assert conn.execute("select count(*) as n from absurd.t_threadline").fetchone()["n"] == 0
 
@@ -121,13 +120,27 @@ def test_health_turns_down_the_moment_the_conductor_is_killed(conn, procs):
     assert not any(c["alive"] for c in h["conductors"])
 
 
-def test_no_database_configured_is_a_clear_error(tmp_path):
+def test_on_a_fresh_home_commands_start_the_embedded_server_themselves(tmp_path):
+    home = tmp_path / "fresh-home"
     env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
-    env["THREADLINE_HOME"] = str(tmp_path / "empty-home")
-    result = subprocess.run([sys.executable, "-m", "engine_adapter.cli", "runs"], env=env,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2
-    assert "THREADLINE_DATABASE_URL" in result.stderr and "threadline up" in result.stderr
+    env["THREADLINE_HOME"] = str(home)
+
+    def threadline(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    try:
+        migrated = threadline("db", "migrate")
+        assert migrated.returncode == 0, migrated.stderr
+        assert "starting the embedded PostgreSQL" in migrated.stderr and "applied: absurd-" in migrated.stdout
+        assert threadline("db", "migrate").stdout.startswith("up to date")
+        EmbeddedPostgres(home).stop()
+        listed = threadline("runs", "--json")  # a stopped server is started again
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout)["runs"] == []
+        assert threadline("db", "url", "--role", "bots").stdout.startswith("postgresql://")
+    finally:
+        harness.remove_server(home)
 
 
 SYSTEM_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -184,3 +197,18 @@ def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, pr
     assert h["instructions_waiting"] == 1 and h["bots"] == []
     procs.start("bots")
     harness.wait_for(lambda: health(conn)["status"] == "ok", timeout=30, what="health ok again")
+
+
+def test_show_into_a_closed_pipe_ends_quietly(conn, apply, db_url):
+    from engine_adapter import threads
+
+    apply(HELLO.read_text())
+    run_id = spawn(conn, "hello", {"name": "a"}).run_id
+    with conn.transaction():
+        for i in range(400):  # more than a pipe holds, so the writer meets the closed end
+            threads.append(conn, run_id, "system", "threadline", "note", f"line {i} " + "x" * 300)
+    env = dict(os.environ, THREADLINE_DATABASE_URL=db_url)
+    done = subprocess.run(f"{sys.executable} -m engine_adapter.cli show {run_id} | head -n 1",
+                          shell=True, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.startswith(f"run {run_id}")
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

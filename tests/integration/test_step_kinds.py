@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 
 from engine_adapter import harness, threads
+from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
 RECIPE = """
@@ -26,7 +26,8 @@ steps:
 
 def test_every_step_kind_runs_to_completion(conn, apply, procs):
     apply(RECIPE)
-    agent = f"{sys.executable} -c \"import sys; print('AGENT SAYS: ' + sys.stdin.read().upper())\""
+    # Steps run as an unprivileged user: a system interpreter, not the test's own (under /root).
+    agent = "python3 -c \"import sys; print('AGENT SAYS: ' + sys.stdin.read().upper())\""
     procs.start("conductor")
     procs.start("bots", env={"GREETING": "hello", "THREADLINE_AGENT_CMD": agent, "SECRET_NOT_PASSED": "x"})
     run_id = spawn(conn, "every-kind", {"who": "o'brien; rm -rf /"}).run_id
@@ -36,11 +37,11 @@ def test_every_step_kind_runs_to_completion(conn, apply, procs):
     assert statuses == {"build": "completed", "ask-agent": "completed", "nap": "completed",
                         "ok": "gate", "after": "pending"}
     build = view["steps"][0]["output"]
-    assert "hello o'brien; rm -rf /" in build  # shell-quoted: the payload was one argument
+    assert "hello o'brien; rm -rf /" in build  # a variable reference: the value was one argument
     assert f"run={run_id} key={run_id}:build:1" in build
     assert view["steps"][1]["output"].startswith("AGENT SAYS: SUMMARISE: HELLO O'BRIEN")
 
-    threads.reply(conn, run_id, "👍 looks good", "alice")
+    threads.reply(conn, run_id, "👍 looks good", Actor("alice", "console"))
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert view["steps"][-1]["output"].strip() == "approved-with 👍 looks good"
     kinds = [e["kind"] for e in view["thread"]]

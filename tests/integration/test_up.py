@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine_adapter import db, harness
 from engine_adapter.embedded import EmbeddedPostgres
+from engine_adapter.sandbox import detect
 
 
 def threadline(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -42,12 +43,19 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
                          what="threadline up")
         creds = json.loads((home / "credentials.json").read_text())
         assert oct((home / "credentials.json").stat().st_mode & 0o777) == "0o600"
+        assert oct(home.stat().st_mode & 0o777) == "0o700"  # it was made 0755 above
+        assert f"steps run {detect().describe()}" in (home / "up.log").read_text()
+        assert set(creds["roles"]) == {"conductor", "bots", "console", "hooks", "viewer"}
         assert "hello" in threadline(home, "recipe", "list").stdout  # examples installed on first start
         run_id = threadline(home, "spawn", "hello", "--payload", '{"name": "new user"}').stdout.strip()
         view = harness.wait_for_state(creds["url"], run_id, "completed", timeout=60)
         assert view["steps"][0]["output"].strip() == "hello new user"
 
         with db.connect(creds["url"]) as conn:
+            users = {r["usename"] for r in conn.execute(
+                "select usename from pg_stat_activity where backend_type = 'client backend' "
+                "and pid <> pg_backend_pid()")}
+            assert {"threadline.conductor", "threadline.bots"} <= users and "threadline" not in users
             conductor = conn.execute("select pid from threadline.live_workers where kind = 'conductor'").fetchone()
             os.kill(conductor["pid"], signal.SIGKILL)
             restarted = harness.wait_for(lambda: conn.execute(

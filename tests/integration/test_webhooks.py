@@ -65,12 +65,16 @@ def hooks(procs: harness.ProcessSet, tmp_path: Path):
 
 def request(base: str, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
             length: int | None | bool = True) -> tuple[int, dict[str, Any], Any]:
-    """One HTTP request; length=True sends Content-Length for body, None omits it, an int lies."""
+    """One HTTP request; length=True sends Content-Length for body, None omits it, an int lies.
+    A POST says its body is JSON unless headers name another Content-Type."""
     url = urllib.parse.urlsplit(base)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    headers = dict(headers or {})
+    if method == "POST" and not any(name.lower() == "content-type" for name in headers):
+        headers["Content-Type"] = "application/json"
     try:
         conn.putrequest(method, path, skip_accept_encoding=True)
-        for name, value in (headers or {}).items():
+        for name, value in headers.items():
             conn.putheader(name, value)
         if length is True:
             conn.putheader("Content-Length", str(len(body)))
@@ -111,7 +115,7 @@ def created(conn) -> dict[str, int]:
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, THREADLINE_DATABASE_URL=url)
-    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env, check=False,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -163,37 +167,37 @@ def test_bad_requests_are_refused_and_create_nothing(conn, apply, hooks):
     good = b'{"name": "x"}'
     now = time.time()
     cases: list[tuple[str, dict[str, Any], int, str]] = [
-        ("wrong secret", dict(headers=signed(good, "not-the-secret")), 401, "does not match"),
-        ("tampered body", dict(body=b'{"name": "y"}', headers=signed(good)), 401, "does not match"),
-        ("no signature", dict(headers={TIMESTAMP_HEADER: str(int(now))}), 401,
+        ("wrong secret", {"headers": signed(good, "not-the-secret")}, 401, "does not match"),
+        ("tampered body", {"body": b'{"name": "y"}', "headers": signed(good)}, 401, "does not match"),
+        ("no signature", {"headers": {TIMESTAMP_HEADER: str(int(now))}}, 401,
          f"missing {SIGNATURE_HEADER}"),
-        ("no timestamp", dict(headers={SIGNATURE_HEADER: sign(SECRET, int(now), good)}), 401,
+        ("no timestamp", {"headers": {SIGNATURE_HEADER: sign(SECRET, int(now), good)}}, 401,
          f"missing {TIMESTAMP_HEADER}"),
-        ("stale timestamp", dict(headers=signed(good, at=now - 400)), 401, "s old; accepted within 300s"),
-        ("future timestamp", dict(headers=signed(good, at=now + 400)), 401, "in the future"),
-        ("malformed JSON", dict(body=b'{"name": ', headers=signed(b'{"name": ')), 400, "not valid JSON"),
-        ("NaN", dict(body=b'{"n": NaN}', headers=signed(b'{"n": NaN}')), 400, "NaN is not a JSON value"),
-        ("empty body", dict(body=b"", headers=signed(b"")), 400, "not valid JSON"),
-        ("not an object", dict(body=b"[1, 2]", headers=signed(b"[1, 2]")), 400,
+        ("stale timestamp", {"headers": signed(good, at=now - 400)}, 401, "s old; accepted within 300s"),
+        ("future timestamp", {"headers": signed(good, at=now + 400)}, 401, "in the future"),
+        ("malformed JSON", {"body": b'{"name": ', "headers": signed(b'{"name": ')}, 400, "not valid JSON"),
+        ("NaN", {"body": b'{"n": NaN}', "headers": signed(b'{"n": NaN}')}, 400, "NaN is not a JSON value"),
+        ("empty body", {"body": b"", "headers": signed(b"")}, 400, "not valid JSON"),
+        ("not an object", {"body": b"[1, 2]", "headers": signed(b"[1, 2]")}, 400,
          "must be a JSON object, got list"),
-        ("NUL in a string", dict(body=b'{"a": "\\u0000"}', headers=signed(b'{"a": "\\u0000"}')), 400,
+        ("NUL in a string", {"body": b'{"a": "\\u0000"}', "headers": signed(b'{"a": "\\u0000"}')}, 400,
          "cannot be stored"),
-        ("bad delivery id", dict(headers=signed(good, delivery="has spaces")), 400,
+        ("bad delivery id", {"headers": signed(good, delivery="has spaces")}, 400,
          f"{DELIVERY_HEADER} must be"),
-        ("unknown path", dict(path="/hooks/nope", headers=signed(good)), 404, "no webhook at /hooks/nope"),
-        ("outside /hooks/", dict(path="/greet", headers=signed(good)), 404, "webhooks are at POST"),
-        ("GET", dict(method="GET", body=b"", headers={}), 405, "GET is not allowed here; use POST"),
-        ("PUT", dict(method="PUT", headers=signed(good)), 405, "use POST"),
-        ("no Content-Length", dict(headers=signed(good), length=None), 411, "Content-Length header required"),
-        ("chunked", dict(headers=dict(signed(good), **{"Transfer-Encoding": "chunked"}), length=None),
+        ("unknown path", {"path": "/hooks/nope", "headers": signed(good)}, 404, "no webhook at /hooks/nope"),
+        ("outside /hooks/", {"path": "/greet", "headers": signed(good)}, 404, "webhooks are at POST"),
+        ("GET", {"method": "GET", "body": b"", "headers": {}}, 405, "GET is not allowed here; use POST"),
+        ("PUT", {"method": "PUT", "headers": signed(good)}, 405, "use POST"),
+        ("no Content-Length", {"headers": signed(good), "length": None}, 411, "Content-Length header required"),
+        ("chunked", {"headers": dict(signed(good), **{"Transfer-Encoding": "chunked"}), "length": None},
          411, "chunked bodies are not accepted"),
-        ("oversized", dict(body=b"", headers=signed(good), length=MAX_BYTES + 1), 413,
+        ("oversized", {"body": b"", "headers": signed(good), "length": MAX_BYTES + 1}, 413,
          f"the limit is {MAX_BYTES}"),
-        ("disabled workflow", dict(path="/hooks/paused", headers=signed(good)), 409,
+        ("disabled workflow", {"path": "/hooks/paused", "headers": signed(good)}, 409,
          "workflow 'paused' is disabled"),
     ]
     for name, case, want_status, want_error in cases:
-        kwargs = dict(method="POST", path="/hooks/greet", body=good, length=True) | case
+        kwargs = {"method": "POST", "path": "/hooks/greet", "body": good, "length": True} | case
         status, answer, headers = request(base, kwargs["method"], kwargs["path"], kwargs["body"],
                                           kwargs["headers"], kwargs["length"])
         assert (status, want_error in answer.get("error", "")) == (want_status, True), (name, answer)
@@ -234,6 +238,28 @@ steps:
     assert status == 400
     assert answer["error"] == 'map.pr: $.pull_request.number finds nothing ($ has no key "pull_request")'
     assert created(conn) == before
+
+
+def test_a_payload_the_schema_refuses_is_unprocessable_and_starts_nothing(conn, apply, hooks):
+    apply("""
+slug: checks
+payload_schema:
+  type: object
+  properties: {target: {type: string, pattern: "^[^-]"}}
+  required: [target]
+webhooks:
+  - path: checks
+steps:
+  - id: checks
+    run_command: echo {{payload.target}}
+""")
+    base = hooks()
+    before = created(conn)
+    status, answer, _ = post(base, "checks", {"target": "--basetemp=/x"}, secret=None)
+    assert status == 422, answer
+    assert 'payload.target: "--basetemp=/x" does not match "^[^-]"' in answer["error"]
+    assert created(conn) == before
+    assert post(base, "checks", {"target": "tests/"}, secret=None)[0] == 202
 
 
 def test_unsigned_loopback_webhooks_new_recipes_and_body_hash_deliveries(conn, apply, hooks):

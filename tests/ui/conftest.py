@@ -1,4 +1,6 @@
 """One console server (with a conductor and bots) and one headless Chromium per test session.
+Every test's page is signed in with a one-time link, minted by `threadline console link` as the
+console's own account.
 
 Every request to anything but 127.0.0.1 is blocked and recorded, and a test that caused one
 fails: the console must work with no internet. Without Chromium the UI tests skip loudly, unless
@@ -9,8 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -53,6 +56,13 @@ class Stack:
                          what="the console to serve")
         self.procs.wait_alive("conductor")
 
+    def link(self, base: str | None = None) -> str:
+        """A fresh one-time sign-in link (for base's console: the stack's by default)."""
+        base = base or self.base
+        done = harness.run_cli(self.url, "console", "link", "--port", base.rsplit(":", 1)[1], home=self.procs.threadline_home)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
     def restart_conductor(self) -> None:
         self.conductor = self.procs.start("conductor")
         self.procs.wait_alive("conductor")
@@ -94,6 +104,8 @@ def page(browser: Any, stack: Stack, request: pytest.FixtureRequest) -> Iterator
     pg.set_default_timeout(20_000)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(stack.link())  # signs in, then lands on the runs page without the token
+    pg.wait_for_selector(".tl-user")
     yield pg
     context.close()
     report = getattr(request.node, "rep_call", None)

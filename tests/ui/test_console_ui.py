@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from console.users import add_user
 from engine_adapter import db, harness, threads
+from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
 BAD = "slug: ui-flow\nbot: local\nsteps:\n  - id: check\n    run_comand: echo hi\n"
@@ -104,7 +109,7 @@ def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
         page.reload()
         page.wait_for_selector(f"a[href='/run?id={run_id}']")
         assert page.locator("select").nth(1).input_value() == "waiting"
-        threads.decide(conn, run_id, "deny", "tester")
+        threads.decide(conn, run_id, "deny", Actor("tester", "console"))
 
 
 def harness_apply(conn: Any, text: str) -> str:
@@ -164,8 +169,9 @@ def test_debug_pane_shows_the_engine_side_of_a_run(page, stack):
 def test_double_clicked_spawn_makes_one_run(page, stack):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
-        count = lambda: conn.execute("select count(*) as n from threadline.run_threads where workflow = 'ui-gate'"
-                                     ).fetchone()["n"]
+        def count() -> int:
+            return conn.execute("select count(*) as n from threadline.run_threads "
+                                "where workflow = 'ui-gate'").fetchone()["n"]
         before = count()
         page.goto(stack.base + "/recipe?slug=ui-gate")
         page.wait_for_selector("button:has-text('Spawn a run')")
@@ -177,35 +183,153 @@ def test_double_clicked_spawn_makes_one_run(page, stack):
         harness.wait_for(lambda: count() == before + 2, what="a second, deliberate spawn")
 
 
-def test_signed_in_user_is_who_replies(page, stack, tmp_path):
-    """With sign-in configured, the console asks for a password and a reply carries the user's name."""
-    users = tmp_path / "users.json"
-    users.write_text('{"ann": "correct horse battery"}')
+USERS = {"vic": ["viewer"], "otto": ["operator"], "abe": ["approver"]}
+# Undo the page's hiding: set every disabled button's model enabled, in the browser, as a user with
+# the developer tools could. Only the server's check then stands between the click and the write.
+FORCE_ENABLE = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
+    if (m.disabled === true && typeof m.label === 'string') { m.disabled = false; n++; } } return n; }"""
+
+
+@pytest.fixture(scope="module")
+def users_file(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("users") / "users.json"
+
+
+@pytest.fixture(scope="module")
+def users_console(stack, users_file) -> str:
+    """A second console, with a users file of a viewer, an operator and an approver."""
+    users = users_file
+    for name, roles in USERS.items():
+        add_user(users, name, f"{name}'s password", roles)
     port = harness.free_port()
-    stack.procs.start("console", args=["--port", str(port)], env={
-        "THREADLINE_CONSOLE_USERS": str(users), "THREADLINE_COOKIE_SECRET": "s" * 40})
+    stack.procs.start("console", args=["--port", str(port), "--no-link"], env={"THREADLINE_CONSOLE_USERS": str(users)})
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the signed-in console")
+    harness.wait_for(lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the users console")
+    return base
+
+
+def force_click(page: Any, selector: str, expect: str) -> None:
+    """Enable the button in the browser, click it and wait for the expect selector; the page
+    re-disables the button as it re-renders (twice a second while a run waits), so if that came
+    first and the click did nothing, try again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for _ in range(5):
+        page.evaluate(FORCE_ENABLE)
+        try:
+            page.locator(selector).click(timeout=1500)
+            page.wait_for_selector(expect, timeout=3000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"clicking {selector}, forced, never showed {expect}")
+
+
+def sign_in_as(browser: Any, base: str, name: str, password: str | None = None) -> Any:
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    page.goto(base + "/recipes")
+    page.wait_for_selector("input[name='password']")  # sent to the sign-in page first
+    page.fill("input[name='username']", name)
+    page.fill("input[name='password']", password or f"{name}'s password")
+    page.click("button[type='submit']")
+    page.wait_for_selector(f".tl-user:has-text('{name}')")
+    return page
+
+
+def human_entries(url: str, run_id: str) -> list[str]:
+    view = harness.wait_for_state(url, run_id, ("waiting", "completed", "failed", "cancelled"))
+    return [e["author"] for e in view["thread"] if e["author_kind"] == "human"]
+
+
+def test_a_wrong_password_is_refused_and_a_reply_carries_the_signed_in_user(browser, stack, users_console):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
         run_id = spawn(conn, "ui-gate", {"batch": 11}).run_id
-        harness.wait_for_state(stack.url, run_id, "waiting")
-        page.goto(f"{base}/run?id={run_id}")
-        page.wait_for_selector("input[name='password']")  # sent to the sign-in page first
-        page.fill("input[name='username']", "ann")
-        page.fill("input[name='password']", "wrong")
-        page.click("button[type='submit'], input[type='submit']")
-        page.wait_for_selector(".error:has-text('nvalid')")  # refused, still on the sign-in page
-        page.fill("input[name='username']", "ann")
-        page.fill("input[name='password']", "correct horse battery")
-        page.click("button[type='submit'], input[type='submit']")
-        page.wait_for_selector(".tl-user:has-text('ann')")  # signed in (Panel forgets the target after a failed try)
-        page.goto(f"{base}/run?id={run_id}")
-        page.wait_for_selector("#tl-run-state:text-is('waiting')")
-        page.fill("textarea[placeholder^='Reply in the thread']", "👍")
-        page.click("button:has-text('Send')")
-        view = harness.wait_for_state(stack.url, run_id, "completed")
-        assert [e["author"] for e in view["thread"] if e["author_kind"] == "human"] == ["ann"]
+    harness.wait_for_state(stack.url, run_id, "waiting")
+    page = browser.new_context().new_page()
+    page.goto(f"{users_console}/run?id={run_id}")
+    page.fill("input[name='username']", "otto")
+    page.fill("input[name='password']", "wrong")
+    page.click("button[type='submit']")
+    page.wait_for_selector("#tl-login-message:has-text('Invalid user name or password')")
+    page.context.close()
+    page = sign_in_as(browser, users_console, "otto")
+    page.goto(f"{users_console}/run?id={run_id}")
+    page.wait_for_selector("#tl-run-state:text-is('waiting')")
+    page.fill("textarea[placeholder^='Reply in the thread']", "on it")
+    page.click("button:has-text('Send')")
+    harness.wait_for(lambda: human_entries(stack.url, run_id) == ["otto"], what="otto's reply")
+    page.context.close()
+
+
+def test_a_viewer_cannot_reply_cancel_or_spawn_even_with_the_buttons_forced(browser, stack, users_console):
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, GATE)
+        run_id = spawn(conn, "ui-gate", {"batch": 12}).run_id
+    harness.wait_for_state(stack.url, run_id, "waiting")
+    page = sign_in_as(browser, users_console, "vic")
+    page.goto(f"{users_console}/run?id={run_id}")
+    page.wait_for_selector("#tl-run-state:text-is('waiting')")
+    page.wait_for_selector("#tl-permissions:has-text('vic (viewer) may not reply, cancel, retry or emit')")
+    assert page.locator("button:has-text('Send')").is_disabled()
+    page.click(".card-header:has-text('Actions')")
+    assert page.locator("button:has-text('Cancel run')").is_disabled()
+    page.fill("textarea[placeholder^='Reply in the thread']", "approve")
+    force_click(page, "button:has-text('Send')",
+                ".tl-error:has-text('vic (viewer) may not reply: that needs the operator or approver')")
+    force_click(page, "button:has-text('Cancel run')",
+                ".tl-error:has-text('vic (viewer) may not cancel a run')")
+    force_click(page, "button:has-text('Approve')",
+                ".tl-error:has-text('vic (viewer) may not approve a gate')")
+    assert human_entries(stack.url, run_id) == []
+    assert harness.wait_for_state(stack.url, run_id, "waiting")["state"] == "waiting"
+
+    with db.connect(stack.url) as conn:
+        before = conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
+    page.goto(f"{users_console}/recipe?slug=ui-gate")
+    page.wait_for_selector("#tl-permissions:has-text('vic (viewer) may not save, roll back or spawn')")
+    assert page.locator("button:has-text('Spawn a run')").is_disabled()
+    force_click(page, "button:has-text('Spawn a run')",
+                ".tl-error:has-text('vic (viewer) may not spawn a run')")
+    with db.connect(stack.url) as conn:
+        assert conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == before
+    page.context.close()
+
+
+def test_an_operator_cannot_approve_and_an_approver_can(browser, stack, users_console):
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, GATE)
+        run_id = spawn(conn, "ui-gate", {"batch": 13}).run_id
+    harness.wait_for_state(stack.url, run_id, "waiting")
+    page = sign_in_as(browser, users_console, "otto")
+    page.goto(f"{users_console}/run?id={run_id}")
+    page.wait_for_selector("#tl-permissions:has-text('otto (operator) may not approve or deny')")
+    assert page.locator("button:has-text('Approve')").is_disabled()
+    force_click(page, "button:has-text('Approve')",
+                ".tl-error:has-text('otto (operator) may not approve a gate: that needs the approver role')")
+    assert harness.wait_for_state(stack.url, run_id, "waiting")["state"] == "waiting"
+    page.goto(f"{users_console}/needs-you")
+    page.wait_for_selector("#tl-permissions:has-text('otto (operator) may not approve or deny')")
+    assert page.locator("button:has-text('Approve')").first.is_disabled()
+    page.context.close()
+
+    page = sign_in_as(browser, users_console, "abe")
+    page.goto(f"{users_console}/run?id={run_id}")
+    page.wait_for_selector("#tl-run-state:text-is('waiting')")
+    page.click("button:has-text('Approve')")
+    view = harness.wait_for_state(stack.url, run_id, "completed")
+    assert view["steps"][1]["output"].strip() == "released"
+    page.context.close()
+
+
+def test_the_header_says_who_is_signed_in_and_signing_out_ends_the_session(page, stack):
+    page.wait_for_selector(".tl-user:has-text('(approver, operator, viewer)')")
+    page.click("a:has-text('sign out')")
+    page.wait_for_selector("#tl-login-message:has-text('Signed out.')")
+    page.goto(stack.base + "/recipes")
+    page.wait_for_url(re.compile(r"/login\?next=%2Frecipes"))
+    page.wait_for_selector("text=Open a sign-in link")
 
 
 def test_long_output_arrives_folded_and_loads_in_full_on_demand(page, stack):
@@ -247,3 +371,30 @@ def test_editor_refuses_a_webhook_path_another_workflow_holds(page, stack):
     page.wait_for_selector(".tl-error:has-text('webhooks[0].path')")
     with db.connect(stack.url) as conn:
         assert conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"] == before
+
+
+def test_without_sign_in_every_page_warns(browser, stack):
+    port = harness.free_port()
+    stack.procs.start("console", args=["--port", str(port), "--no-auth"])
+    base = f"http://127.0.0.1:{port}"
+    harness.wait_for(lambda: harness.answers(base + "/recipes"), timeout=90, interval=0.3, what="the --no-auth console")
+    page = browser.new_context().new_page()
+    for path in ("/", "/recipes"):
+        page.goto(base + path)
+        page.wait_for_selector("#tl-no-auth:has-text('sign-in is off (--no-auth)')")
+    page.context.close()
+
+
+def test_an_open_page_ends_when_the_users_file_vanishes(browser, users_console, users_file):
+    page = sign_in_as(browser, users_console, "otto")
+    page.goto(users_console + "/recipes")
+    page.wait_for_selector(".tl-user:has-text('otto')")
+    kept = users_file.read_bytes()
+    users_file.unlink()
+    try:
+        page.wait_for_selector("#tl-signed-out:has-text('Your session has ended')")
+    finally:
+        users_file.write_bytes(kept)
+    page.reload()
+    page.wait_for_selector(".tl-user:has-text('otto')")  # the file back: the same session holds again
+    page.context.close()

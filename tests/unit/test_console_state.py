@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import access, state
+from console import state
 from engine_adapter.run_list import Cursor, FilterError, RunFilters
 
-NOW = datetime(2026, 11, 23, 7, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
 
 
 def beat(status: str, **extra) -> dict:
@@ -115,27 +115,6 @@ def test_page_cursor_round_trips_and_rejects_garbage():
             Cursor.decode(bad)
 
 
-def test_console_refuses_a_public_address_without_sign_in(tmp_path):
-    assert access.auth_options("127.0.0.1", env={}) == {}
-    assert access.auth_options("localhost", env={}) == {}
-    with pytest.raises(access.AccessError, match="will not listen on 0.0.0.0 without sign-in"):
-        access.auth_options("0.0.0.0", env={})
-    users = tmp_path / "users.json"
-    users.write_text('{"ann": "s3cret"}')
-    env = {access.USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}
-    options = access.auth_options("0.0.0.0", env=env)
-    assert (options["basic_auth"], options["cookie_secret"]) == (str(users), "x" * 32)
-    assert "cdn" not in open(options["login_template"]).read().lower()  # works offline
-    with pytest.raises(access.AccessError, match="THREADLINE_COOKIE_SECRET"):
-        access.auth_options("0.0.0.0", env={access.USERS_ENV: str(users)})
-    users.write_text('["ann"]')
-    with pytest.raises(access.AccessError, match="must hold a JSON object"):
-        access.auth_options("0.0.0.0", env=env)
-    with pytest.raises(access.AccessError, match="cannot read users"):
-        access.auth_options("0.0.0.0", env={access.USERS_ENV: str(tmp_path / "missing.json"),
-                                            access.SECRET_ENV: "x" * 32})
-
-
 def test_throttle_coalesces_a_burst_and_loses_no_change():
     from console.live_panel import Throttle
 
@@ -160,3 +139,49 @@ def test_stored_recipes_read_back_in_writing_order_and_load_unchanged():
     assert shown.index("slug:") < shown.index("name:") < shown.index("bot:") < shown.index("steps:")
     assert "human_gate: |" in shown and shown.index("- id: ask") < shown.index("human_gate:")
     assert load_recipe_text(shown).canonical_hash == load_recipe_text(text).canonical_hash
+
+
+def test_the_conductors_page_says_plainly_when_steps_run_unsandboxed():
+    from console.conductors_page import unsandboxed_warning
+
+    bots = {"kind": "bots", "alive": True, "host": "h1", "sandbox": "sandboxed: bubblewrap"}
+    assert unsandboxed_warning([bots, {"kind": "conductor", "alive": True, "host": "h1"}]) == ""
+    bare = dict(bots, sandbox="UNSANDBOXED: steps run as Threadline's own user")
+    assert "1 bot process(es) on h1 run steps UNSANDBOXED" in unsandboxed_warning([bots, bare])
+    assert unsandboxed_warning([dict(bare, alive=False)]) == ""
+
+
+def test_approve_and_deny_are_offered_only_where_they_decide():
+    from console.state import gate_takes_decisions
+
+    assert gate_takes_decisions({"accept": "decision"}) and gate_takes_decisions({"accept": None})
+    assert not gate_takes_decisions({"accept": "any_reply"}) and not gate_takes_decisions(None)
+
+
+def test_short_run_ids_tell_runs_of_the_same_moment_apart():
+    import uuid
+
+    from engine_adapter.names import short_run_id
+
+    # UUIDv7: 48 bits of milliseconds first, so ids made together share their head.
+    ms = 0x01A209B9ABF8
+    ids = [str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62) | uuid.uuid4().int % (1 << 62)))
+           for _ in range(200)]
+    assert len({i[:8] for i in ids}) == 1
+    assert len({short_run_id(i) for i in ids}) == 200 and all(i.endswith(short_run_id(i)) for i in ids)
+
+
+def test_charts_say_so_when_empty_and_keep_their_window_with_one_bucket():
+    from datetime import datetime, timedelta, timezone
+
+    from console.charts import durations_figure, failures_figure, over_time_figure
+
+    assert failures_figure([]).layout.annotations[0].text == "No failures yet"
+    assert durations_figure([]).layout.annotations[0].text.startswith("No step attempts")
+    assert over_time_figure([]).layout.annotations[0].text.startswith("No runs")
+    until = datetime(2026, 11, 23, 12, tzinfo=timezone.utc)
+    window = {"since": until - timedelta(days=7), "until": until, "bucket_s": 86400}
+    one = over_time_figure([{"bucket": until - timedelta(days=1), "state": "completed", "runs": 1}], window)
+    assert tuple(one.layout.xaxis.range) == (window["since"], until)  # days, not 23:59:59.9996
+    assert one.data[0].width == 86400 * 1000 * 0.9 and one.layout.yaxis.tickformat == "d"
+    assert not failures_figure([{"workflow": "w", "step": "s", "runs": 2}]).layout.annotations

@@ -201,7 +201,7 @@ def test_timezone_schedule_and_options() -> None:
         'schedule: "0 7 * *" must be a 5-field cron expression',
         'timezone: "Mars/Olympus" is not an IANA time zone (e.g. Europe/Berlin)',
         'catch_up: "some" must be one of latest, all, none',
-        "max_concurrent_runs: 0 must be a positive integer",
+        "max_concurrent_runs: 0 must be an integer from 1 to 10000",
         'workdir: "srv" must be an absolute path',
     ]
     errs = errors_of({"slug": "x", "schedule": "0 7 * * 9", "steps": [{"id": "a", "sleep": 1}]})

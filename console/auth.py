@@ -1,0 +1,181 @@
+"""Sign-in for the console's Bokeh/Tornado server: an AuthProvider that admits a request only with
+a valid session cookie (pages, the websocket and Bokeh's other endpoints alike), a sign-in page
+that takes a password or a one-time link's token, and sign-out."""
+
+from __future__ import annotations
+
+import html
+import logging
+import string
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from bokeh.server.auth_provider import AuthProvider
+from tornado.web import RequestHandler
+from tornado.websocket import WebSocketHandler
+
+from . import tokens
+from .access import (
+    SESSION_COOKIE,
+    SESSION_DAYS,
+    Access,
+    current,
+    session_cookie,
+    session_from_cookie,
+)
+from .ratelimit import FailureLimiter
+from .users import UsersFileError, load_users, verify_password
+
+log = logging.getLogger("threadline.console")
+LOGIN_PAGE = string.Template((Path(__file__).parent / "static" / "login.html").read_text())
+limiter = FailureLimiter()
+
+
+def _without_token(url: str) -> str:
+    parts = urlsplit(url)
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"])
+    return urlunsplit(("", "", parts.path or "/", query, ""))
+
+
+def _safe_next(url: str | None) -> str:
+    """Only a path on this server: never another site (an open redirect)."""
+    if not url or not url.startswith("/") or url.startswith("//") or "\\" in url:
+        return "/"
+    return url
+
+
+def _token_of(url: str) -> str | None:
+    return dict(parse_qsl(urlsplit(url).query)).get("token")
+
+
+class LoginHandler(RequestHandler):
+    def _page(self, status: int, message: str = "", ok: bool = False) -> None:
+        access = current()
+        hint = ("Sign in with your user name and password, or open a sign-in link "
+                "(<code>threadline console link</code> prints one)." if access.users_path else
+                "Open a sign-in link: <code>threadline up</code> prints one, and "
+                "<code>threadline console link</code> prints a fresh one.")
+        self.set_status(status)
+        self.write(LOGIN_PAGE.safe_substitute(
+            message=html.escape(message), message_class="ok" if ok else "error", hint=hint,
+            next=html.escape(_without_token(_safe_next(self.get_argument("next", "/")))),
+            form_display="block" if access.users_path else "none"))
+
+    def _sign_in(self, user: str, via: str, next_url: str) -> None:
+        self.set_cookie(SESSION_COOKIE, session_cookie(current(), user, via), expires_days=SESSION_DAYS,
+                        httponly=True, samesite="Lax", path="/")
+        log.info("%s signed in (%s) from %s", user, via, self.request.remote_ip)
+        self.redirect(_without_token(_safe_next(next_url)))
+
+    def _closed(self) -> str | None:
+        """Why sign-in is closed now (the users file gone or broken), else None."""
+        path = current().users_path
+        if path is None:
+            return None
+        try:
+            load_users(path)
+        except UsersFileError as err:
+            log.error("sign-in closed: %s", err)
+            return "Sign-in is closed: the console's users file cannot be read. Ask whoever runs Threadline."
+        return None
+
+    def get(self) -> None:
+        next_url = _safe_next(self.get_argument("next", "/"))
+        token = self.get_argument("token", None) or _token_of(next_url)
+        if token is None:
+            self._page(200, "Signed out." if self.get_argument("signed_out", None) else "", ok=True)
+            return
+        address = self.request.remote_ip or "?"
+        wait = limiter.wait_s(f"address:{address}")
+        if wait:
+            self._page(429, f"Too many failed sign-ins from this address: try again in {int(wait) + 1} s.")
+            return
+        closed = self._closed()
+        if closed:
+            self._page(503, closed)
+            return
+        user = tokens.consume(current().home, token)
+        if user is None:
+            limiter.fail(f"address:{address}")
+            log.warning("a used, expired or unknown sign-in link from %s", address)
+            self._page(401, "This sign-in link is used up or expired: run `threadline console link` "
+                            "for a fresh one.")
+            return
+        self._sign_in(user, "token", next_url)
+
+    def post(self) -> None:
+        name, password = self.get_argument("username", ""), self.get_argument("password", "")
+        address = self.request.remote_ip or "?"
+        wait = limiter.wait_s(f"user:{name}", f"address:{address}")
+        if wait:
+            self._page(429, f"Too many failed sign-ins for {name or 'this user'} or from this address: "
+                            f"try again in {int(wait) + 1} s.")
+            return
+        closed = self._closed()
+        path = current().users_path
+        if closed or path is None:
+            self._page(503 if closed else 400, closed or "This console has no users file: sign in with a link.")
+            return
+        user = load_users(path).get(name)
+        if user is None or not verify_password(password, user.password_hash):
+            limiter.fail(f"user:{name}", f"address:{address}")
+            log.warning("failed sign-in for %r from %s", name, address)
+            self._page(401, "Invalid user name or password.")
+            return
+        self._sign_in(name, "password", self.get_argument("next", "/"))
+
+    def check_xsrf_cookie(self) -> None:
+        """The form carries no xsrf token; the session cookie is SameSite=Lax, and signing someone in
+        as yourself gains nothing a link would not."""
+
+
+class LogoutHandler(RequestHandler):
+    def get(self) -> None:
+        self.clear_cookie(SESSION_COOKIE, path="/")
+        self.redirect("/login?signed_out=1")
+
+
+# autoload.js embeds a page into another site's page. The console is never embedded, and Panel's
+# handler for it fails with a 500 when not signed in (its session check redirects, then it carries
+# on without a session), so it is not served at all.
+NOT_SERVED = r"(?:/.*)?/autoload\.js"
+
+
+class NotServed(RequestHandler):
+    def get(self, *_args: str) -> None:
+        self.set_status(404)
+        self.finish("not served")
+
+
+class ConsoleAuth(AuthProvider):
+    """Admits a request only with a session cookie that is valid now."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+        super().__init__()
+
+    @property
+    def get_user(self) -> Any:
+        def get_user(handler: RequestHandler) -> str | None:
+            if not isinstance(handler, WebSocketHandler) and handler.get_query_argument("token", None):
+                return None  # a sign-in link: trade the token for a cookie first (via the sign-in page)
+            session = session_from_cookie(self.access, handler.get_cookie(SESSION_COOKIE))
+            return session.user if session else None
+        return get_user
+
+    @property
+    def login_url(self) -> str:
+        return "/login"
+
+    @property
+    def login_handler(self) -> type[RequestHandler]:
+        return LoginHandler
+
+    @property
+    def logout_url(self) -> str:
+        return "/logout"
+
+    @property
+    def logout_handler(self) -> type[RequestHandler]:
+        return LogoutHandler

@@ -1,0 +1,72 @@
+"""Who is acting. Every reply, decision and command carries an `Actor`: an identity that a door
+authenticated (the OS account running the CLI, the console's signed-in user, a link's or an API
+token's subject), never a name someone typed.
+
+An operator may record an action for someone else (`threadline approve RUN --as alice`): the
+actor stays the operator, `on_behalf_of` says for whom, and such an action never satisfies a
+gate's `approvers` or `from` list.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+DOORS = ("cli", "console", "link", "api", "webhook", "system")
+# What a person may do where a door assigns roles (the console's users file): a viewer reads;
+# an operator replies, spawns, cancels, retries and edits recipes; an approver decides gates.
+ROLES = ("viewer", "operator", "approver")
+
+
+@dataclass(frozen=True)
+class Actor:
+    name: str  # the authenticated identity
+    via: str  # the door it came through: one of DOORS
+    on_behalf_of: str | None = None  # a name the actor typed: recorded, never trusted
+    roles: frozenset[str] | None = None  # None: the door grants everything (the CLI's account)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.roles or ()) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
+        if self.via not in DOORS:
+            raise ValueError(f"via {self.via!r} must be one of {', '.join(DOORS)}")
+        if not self.name.strip():
+            raise ValueError("an actor needs a name")
+        if self.on_behalf_of is not None and not self.on_behalf_of.strip():
+            raise ValueError("--as: the name is empty")
+
+    @property
+    def label(self) -> str:
+        """How the thread shows it: "alice", or "root for alice"."""
+        return f"{self.name} for {self.on_behalf_of}" if self.on_behalf_of else self.name
+
+    def is_one_of(self, names: Iterable[str]) -> bool:
+        """Whether the actor itself, acting for nobody else, is one of names."""
+        return self.on_behalf_of is None and self.name in set(names)
+
+    def may(self, role: str) -> bool:
+        """Whether the actor holds role (always, where its door assigns no roles)."""
+        return self.roles is None or role in self.roles
+
+    def as_record(self) -> dict[str, str | None]:
+        return {"actor": self.name, "via": self.via, "on_behalf_of": self.on_behalf_of}
+
+
+SYSTEM = Actor("threadline", "system")
+
+
+def os_user() -> str:
+    """The account this process runs as, from the kernel's uid: $USER and $LOGNAME can be set to
+    anything, the uid cannot."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # an account with no passwd entry (containers): the uid is still who it is
+        return f"uid{uid}"
+
+
+def cli_actor(on_behalf_of: str | None = None) -> Actor:
+    return Actor(os_user(), "cli", on_behalf_of)

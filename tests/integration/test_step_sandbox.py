@@ -1,0 +1,283 @@
+"""A step is untrusted code: tried as an attacker would, it cannot read Threadline's credentials
+or secrets, its parent's environment or other runs' directories, cannot log in to the database,
+and cannot approve its own gate. And where steps do run unsandboxed, health says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from engine_adapter import harness
+from engine_adapter.sandbox import Sandbox, detect
+from engine_adapter.spawn import spawn
+
+MARK = "s3cret-marker-7f1c"  # planted wherever a step must not look
+REQUIRE_ENV = "THREADLINE_REQUIRE_SANDBOX"  # set by CI: a missing bubblewrap fails, not skips
+
+
+@pytest.fixture(name="needs_bwrap")
+def _bwrap_or_skip() -> None:
+    """Hiding paths and processes needs bubblewrap; as root alone, steps run as the step user,
+    which protects Threadline's files but not one run's directory from another's."""
+    if detect().bwrap is None:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"bubblewrap cannot make a sandbox here, and {REQUIRE_ENV}=1")
+        pytest.skip("bubblewrap cannot make a sandbox here (apt-get install bubblewrap)")
+
+
+# Every way in that the issue lists, in one script: the environment (a recipe env naming
+# Threadline's own variables and a webhook's secret), the parent's /proc environ (and everyone
+# else's), the credentials file by relative and absolute path, and the database itself.
+ATTACK = r"""
+MARKER="s3cret-marker"; MARKER="$MARKER-7f1c"  # never in the step's own environment
+echo "env: $(env | grep -c -e THREADLINE_DATABASE_URL -e HOOK_SECRET -e PGPASSWORD)"
+echo "url: ${THREADLINE_DATABASE_URL:-none} hook: ${HOOK_SECRET:-none}"
+for f in /proc/$PPID/environ /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -c "$MARKER" | sed 's/^/environ hits: /'
+for f in ../../credentials.json ../../.threadline/credentials.json "$TARGET_HOME/credentials.json"; do
+  cat "$f" 2>/dev/null | grep -c "$MARKER" | sed "s|^|read $f: |"
+done
+echo "home entries: $(ls -A "$TARGET_HOME" 2>/dev/null | grep -c .)"
+for role in threadline postgres threadline_conductor threadline_bots threadline_console; do
+  PGCONNECT_TIMEOUT=5 psql -w "host=127.0.0.1 port=$DB_PORT user=$role dbname=$DB_NAME" -Atc 'select 1' \
+    >/dev/null 2>&1 && echo "LOGGED IN as $role" || echo "no login as $role"
+done
+for url in "" "$(cat "$TARGET_HOME/credentials.json" 2>/dev/null)"; do
+  THREADLINE_DATABASE_URL="$url" "$TL_CLI" approve "$OTHER_RUN" --as alice >/dev/null 2>&1 \
+    && echo "APPROVED $OTHER_RUN" || echo "approve failed"
+done
+echo done
+"""
+
+
+def test_a_step_cannot_steal_credentials_or_secrets(needs_bwrap, conn, apply, procs, tmp_path):
+    home = tmp_path / ".threadline"
+    home.mkdir()
+    creds = home / "credentials.json"
+    creds.write_text(json.dumps({"url": f"postgresql://threadline:{MARK}@127.0.0.1/x"}))
+    creds.chmod(0o600)
+    info = psycopg.conninfo.conninfo_to_dict(procs.url)
+    apply("""
+slug: attack
+env: [TARGET_HOME, DB_PORT, DB_NAME, TL_CLI, OTHER_RUN]
+webhooks:
+  - path: attack/in
+    secret: env:HOOK_SECRET
+steps:
+  - id: steal
+    run_command: |
+""" + "\n".join("      " + line for line in ATTACK.strip().splitlines()) + """
+  - id: ask
+    human_gate: "Ship it?"
+""")
+    # Validation refuses such env names (tests/unit/test_recipe_env.py); a recipe stored before
+    # that rule still cannot have them passed.
+    conn.execute("""update threadline.workflows set recipe = jsonb_set(recipe, '{env}',
+                    recipe -> 'env' || '["THREADLINE_DATABASE_URL", "HOOK_SECRET", "PGPASSWORD"]')
+                    where slug = 'attack'""")
+    procs.start("conductor")
+    apply("slug: victim\nsteps:\n  - {id: ask, human_gate: 'Release?', approvers: [alice]}\n")
+    victim = spawn(conn, "victim").run_id
+    harness.wait_for_state(procs.url, victim, "waiting")
+    cli = shutil.which("threadline") or str(Path(sys.executable).with_name("threadline"))
+    procs.start("bots", env={"HOOK_SECRET": MARK, "PGPASSWORD": MARK, "TL_CLI": cli,
+                             "OTHER_RUN": victim, "TARGET_HOME": str(home),
+                             "DB_PORT": str(info["port"]), "DB_NAME": info["dbname"]})
+    run_id = spawn(conn, "attack").run_id
+    view = harness.wait_for_state(procs.url, run_id, "waiting", timeout=60)
+    out = view["steps"][0]["output"]
+    assert out.rstrip().endswith("done"), out
+    assert MARK not in out
+    assert "env: 0" in out and "url: none hook: none" in out
+    assert "environ hits: 0" in out
+    assert "read ../../credentials.json: 0" in out and f"read {home}/credentials.json: 0" in out
+    assert "home entries: 0" in out
+    assert "LOGGED IN" not in out and out.count("no login as") == 5
+    assert "APPROVED" not in out and out.count("approve failed") == 2
+    assert view["state"] == "waiting"  # the gates are still the humans'
+    assert conn.execute("select count(*) as n from threadline.decisions").fetchone()["n"] == 0
+    assert harness.wait_for_state(procs.url, victim, "waiting")
+
+
+def test_a_step_cannot_read_another_runs_directory(needs_bwrap, conn, apply, procs):
+    apply("""
+slug: neighbours
+steps:
+  - id: work
+    run_command: |
+      echo "{{payload.secret}}" > secret.txt
+      ls .. 2>&1 | grep -c . | sed 's/^/neighbours visible: /'
+      cat ../{{payload.other}}/secret.txt 2>&1 || echo "not readable"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    first = spawn(conn, "neighbours", {"secret": "first-run-only", "other": "none"}).run_id
+    harness.wait_for_state(procs.url, first, "completed")
+    second = spawn(conn, "neighbours", {"secret": "second", "other": first}).run_id
+    out = harness.wait_for_state(procs.url, second, "completed")["steps"][0]["output"]
+    assert "first-run-only" not in out and "not readable" in out
+    assert "neighbours visible: 1" in out  # only its own directory
+    mine = procs.home / "runs" / second
+    assert mine.stat().st_mode & 0o777 == 0o700  # and outside THREADLINE_HOME
+    assert not mine.is_relative_to(procs.home / ".threadline")
+
+
+def test_health_says_plainly_when_steps_run_unsandboxed(conn, procs):
+    procs.start("conductor", wait=True)
+    procs.start("bots", env={"THREADLINE_SANDBOX": "none"}, wait=True)
+    out = harness.run_cli(procs.url, "health")
+    assert "UNSANDBOXED" in out.stdout and "WARNING: 1 bot process(es) run steps UNSANDBOXED" in out.stdout
+    health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
+    assert len(health["unsandboxed_bots"]) == 1
+
+
+def test_health_names_the_sandbox_in_use(conn, procs):
+    procs.start("conductor", wait=True)
+    procs.start("bots", wait=True)
+    health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
+    assert health["unsandboxed_bots"] == []
+    assert health["bots"][0]["sandbox"] == detect().describe()
+
+
+def test_an_unprivileged_threadline_sandboxes_with_bubblewrap(needs_bwrap, tmp_path):
+    """Threadline run by an ordinary account: steps run in bubblewrap, which hides its home
+    (with the credentials) and its processes, though they share its uid."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the check as another account")
+    account = "threadline-owner-test"
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                    account], capture_output=True, check=False)
+    import pwd
+
+    pw = pwd.getpwnam(account)
+    base = tmp_path / "owner"
+    code = base / "code"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "engine_adapter", code / "engine_adapter",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    home = base / "home"
+    (home / ".threadline").mkdir(parents=True)
+    (home / ".threadline" / "credentials.json").write_text(MARK)
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+    for parent in base.parents:
+        if parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o111)
+    script = """
+import os, subprocess
+from engine_adapter.sandbox import detect
+box = detect()
+assert box.user is None and box.bwrap, box.describe()
+work = box.workdir("run-1", None)
+out = subprocess.run(box.argv(["bash", "-c", "cat $HOME/.threadline/credentials.json ../../.threadline/credentials.json; tr '\\\\0' '\\\\n' < /proc/$PPID/environ; ls /proc | grep -c '^[0-9]'"], work),
+                     cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"]},
+                     capture_output=True, text=True, **box.popen_kwargs())
+print(box.describe())
+print(out.stderr)
+print(out.stdout)
+"""
+    result = subprocess.run(["/usr/bin/python3", "-c", script], user=pw.pw_uid, group=pw.pw_gid,
+                            extra_groups=[], cwd=str(base),
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
+                                 "THREADLINE_SECRET_FOR_TEST": MARK},
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "sandboxed: bubblewrap" in result.stdout
+    assert MARK not in result.stdout
+    assert int(result.stdout.strip().splitlines()[-1]) < 10  # only its own few processes
+
+
+def test_a_recipe_workdir_cannot_expose_threadline_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("THREADLINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("THREADLINE_RUNS_DIR", str(tmp_path / "runs"))
+    box: Sandbox = detect()
+    from engine_adapter.sandbox import SandboxError
+
+    for bad in (tmp_path, tmp_path / "home", tmp_path / "home" / "sub", tmp_path / "runs"):
+        with pytest.raises(SandboxError, match="overlaps"):
+            box.check_workdir(bad)
+    box.check_workdir(tmp_path / "runs" / "some-run")  # a run's own directory
+    box.check_workdir(Path(sys.prefix) if not Path(sys.prefix).is_relative_to(tmp_path) else Path("/srv"))
+
+
+def test_no_workflow_may_pass_another_workflows_webhook_secret(conn, apply):
+    from engine_adapter.recipes import RecipeError
+
+    apply("slug: hooked\nwebhooks:\n  - {path: in, secret: 'env:HOOK_KEY'}\n"
+          "steps:\n  - {id: a, run_command: ls}\n")
+    with pytest.raises(RecipeError, match="HOOK_KEY is a webhook secret of workflow 'hooked'"):
+        apply("slug: thief\nenv: [HOOK_KEY]\nsteps:\n  - {id: a, run_command: env}\n")
+    apply("slug: passer\nenv: [API_TOKEN]\nsteps:\n  - {id: a, run_command: env}\n")
+    with pytest.raises(RecipeError, match="API_TOKEN is passed to the steps of workflow 'passer'"):
+        apply("slug: hooked2\nwebhooks:\n  - {path: in2, secret: 'env:API_TOKEN'}\n"
+              "steps:\n  - {id: a, run_command: ls}\n")
+    slugs = {r["slug"] for r in conn.execute("select slug from threadline.workflows")}
+    assert slugs == {"hooked", "passer"}
+
+
+def test_network_false_leaves_a_step_no_network(needs_bwrap, conn, apply, procs):
+    port = psycopg.conninfo.conninfo_to_dict(procs.url)["port"]
+    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached || echo unreachable"
+    for slug, network in (("online", ""), ("offline", "network: false\n")):
+        apply(f"slug: {slug}\n{network}steps:\n  - id: probe\n    run_command: '{probe}'\n")
+    procs.start("conductor")
+    procs.start("bots")
+    online = spawn(conn, "online").run_id
+    offline = spawn(conn, "offline").run_id
+    assert "reached" == harness.wait_for_state(procs.url, online, "completed")["steps"][0]["output"].strip()
+    assert "unreachable" == harness.wait_for_state(procs.url, offline, "completed")["steps"][0]["output"].strip()
+
+
+def test_network_false_without_bubblewrap_fails_the_step_rather_than_run_online(conn, apply, procs):
+    apply("slug: offline\nnetwork: false\nsteps:\n  - {id: a, run_command: 'echo ran'}\n")
+    procs.start("conductor")
+    procs.start("bots", env={"THREADLINE_SANDBOX": "none"})
+    run_id = spawn(conn, "offline").run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed")
+    assert "network: false, which needs bubblewrap" in view["steps"][0]["output"]
+    assert "ran" not in view["steps"][0]["output"].split()
+
+
+KILLED_BOT = """
+import dataclasses, subprocess, sys, time
+from engine_adapter.sandbox import detect
+box = detect()
+if sys.argv[1] == "python":  # the fallback where setpriv is missing
+    box = dataclasses.replace(box, setpriv=None, bwrap=None)
+step = subprocess.Popen(box.argv(["sleep", "300"], box.workdir("run-1", None)), cwd="/",
+                        start_new_session=True, **box.popen_kwargs())
+print(step.pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("way", ["setpriv", "python"])
+def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
+    monkeypatch.setenv("THREADLINE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("THREADLINE_RUNS_DIR", str(tmp_path / "runs"))
+    tmp_path.chmod(0o711)
+    bot = subprocess.Popen([sys.executable, "-c", KILLED_BOT, way], stdout=subprocess.PIPE, text=True)
+    try:
+        step = int(bot.stdout.readline())
+        # Kill the bot once the step is under way: the wrapper has set its death signal by the time
+        # it started what it wraps (a bot killed in that first instant is covered instead by the
+        # next bot, which kills the lost attempt's process group before it starts another).
+        harness.wait_for(lambda: any(Path(f"/proc/{step}/task").glob("*/children")) and any(
+            t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children"))
+            or way == "python", timeout=10, what="the step to be under way")
+    finally:
+        harness.kill(bot)
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{step}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    harness.wait_for(gone, timeout=10, what="the step to die with its bot")

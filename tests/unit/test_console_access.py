@@ -1,0 +1,143 @@
+"""The console's sign-in parts on their own: the users file, one-time tokens, the failure limiter,
+the start-up checks and the role checks every write goes through."""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+
+import pytest
+
+from console import access, tokens
+from console.ratelimit import FailureLimiter
+from console.users import (
+    USERS_ENV,
+    UsersFileError,
+    add_user,
+    hash_password,
+    load_users,
+    verify_password,
+)
+from engine_adapter.identity import os_user
+
+
+def test_passwords_are_kept_as_scrypt_hashes_and_checked(tmp_path):
+    stored = hash_password("correct horse")
+    assert stored.startswith("scrypt$") and "correct horse" not in stored
+    assert verify_password("correct horse", stored)
+    assert not verify_password("correct hors", stored)
+    assert not verify_password("x", "scrypt$garbage")
+    users = tmp_path / "users.json"
+    add_user(users, "ann", "correct horse", ["viewer"])
+    add_user(users, "bob", "battery staple", ["operator", "approver"])
+    assert stat.S_IMODE(users.stat().st_mode) == 0o600
+    loaded = load_users(users)
+    assert loaded["ann"].roles == {"viewer"} and loaded["bob"].roles == {"operator", "approver"}
+    assert "correct horse" not in users.read_text()
+    with pytest.raises(ValueError, match=r"unknown \['admin'\]"):
+        add_user(users, "eve", "pw", ["admin"])
+    assert set(load_users(users)) == {"ann", "bob"}  # the refused user changed nothing
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"ann": "s3cret"}', 'the old form .*"roles": \\["operator", "approver"\\].*console user add ann'),
+    ('{"ann": {"password": "s3cret", "roles": ["viewer"]}}', "ann.password: must be a scrypt hash"),
+    ('{"ann": {"password": "scrypt$1$1$1$a$b", "roles": []}}', "ann.roles: must be a non-empty list"),
+    ('{"ann": {"password": "scrypt$1$1$1$a$b", "roles": ["root"]}}', r"ann.roles: unknown \['root'\]"),
+    ('["ann"]', "must hold a JSON object of users"),
+    ("{nope", "not valid JSON"),
+])
+def test_a_bad_users_file_is_refused_naming_the_problem(tmp_path, text, message):
+    users = tmp_path / "users.json"
+    users.write_text(text)
+    with pytest.raises(UsersFileError, match=message):
+        load_users(users)
+
+
+def test_a_token_signs_in_once_and_only_before_it_expires(tmp_path):
+    token = tokens.mint(tmp_path, "ann", ttl_s=60, now=1000.0)
+    assert token not in (tmp_path / tokens.TOKENS_FILE).read_text()  # only its hash is kept
+    assert stat.S_IMODE((tmp_path / tokens.TOKENS_FILE).stat().st_mode) == 0o600
+    assert tokens.consume(tmp_path, "not-a-token", now=1001.0) is None
+    assert tokens.consume(tmp_path, token, now=1001.0) == "ann"
+    assert tokens.consume(tmp_path, token, now=1002.0) is None  # used up
+    late = tokens.mint(tmp_path, "ann", ttl_s=60, now=1000.0)
+    assert tokens.consume(tmp_path, late, now=1061.0) is None  # expired
+    assert json.loads((tmp_path / tokens.TOKENS_FILE).read_text()) == []  # and forgotten
+
+
+def test_five_failures_a_minute_lock_a_key_out_for_a_while():
+    now = [0.0]
+    limiter = FailureLimiter(clock=lambda: now[0], max_failures=5, window_s=60, lockout_s=300)
+    for _ in range(4):
+        limiter.fail("user:ann", "address:a")
+        now[0] += 20  # spread over more than a minute: never 5 within one
+    assert limiter.wait_s("user:ann") == 0
+    for _ in range(5):
+        limiter.fail("user:ann", "address:a")
+    assert limiter.wait_s("user:ann") == 300 and limiter.wait_s("address:a") == 300
+    assert limiter.wait_s("user:bob", "address:b") == 0
+    assert limiter.wait_s("user:bob", "address:a") == 300  # either key locks
+    now[0] += 301
+    assert limiter.wait_s("user:ann", "address:a") == 0
+
+
+def test_start_up_checks(tmp_path):
+    home = tmp_path / "home"
+    with pytest.raises(access.AccessError, match="--no-auth: refused on 0.0.0.0"):
+        access.configure("0.0.0.0", no_auth=True, env={}, home=home)
+    with pytest.raises(access.AccessError, match="will not listen on 0.0.0.0 without a users file"):
+        access.configure("0.0.0.0", env={}, home=home)
+    users = tmp_path / "users.json"
+    add_user(users, "ann", "pw", ["viewer"])
+    with pytest.raises(access.AccessError, match="THREADLINE_COOKIE_SECRET must be set"):
+        access.configure("0.0.0.0", env={USERS_ENV: str(users)}, home=home)
+    public = access.configure("0.0.0.0", env={USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}, home=home)
+    assert public.secret == "x" * 32 and public.users_path == users
+    local = access.configure("127.0.0.1", env={}, home=home)  # loopback: a secret kept in the home
+    secret_file = home / access.SECRET_FILE
+    assert local.secret == secret_file.read_text().strip() and stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    assert access.configure("localhost", env={}, home=home).secret == local.secret  # the same one, kept
+    secret_file.chmod(0o644)
+    with pytest.raises(access.AccessError, match="readable by others"):
+        access.configure("127.0.0.1", env={}, home=home)
+    users.write_text('{"ann": "pw"}')
+    with pytest.raises(access.AccessError, match="the old form"):
+        access.configure("127.0.0.1", env={USERS_ENV: str(users)}, home=home)
+
+
+def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path):
+    users = tmp_path / "users.json"
+    add_user(users, "ann", "pw", ["viewer"])
+    cfg = access.configure("127.0.0.1", env={USERS_ENV: str(users), access.SECRET_ENV: "s" * 32}, home=tmp_path)
+    ann = access.session_cookie(cfg, "ann", "password")
+    owner = access.session_cookie(cfg, os_user(), "token")
+    assert access.session_from_cookie(cfg, ann) == access.Session("ann", frozenset({"viewer"}), "password")
+    assert access.session_from_cookie(cfg, owner).roles == access.ALL_ROLES
+    other = access.Access(tmp_path, users_path=users, secret="t" * 32)
+    assert access.session_from_cookie(other, ann) is None  # signed with another secret
+    bob_claims = base64.b64encode(json.dumps({"user": "bob", "via": "token"}).encode())
+    fields = ann.split(b"|")
+    forged = b"|".join([*fields[:4], b"%d:%s" % (len(bob_claims), bob_claims), fields[5]])
+    assert access.session_from_cookie(cfg, forged) is None  # the claims changed under ann's signature
+    assert access.session_from_cookie(cfg, access.session_cookie(cfg, "bob", "password")) is None  # not a user
+    users.unlink()
+    assert access.session_from_cookie(cfg, ann) is None and access.session_from_cookie(cfg, owner) is None
+    no_auth = access.configure("127.0.0.1", no_auth=True, env={}, home=tmp_path)
+    assert access.session_from_cookie(no_auth, None) == access.Session(os_user(), access.ALL_ROLES, "no-auth")
+
+
+def test_each_write_needs_its_role():
+    viewer = access.Session("vic", frozenset({"viewer"}), "password")
+    operator = access.Session("otto", frozenset({"operator"}), "password")
+    approver = access.Session("abe", frozenset({"approver"}), "password")
+    with pytest.raises(access.NotAllowed, match=r"vic \(viewer\) may not spawn a run: that needs the operator role"):
+        access.actor_of(viewer, "spawn a run", access.OPERATE)
+    with pytest.raises(access.NotAllowed, match="otto .* may not approve a gate: that needs the approver role"):
+        access.actor_of(operator, "approve a gate", access.DECIDE)
+    with pytest.raises(access.NotAllowed, match="Not signed in"):
+        access.actor_of(None, "reply", access.OPERATE)
+    actor = access.actor_of(approver, "approve a gate", access.DECIDE)
+    assert (actor.name, actor.via, actor.roles) == ("abe", "console", frozenset({"approver"}))
+    assert access.actor_of(operator, "cancel a run", access.OPERATE).may("operator")

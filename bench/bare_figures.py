@@ -59,7 +59,9 @@ def task_counts(conn: psycopg.Connection[Any], task_name: str) -> tuple[int, int
     row = conn.execute(
         f"select count(*) filter (where state = 'completed') as done,"
         f"       count(*) filter (where state in ('failed', 'cancelled')) as bad"
-        f"  from absurd.t_{QUEUE} where task_name = %s", (task_name,)).fetchone()
+        f"  from absurd.t_{QUEUE} where task_name = %s",
+        (task_name,),
+    ).fetchone()
     return row["done"], row["bad"]
 
 
@@ -116,29 +118,42 @@ def throughput(url: str, n: int, timeout: float) -> float:
 
 # -- 3. event wake-up -------------------------------------------------------------------------
 def _run_state(conn: psycopg.Connection[Any], task_id: str) -> str | None:
-    row = conn.execute(f"select state from absurd.r_{QUEUE} where task_id = %s"
-                       f" order by attempt desc limit 1", (task_id,)).fetchone()
+    row = conn.execute(
+        f"select state from absurd.r_{QUEUE} where task_id = %s order by attempt desc limit 1",
+        (task_id,),
+    ).fetchone()
     return row["state"] if row else None
 
 
-def _event_sample(client: Absurd, conn: psycopg.Connection[Any], timeout: float
-                  ) -> tuple[float, float]:
+def _event_sample(
+    client: Absurd, conn: psycopg.Connection[Any], timeout: float
+) -> tuple[float, float]:
     """One gate task, released by emit_event: (emit returned -> next step, emitted_at -> next
     step) in seconds."""
     event = f"bench.go:{uuid.uuid4().hex}"
     task_id = str(client.spawn(GATE, {"event": event}, queue=QUEUE)["task_id"])
-    harness.wait_for(lambda: _run_state(conn, task_id) == "sleeping", timeout,
-                     interval=POLL_S, what="bare task to await its event")
+    harness.wait_for(
+        lambda: _run_state(conn, task_id) == "sleeping",
+        timeout,
+        interval=POLL_S,
+        what="bare task to await its event",
+    )
     release_pause()
     client.emit_event(event, {"go": True})
     emitted = conn.execute("select clock_timestamp() as t").fetchone()["t"]
-    harness.wait_for(lambda: task_state(conn, task_id) == "completed", timeout,
-                     interval=POLL_S, what="bare gate task to complete")
-    woken = conn.execute(f"select updated_at from absurd.c_{QUEUE}"
-                         f" where task_id = %s and checkpoint_name = 'woken'",
-                         (task_id,)).fetchone()["updated_at"]
-    emitted_at = conn.execute(f"select emitted_at from absurd.e_{QUEUE} where event_name = %s",
-                              (event,)).fetchone()["emitted_at"]
+    harness.wait_for(
+        lambda: task_state(conn, task_id) == "completed",
+        timeout,
+        interval=POLL_S,
+        what="bare gate task to complete",
+    )
+    woken = conn.execute(
+        f"select updated_at from absurd.c_{QUEUE} where task_id = %s and checkpoint_name = 'woken'",
+        (task_id,),
+    ).fetchone()["updated_at"]
+    emitted_at = conn.execute(
+        f"select emitted_at from absurd.e_{QUEUE} where event_name = %s", (event,)
+    ).fetchone()["emitted_at"]
     return seconds_between(emitted, woken), seconds_between(emitted_at, woken)
 
 
@@ -147,8 +162,12 @@ def event_release(url: str, n: int, timeout: float) -> tuple[list[float], list[f
     polling at its default interval (0.25 s)."""
     engine = worker(url)
     client = Absurd(url, queue_name=QUEUE)
-    runner = threading.Thread(target=engine.start_worker, kwargs={"worker_id": "bench-bare-gate"},
-                              name="bare-worker", daemon=True)
+    runner = threading.Thread(
+        target=engine.start_worker,
+        kwargs={"worker_id": "bench-bare-gate"},
+        name="bare-worker",
+        daemon=True,
+    )
     runner.start()
     try:
         with db.connect(url) as conn:

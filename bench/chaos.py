@@ -149,17 +149,29 @@ class ChaosOutcome:
     def lines(self) -> list[str]:
         s, k = self.sizes, self.kills
         return [
-            (f"chaos: {s.runs} runs x {len(STEP_IDS)} side-effecting steps;"
-             f" {s.conductors} conductors + {s.bots} bot processes ({s.bot_concurrency} slots each)"),
-            *figure_lines([("SIGKILLs", (f"{sum(k.values())}  (conductor {k['conductor']},"
-                                         f" bots {k['bots']}; each replaced at once;"
-                                         f" exits nobody asked for {self.unasked_exits})"))]),
+            (
+                f"chaos: {s.runs} runs x {len(STEP_IDS)} side-effecting steps;"
+                f" {s.conductors} conductors + {s.bots} bot processes ({s.bot_concurrency} slots each)"
+            ),
+            *figure_lines(
+                [
+                    (
+                        "SIGKILLs",
+                        (
+                            f"{sum(k.values())}  (conductor {k['conductor']},"
+                            f" bots {k['bots']}; each replaced at once;"
+                            f" exits nobody asked for {self.unasked_exits})"
+                        ),
+                    )
+                ]
+            ),
             *self.report.lines(),
         ]
 
 
-def run_chaos(url: str, home: Path, sizes: ChaosSizes, seed: int | None = None,
-              progress: Any = print) -> ChaosOutcome:
+def run_chaos(
+    url: str, home: Path, sizes: ChaosSizes, seed: int | None = None, progress: Any = print
+) -> ChaosOutcome:
     """The benchmark against a migrated database; every process it starts is dead on return."""
     rng = random.Random(seed)
     with db.connect(url) as conn:  # each process connects as its kind's role, as under `up`
@@ -171,8 +183,10 @@ def run_chaos(url: str, home: Path, sizes: ChaosSizes, seed: int | None = None,
             apply_recipe(conn, load_recipe_text(recipe_text(workdir)))
             crew = Crew(procs, sizes)
             crew.muster(timeout=sizes.timeout_s)
-            progress(f"chaos: {sizes.runs} runs under {sizes.kills} SIGKILLs"
-                     f" ({sizes.conductors} conductors + {sizes.bots} bot processes)")
+            progress(
+                f"chaos: {sizes.runs} runs under {sizes.kills} SIGKILLs"
+                f" ({sizes.conductors} conductors + {sizes.bots} bot processes)"
+            )
             run_ids = unleash(conn, crew, sizes, rng)
             progress("chaos: kills done; waiting for every run to finish")
             wait_finished(conn, crew, run_ids, sizes.timeout_s)
@@ -201,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the small size the test command runs")
     parser.add_argument("--runs", type=int, help=f"runs to spawn (default {FULL.runs})")
     parser.add_argument("--kills", type=int, help=f"SIGKILLs to deal (default {FULL.kills})")
-    parser.add_argument("--conductors", type=int, help=f"conductor processes (default {FULL.conductors})")
+    parser.add_argument(
+        "--conductors", type=int, help=f"conductor processes (default {FULL.conductors})"
+    )
     parser.add_argument("--bots", type=int, help=f"bot processes (default {FULL.bots})")
     parser.add_argument("--seed", type=int, help="random seed, to repeat a sequence of kills")
     args = parser.parse_args(argv)
@@ -218,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             url = stack.enter_context(fresh_database(stack.enter_context(embedded_server())))
             home = Path(tempfile.mkdtemp(prefix="threadline-chaos-"))
             stack.callback(shutil.rmtree, home, ignore_errors=True)
-            outcome = run_chaos(url, home, sizes, args.seed,
-                                progress=lambda t: print(f"  .. {t}", flush=True))
+            outcome = run_chaos(
+                url, home, sizes, args.seed, progress=lambda t: print(f"  .. {t}", flush=True)
+            )
     except KeyboardInterrupt:
         print("chaos: interrupted; every process stopped and the database removed", file=sys.stderr)
         return 130

@@ -78,27 +78,63 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicate_instructions or self.duplicate_terminals
-                    or self.duplicates.invisible or self.duplicates.missing or self.stray_effects)
+        return not (
+            self.lost
+            or self.duplicate_instructions
+            or self.duplicate_terminals
+            or self.duplicates.invisible
+            or self.duplicates.missing
+            or self.stray_effects
+        )
 
     def lines(self) -> list[str]:
         d = self.duplicates
         rate = f"{self.runs / self.run_span_s:.2f} runs/s" if self.run_span_s else "-"
-        return figure_lines([
-            ("runs completed", f"{self.completed}/{self.runs}"),
-            ("runs lost", (f"{self.lost}  (failed {self.failed}, missing {self.missing},"
-                           " the rest unfinished at the deadline)")),
-            ("duplicate instructions", (f"{self.duplicate_instructions}"
-                                        f"  (duplicate final results {self.duplicate_terminals})")),
-            ("bot attempts", (f"{self.attempts} for {self.steps} steps"
-                              f"  ({self.attempts_lost} lost with a killed bot)")),
-            ("side effects", f"{self.effects} for {self.steps} steps"),
-            ("duplicate side effects", (f"{d.visible + d.invisible} = {d.visible} visible"
-                                        f" (a later attempt in the thread) + {d.invisible} invisible")),
-            ("side effects missing", (f"{d.missing}  (completed steps without their line;"
-                                      f" stray lines {self.stray_effects})")),
-            ("throughput", f"{rate}  (first spawn to last run's end; spawns are spread over the kills)"),
-        ])
+        return figure_lines(
+            [
+                ("runs completed", f"{self.completed}/{self.runs}"),
+                (
+                    "runs lost",
+                    (
+                        f"{self.lost}  (failed {self.failed}, missing {self.missing},"
+                        " the rest unfinished at the deadline)"
+                    ),
+                ),
+                (
+                    "duplicate instructions",
+                    (
+                        f"{self.duplicate_instructions}"
+                        f"  (duplicate final results {self.duplicate_terminals})"
+                    ),
+                ),
+                (
+                    "bot attempts",
+                    (
+                        f"{self.attempts} for {self.steps} steps"
+                        f"  ({self.attempts_lost} lost with a killed bot)"
+                    ),
+                ),
+                ("side effects", f"{self.effects} for {self.steps} steps"),
+                (
+                    "duplicate side effects",
+                    (
+                        f"{d.visible + d.invisible} = {d.visible} visible"
+                        f" (a later attempt in the thread) + {d.invisible} invisible"
+                    ),
+                ),
+                (
+                    "side effects missing",
+                    (
+                        f"{d.missing}  (completed steps without their line;"
+                        f" stray lines {self.stray_effects})"
+                    ),
+                ),
+                (
+                    "throughput",
+                    f"{rate}  (first spawn to last run's end; spawns are spread over the kills)",
+                ),
+            ]
+        )
 
 
 def figure_lines(figures: list[tuple[str, str]]) -> list[str]:
@@ -112,16 +148,23 @@ def collect(conn: psycopg.Connection[Any], run_ids: list[str], effects_path: Pat
     claims = conn.execute(QUERIES["chaos_claims"], params).fetchone()
     span = conn.execute(QUERIES["chaos_run_span"], params).fetchone()["seconds"]
     effects = count_effects(effects_path)
-    tallies = [StepTally(s["step_key"], s["attempts_shown"], effects[s["step_key"]], s["completed"])
-               for s in steps]
+    tallies = [
+        StepTally(s["step_key"], s["attempts_shown"], effects[s["step_key"]], s["completed"])
+        for s in steps
+    ]
     known = {s["step_key"] for s in steps}
     return ChaosReport(
-        runs=len(run_ids), completed=states.get("completed", 0), failed=states.get("failed", 0),
-        missing=len(run_ids) - sum(states.values()), steps=len(steps),
+        runs=len(run_ids),
+        completed=states.get("completed", 0),
+        failed=states.get("failed", 0),
+        missing=len(run_ids) - sum(states.values()),
+        steps=len(steps),
         duplicate_instructions=sum(s["instructions"] - 1 for s in steps),
         duplicate_terminals=sum(max(0, s["terminals"] - 1) for s in steps),
-        attempts=claims["attempts"], attempts_lost=claims["lost"],
-        effects=sum(effects.values()), duplicates=classify(tallies),
+        attempts=claims["attempts"],
+        attempts_lost=claims["lost"],
+        effects=sum(effects.values()),
+        duplicates=classify(tallies),
         stray_effects=sum(n for key, n in effects.items() if key not in known),
         run_span_s=span if states.get("completed") == len(run_ids) else None,
     )

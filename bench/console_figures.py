@@ -34,12 +34,18 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
     port = harness.free_port()
     procs.start("console", args=["--port", str(port)])
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: harness.answers(base + "/recipes"), timeout=90, interval=0.3, what="the console")
+    harness.wait_for(
+        lambda: harness.answers(base + "/recipes"), timeout=90, interval=0.3, what="the console"
+    )
     entry, state = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page()
-        link = harness.run_cli(procs.url, "console", "link", "--port", str(port), home=procs.threadline_home)
+        link = harness.run_cli(
+            procs.url, "console", "link", "--port", str(port), home=procs.threadline_home
+        )
         if link.returncode != 0:
             raise RuntimeError(f"cannot mint a console sign-in link: {link.stderr}")
         page.goto(link.stdout.strip())  # signs in: the token becomes a session cookie
@@ -47,7 +53,9 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
         page.wait_for_selector("#tl-run-state")
         for i in range(samples):
             with conn.transaction():
-                seq = threads.append(conn, run_id, "system", "threadline", "note", f"bench entry {i}")
+                seq = threads.append(
+                    conn, run_id, "system", "threadline", "note", f"bench entry {i}"
+                )
             entry.append(_until_visible(page, f".tl-entry[data-seq='{seq}']"))
             target = "sleeping" if i % 2 == 0 else "pending"
             with conn.transaction():
@@ -67,14 +75,19 @@ def _until_visible(page: Any, selector: str) -> float:
 def list_queries(conn: Conn, runs: int, repeats: int) -> tuple[float, dict[str, Summary]]:
     """Seed `runs` runs, then time each query the runs page makes."""
     seed_s = seed_runs(conn, runs)
-    deep_rows = conn.execute("select created_at, run_id from threadline.run_threads "
-                             "order by created_at desc, run_id desc offset %s limit 1", (runs // 2,)).fetchone()
+    deep_rows = conn.execute(
+        "select created_at, run_id from threadline.run_threads "
+        "order by created_at desc, run_id desc offset %s limit 1",
+        (runs // 2,),
+    ).fetchone()
     deep = Cursor(deep_rows["created_at"], str(deep_rows["run_id"]))
     cases: dict[str, Callable[[], object]] = {
         "first page": lambda: run_list.runs_page(conn, RunFilters()),
         f"page at run {runs // 2:,} (keyset)": lambda: run_list.runs_page(conn, RunFilters(), deep),
         "state=failed": lambda: run_list.runs_page(conn, RunFilters(state="failed")),
-        "workflow + trigger": lambda: run_list.runs_page(conn, RunFilters(workflow="seed-3", trigger="webhook")),
+        "workflow + trigger": lambda: run_list.runs_page(
+            conn, RunFilters(workflow="seed-3", trigger="webhook")
+        ),
         "search in payload (rare)": lambda: run_list.runs_page(conn, RunFilters(search='"T-7919"')),
         "counts by state": lambda: run_list.state_counts(conn, RunFilters()),
         "charts (7 days)": lambda: run_list.chart_data(conn, RunFilters()),

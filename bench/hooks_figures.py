@@ -27,8 +27,10 @@ from engine_adapter.webhook_auth import DELIVERY_HEADER, signed_headers
 from engine_adapter.workflows import apply_recipe
 
 SECRET_VAR, SECRET = "TL_BENCH_HOOK_SECRET", "bench-secret"
-RECIPE = (f"slug: bench-hook\nwebhooks:\n  - path: bench\n    secret: env:{SECRET_VAR}\n"
-          "steps:\n  - id: s\n    run_command: echo\n")
+RECIPE = (
+    f"slug: bench-hook\nwebhooks:\n  - path: bench\n    secret: env:{SECRET_VAR}\n"
+    "steps:\n  - id: s\n    run_command: echo\n"
+)
 
 
 def deliveries(port: int, samples: int, keep_alive: bool, tag: str) -> Summary:
@@ -40,8 +42,10 @@ def deliveries(port: int, samples: int, keep_alive: bool, tag: str) -> Summary:
             if not keep_alive:
                 conn.close()
             body = json.dumps({"i": i, "tag": tag}).encode()
-            headers = dict(signed_headers(SECRET, body), **{
-                "Content-Type": "application/json", DELIVERY_HEADER: f"{tag}-{i}"})
+            headers = dict(
+                signed_headers(SECRET, body),
+                **{"Content-Type": "application/json", DELIVERY_HEADER: f"{tag}-{i}"},
+            )
             started = time.perf_counter()
             conn.request("POST", "/hooks/bench", body, headers)
             response = conn.getresponse()
@@ -61,13 +65,20 @@ def measure(url: str, home: Path, samples: int) -> dict[str, Summary]:
     try:
         procs.start("hooks", env={SECRET_VAR: SECRET}, args=["--port", "0"])
         log = home / "hooks.log"
-        match = harness.wait_for(lambda: log.exists() and re.search(
-            r"listening on http://\S+?:(\d+)/hooks/", log.read_text()), timeout=60,
-            what="threadline hooks to listen")
+        match = harness.wait_for(
+            lambda: (
+                log.exists()
+                and re.search(r"listening on http://\S+?:(\d+)/hooks/", log.read_text())
+            ),
+            timeout=60,
+            what="threadline hooks to listen",
+        )
         port = int(match.group(1))
         deliveries(port, 10, True, "warm-up")
-        return {"new connection": deliveries(port, samples, False, "new"),
-                "keep-alive": deliveries(port, samples, True, "kept")}
+        return {
+            "new connection": deliveries(port, samples, False, "new"),
+            "keep-alive": deliveries(port, samples, True, "kept"),
+        }
     finally:
         procs.kill_all()
 
@@ -75,8 +86,10 @@ def measure(url: str, home: Path, samples: int) -> dict[str, Summary]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--database-url", help="a server URL allowed to create databases "
-                                               "(default: a private embedded Postgres)")
+    parser.add_argument(
+        "--database-url",
+        help="a server URL allowed to create databases (default: a private embedded Postgres)",
+    )
     args = parser.parse_args(argv)
     with ExitStack() as stack:
         server_url = args.database_url or stack.enter_context(embedded_server())

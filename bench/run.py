@@ -57,12 +57,28 @@ class Sizes:
     chaos: chaos.ChaosSizes
 
 
-SMOKE = Sizes(throughput_runs=10, sequential_runs=3, gate_samples=5, recovery_samples=1,
-              timeout_s=30, page_samples=5, seeded_runs=20_000, query_repeats=3,
-              chaos=chaos.SMOKE)
-FULL = Sizes(throughput_runs=50, sequential_runs=10, gate_samples=20, recovery_samples=3,
-             timeout_s=120, page_samples=30, seeded_runs=100_000, query_repeats=10,
-             chaos=chaos.FULL)
+SMOKE = Sizes(
+    throughput_runs=10,
+    sequential_runs=3,
+    gate_samples=5,
+    recovery_samples=1,
+    timeout_s=30,
+    page_samples=5,
+    seeded_runs=20_000,
+    query_repeats=3,
+    chaos=chaos.SMOKE,
+)
+FULL = Sizes(
+    throughput_runs=50,
+    sequential_runs=10,
+    gate_samples=20,
+    recovery_samples=3,
+    timeout_s=120,
+    page_samples=30,
+    seeded_runs=100_000,
+    query_repeats=10,
+    chaos=chaos.FULL,
+)
 
 Row = tuple[str, str, str, str]  # figure, threadline, bare, ratio
 Conn = psycopg.Connection[Any]
@@ -86,8 +102,12 @@ def throughput_rows(url: str, conn: Conn, sizes: Sizes) -> tuple[list[Row], tl.T
     bare.throughput(url, 1, timeout)  # warm-up, as above
     bare_s = bare.throughput(url, n, timeout)
     bare_sps = n * tl.STEPS_PER_RUN / bare_s
-    row = (f"throughput, {n} runs x 3 steps", f"{ours.steps_per_s:.1f} steps/s",
-           f"{bare_sps:.1f} steps/s", ratio(ours.steps_per_s, bare_sps))
+    row = (
+        f"throughput, {n} runs x 3 steps",
+        f"{ours.steps_per_s:.1f} steps/s",
+        f"{bare_sps:.1f} steps/s",
+        ratio(ours.steps_per_s, bare_sps),
+    )
     return [row], ours
 
 
@@ -95,11 +115,16 @@ def step_rows(conn: Conn, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
     progress(f"step latency: {sizes.sequential_runs} runs one at a time")
     sequential = tl.one_at_a_time(conn, sizes.sequential_runs, sizes.timeout_s)
     rows: list[Row] = []
-    for label, run_ids in (("one run at a time", sequential),
-                           (f"{loaded.runs} concurrent runs", loaded.run_ids)):
+    for label, run_ids in (
+        ("one run at a time", sequential),
+        (f"{loaded.runs} concurrent runs", loaded.run_ids),
+    ):
         step_to_step, turn = tl.step_latencies(conn, run_ids)
-        note = ("target p50 <= 25 ms" if run_ids is sequential
-                else "queued behind the other runs (one conductor)")
+        note = (
+            "target p50 <= 25 ms"
+            if run_ids is sequential
+            else "queued behind the other runs (one conductor)"
+        )
         rows.append((f"step->step ({label})", Summary.of(step_to_step).fmt(1000), "-", note))
         rows.append((f"instruction->terminal ({label})", Summary.of(turn).fmt(1000), "-", ""))
     return rows
@@ -114,15 +139,24 @@ def gate_rows(url: str, conn: Conn, sizes: Sizes) -> list[Row]:
     theirs = bare.event_release(url, n, sizes.timeout_s)
     bare_return, bare_entry = Summary.of(theirs[0]), Summary.of(theirs[1])
     return [
-        ("gate release, from reply/emit return", ours_return.fmt(1000), bare_return.fmt(1000),
-         latency_ratio(ours_return, bare_return)),
-        ("gate release, from reply entry/emitted_at", ours_entry.fmt(1000), bare_entry.fmt(1000),
-         latency_ratio(ours_entry, bare_entry)),
+        (
+            "gate release, from reply/emit return",
+            ours_return.fmt(1000),
+            bare_return.fmt(1000),
+            latency_ratio(ours_return, bare_return),
+        ),
+        (
+            "gate release, from reply entry/emitted_at",
+            ours_entry.fmt(1000),
+            bare_entry.fmt(1000),
+            latency_ratio(ours_entry, bare_entry),
+        ),
     ]
 
 
-def recovery_rows(procs: harness.ProcessSet, conn: Conn, conductor: subprocess.Popen[bytes],
-                  sizes: Sizes) -> list[Row]:
+def recovery_rows(
+    procs: harness.ProcessSet, conn: Conn, conductor: subprocess.Popen[bytes], sizes: Sizes
+) -> list[Row]:
     samples = []
     for i in range(sizes.recovery_samples):
         progress(f"recovery {i + 1}/{sizes.recovery_samples}: SIGKILL the conductor mid `sleep 2`")
@@ -132,8 +166,12 @@ def recovery_rows(procs: harness.ProcessSet, conn: Conn, conductor: subprocess.P
     ready = Summary.of([s.restart_to_ready_s for s in samples])
     tail = Summary.of([s.terminal_to_instruction_s for s in samples])
     return [
-        ("recovery, restart->next instruction", restart.fmt(1, "s", 2), "-",
-         "target <= 5 s; includes the rest of `sleep 2`"),
+        (
+            "recovery, restart->next instruction",
+            restart.fmt(1, "s", 2),
+            "-",
+            "target <= 5 s; includes the rest of `sleep 2`",
+        ),
         ("  of which restart->conductor live", ready.fmt(1, "s", 2), "-", ""),
         ("  bot terminal->next instruction", tail.fmt(1000), "-", "(or restart->, if later)"),
     ]
@@ -171,15 +209,28 @@ def console_rows(url: str, procs: harness.ProcessSet, sizes: Sizes) -> list[Row]
             rows: list[Row] = [("console: change -> visible in page", seen, "-", "")]
         else:
             rows = [
-                ("console: thread entry commit -> visible", seen["entry"].fmt(1000), "-",
-                 "target p50 <= 0.5 s; others poll every 1-15 s"),
+                (
+                    "console: thread entry commit -> visible",
+                    seen["entry"].fmt(1000),
+                    "-",
+                    "target p50 <= 0.5 s; others poll every 1-15 s",
+                ),
                 ("console: run state commit -> visible", seen["state"].fmt(1000), "-", ""),
             ]
-        progress(f"console: seeding {sizes.seeded_runs:,} runs, then timing the runs page's queries")
+        progress(
+            f"console: seeding {sizes.seeded_runs:,} runs, then timing the runs page's queries"
+        )
         seed_s, queries = console.list_queries(conn, sizes.seeded_runs, sizes.query_repeats)
     rows.append((f"seed {sizes.seeded_runs:,} runs (set-based SQL)", f"{seed_s:.1f} s", "-", ""))
-    rows += [(f"runs page, {sizes.seeded_runs:,} runs: {name}", summary.fmt(1000), "-", "server-side query")
-             for name, summary in queries.items()]
+    rows += [
+        (
+            f"runs page, {sizes.seeded_runs:,} runs: {name}",
+            summary.fmt(1000),
+            "-",
+            "server-side query",
+        )
+        for name, summary in queries.items()
+    ]
     return rows
 
 
@@ -192,10 +243,13 @@ def print_table(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true",
-                        help="small sizes, well under a minute (CI)")
-    parser.add_argument("--database-url", help="a server URL allowed to create databases "
-                                               "(default: a private embedded Postgres)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="small sizes, well under a minute (CI)"
+    )
+    parser.add_argument(
+        "--database-url",
+        help="a server URL allowed to create databases (default: a private embedded Postgres)",
+    )
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
     chaos.exit_on_sigterm()
@@ -218,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(outcome.lines()))
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     if not outcome.ok:
-        print("chaos: a run was lost or a step's effect repeated unseen (see above)", file=sys.stderr)
+        print(
+            "chaos: a run was lost or a step's effect repeated unseen (see above)", file=sys.stderr
+        )
     return 0 if outcome.ok else 1
 
 

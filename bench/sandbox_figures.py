@@ -24,9 +24,17 @@ def time_starts(argv: list[str], cwd: Path, n: int, kwargs: dict[str, object]) -
     out = []
     for _ in range(n):
         started = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                       check=True, **kwargs)
+        subprocess.run(
+            argv,
+            cwd=cwd,
+            env={"PATH": "/usr/bin:/bin"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            check=True,
+            **kwargs,
+        )
         out.append((time.perf_counter() - started) * 1000)
     return out
 
@@ -47,13 +55,17 @@ def main() -> None:
         bare = None
         print(f"starting `bash -c true` {args.n} times each (ms):")
         for label, box in kinds:
-            argv = ["bash", "-c", "true"] if box is None else box.argv(["bash", "-c", "true"], workdir)
+            argv = (
+                ["bash", "-c", "true"] if box is None else box.argv(["bash", "-c", "true"], workdir)
+            )
             kwargs = {} if box is None else box.popen_kwargs()
             times = sorted(time_starts(argv, workdir, args.n, kwargs))
             median = statistics.median(times)
             bare = bare or median
-            print(f"  {label:<45} p50 {median:6.2f}  p90 {times[int(len(times) * 0.9)]:6.2f}  "
-                  f"{median / bare:4.1f}x bare")
+            print(
+                f"  {label:<45} p50 {median:6.2f}  p90 {times[int(len(times) * 0.9)]:6.2f}  "
+                f"{median / bare:4.1f}x bare"
+            )
 
 
 if __name__ == "__main__":

@@ -75,7 +75,9 @@ def wait_completed(conn: Conn, run_ids: list[str], timeout: float) -> None:
         row = conn.execute(
             "select count(*) filter (where state = 'completed') as done,"
             "       count(*) filter (where state in ('failed', 'cancelled')) as bad"
-            "  from threadline.run_threads where run_id = any(%s::uuid[])", (run_ids,)).fetchone()
+            "  from threadline.run_threads where run_id = any(%s::uuid[])",
+            (run_ids,),
+        ).fetchone()
         if row["bad"]:
             raise RuntimeError(f"{row['bad']} benchmark run(s) failed or were cancelled")
         return row["done"] == len(run_ids)
@@ -88,13 +90,18 @@ def entry_time(conn: Conn, run_id: str, kind: str, step_key: str) -> datetime | 
     row = conn.execute(
         "select created_at from threadline.thread_entries"
         " where run_id = %s and kind like %s and step_key = %s order by seq limit 1",
-        (run_id, kind, step_key)).fetchone()
+        (run_id, kind, step_key),
+    ).fetchone()
     return row["created_at"] if row else None
 
 
 def wait_entry(conn: Conn, run_id: str, kind: str, step_key: str, timeout: float) -> datetime:
-    return harness.wait_for(lambda: entry_time(conn, run_id, kind, step_key), timeout,
-                            interval=POLL_S, what=f"{kind} entry of {step_key}")
+    return harness.wait_for(
+        lambda: entry_time(conn, run_id, kind, step_key),
+        timeout,
+        interval=POLL_S,
+        what=f"{kind} entry of {step_key}",
+    )
 
 
 def instruction_of(conn: Conn, run_id: str, step_id: str, timeout: float) -> datetime:
@@ -136,7 +143,9 @@ def step_latencies(conn: Conn, run_ids: list[str]) -> tuple[list[float], list[fl
         "select run_id, step_key, kind, created_at from threadline.thread_entries"
         " where run_id = any(%s::uuid[])"
         "   and (kind = 'instruction' or kind like 'signal.dispatch.%%')"
-        " order by run_id, seq", (run_ids,)).fetchall()
+        " order by run_id, seq",
+        (run_ids,),
+    ).fetchall()
     by_run: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_run.setdefault(str(row["run_id"]), []).append(row)
@@ -147,7 +156,9 @@ def step_latencies(conn: Conn, run_ids: list[str]) -> tuple[list[float], list[fl
         ended = {e["step_key"]: e["created_at"] for e in entries if e["kind"] != "instruction"}
         keys = list(sent)  # thread order: the order the conductor sent them
         turn += [seconds_between(sent[k], ended[k]) for k in keys if k in ended]
-        step_to_step += [seconds_between(ended[a], sent[b]) for a, b in zip(keys, keys[1:], strict=False)]
+        step_to_step += [
+            seconds_between(ended[a], sent[b]) for a, b in zip(keys, keys[1:], strict=False)
+        ]
     return step_to_step, turn
 
 
@@ -168,7 +179,8 @@ def gate_release(url: str, conn: Conn, n: int, timeout: float) -> tuple[list[flo
             raise RuntimeError(f"reply did not approve the gate of {run_id}: {outcome}")
         reply_entry = conn.execute(
             "select created_at from threadline.thread_entries where run_id = %s and seq = %s",
-            (run_id, outcome.seq)).fetchone()["created_at"]
+            (run_id, outcome.seq),
+        ).fetchone()["created_at"]
         instruction = instruction_of(conn, run_id, "after", timeout)
         from_return.append(seconds_between(replied, instruction))
         from_entry.append(seconds_between(reply_entry, instruction))
@@ -185,8 +197,10 @@ class Recovery:
 
 
 def engine_run_state(conn: Conn, run_id: str) -> str | None:
-    row = conn.execute("select state from absurd.r_threadline where task_id = %s"
-                       " order by attempt desc limit 1", (run_id,)).fetchone()
+    row = conn.execute(
+        "select state from absurd.r_threadline where task_id = %s order by attempt desc limit 1",
+        (run_id,),
+    ).fetchone()
     return row["state"] if row else None
 
 
@@ -195,26 +209,39 @@ def step_claimed(conn: Conn, step_key: str) -> bool:
     return row.fetchone() is not None
 
 
-def recovery(procs: harness.ProcessSet, conn: Conn, conductor: Process, timeout: float
-             ) -> tuple[Recovery, Process]:
+def recovery(
+    procs: harness.ProcessSet, conn: Conn, conductor: Process, timeout: float
+) -> tuple[Recovery, Process]:
     """SIGKILL the conductor while a run is parked mid-step; returns the sample and the new
     conductor."""
     run_id = spawn(conn, "bench-recover").run_id
     nap = names.step_key(run_id, "nap", 1)
-    harness.wait_for(lambda: step_claimed(conn, nap), timeout, interval=POLL_S,
-                     what="bot to claim the sleep step")
+    harness.wait_for(
+        lambda: step_claimed(conn, nap),
+        timeout,
+        interval=POLL_S,
+        what="bot to claim the sleep step",
+    )
     # Parked: the engine run is suspended on the done event, so no conductor holds it.
-    harness.wait_for(lambda: engine_run_state(conn, run_id) == "sleeping", timeout,
-                     interval=POLL_S, what="run to park on its done event")
+    harness.wait_for(
+        lambda: engine_run_state(conn, run_id) == "sleeping",
+        timeout,
+        interval=POLL_S,
+        what="run to park on its done event",
+    )
     harness.kill(conductor)
     restart = db_clock(conn)
     conductor = procs.start("conductor")
     procs.wait_alive("conductor", timeout=timeout)
-    ready = conn.execute("select max(started_at) as t from threadline.workers"
-                         " where kind = 'conductor'").fetchone()["t"]
+    ready = conn.execute(
+        "select max(started_at) as t from threadline.workers where kind = 'conductor'"
+    ).fetchone()["t"]
     instruction = instruction_of(conn, run_id, "next", timeout)
     terminal = wait_entry(conn, run_id, "signal.dispatch.%", nap, timeout)
     wait_completed(conn, [run_id], timeout)
-    sample = Recovery(seconds_between(restart, instruction), seconds_between(restart, ready),
-                      seconds_between(max(terminal, restart), instruction))
+    sample = Recovery(
+        seconds_between(restart, instruction),
+        seconds_between(restart, ready),
+        seconds_between(max(terminal, restart), instruction),
+    )
     return sample, conductor

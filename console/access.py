@@ -72,12 +72,19 @@ def is_loopback(address: str) -> bool:
     try:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
-        return all(ipaddress.ip_address(info[4][0]).is_loopback
-                   for info in socket.getaddrinfo(address, None))
+        return all(
+            ipaddress.ip_address(info[4][0]).is_loopback
+            for info in socket.getaddrinfo(address, None)
+        )
 
 
-def configure(address: str, *, no_auth: bool = False, env: dict[str, str] | None = None,
-              home: Path | None = None) -> Access:
+def configure(
+    address: str,
+    *,
+    no_auth: bool = False,
+    env: dict[str, str] | None = None,
+    home: Path | None = None,
+) -> Access:
     """Check the sign-in setup before the console starts, and keep it for the requests."""
     global _current
     env = dict(os.environ) if env is None else env
@@ -85,8 +92,10 @@ def configure(address: str, *, no_auth: bool = False, env: dict[str, str] | None
     loopback = is_loopback(address)
     if no_auth:
         if not loopback:
-            raise AccessError(f"--no-auth: refused on {address}; sign-in may only be turned off on a "
-                              "loopback address (127.0.0.1)")
+            raise AccessError(
+                f"--no-auth: refused on {address}; sign-in may only be turned off on a "
+                "loopback address (127.0.0.1)"
+            )
         _current = Access(home, no_auth=True)
         return _current
     users_file = env.get(USERS_ENV)
@@ -94,7 +103,8 @@ def configure(address: str, *, no_auth: bool = False, env: dict[str, str] | None
         raise AccessError(
             f"the console will not listen on {address} without a users file: set {USERS_ENV} to a JSON "
             f"file of users (`threadline console user add NAME --role operator` writes one) and "
-            f"{SECRET_ENV} to a long random string, or use 127.0.0.1")
+            f"{SECRET_ENV} to a long random string, or use 127.0.0.1"
+        )
     users_path = Path(users_file).expanduser() if users_file else None
     if users_path is not None:
         try:
@@ -103,11 +113,15 @@ def configure(address: str, *, no_auth: bool = False, env: dict[str, str] | None
             raise AccessError(str(err)) from None
     secret = env.get(SECRET_ENV)
     if secret is not None and len(secret) < 16:
-        raise AccessError(f"{SECRET_ENV} must be a random string of at least 16 characters (it signs "
-                          "the session cookie)")
+        raise AccessError(
+            f"{SECRET_ENV} must be a random string of at least 16 characters (it signs "
+            "the session cookie)"
+        )
     if secret is None and not loopback:
-        raise AccessError(f"{SECRET_ENV} must be set to a random string of at least 16 characters when "
-                          f"the console listens on {address} (it signs the session cookie)")
+        raise AccessError(
+            f"{SECRET_ENV} must be set to a random string of at least 16 characters when "
+            f"the console listens on {address} (it signs the session cookie)"
+        )
     _current = Access(home, users_path=users_path, secret=secret or stored_secret(home))
     return _current
 
@@ -121,7 +135,9 @@ def stored_secret(home: Path) -> str:
     except FileExistsError:
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
-            raise AccessError(f"{path}: readable by others (mode {mode:o}); run chmod 600 {path}") from None
+            raise AccessError(
+                f"{path}: readable by others (mode {mode:o}); run chmod 600 {path}"
+            ) from None
         secret = path.read_text().strip()
         if len(secret) < 16:
             raise AccessError(f"{path}: too short to sign cookies; delete it and a new one is made")
@@ -140,7 +156,9 @@ def current() -> Access:
 
 def session_cookie(access: Access, user: str, via: str) -> bytes:
     assert access.secret is not None
-    return create_signed_value(access.secret, SESSION_COOKIE, json.dumps({"user": user, "via": via}))
+    return create_signed_value(
+        access.secret, SESSION_COOKIE, json.dumps({"user": user, "via": via})
+    )
 
 
 def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:

@@ -35,7 +35,9 @@ def run_page() -> Any:
 
     run_id = _arg("id")
     if not run_id:
-        return error_page("Run", "/", "No run given: open a run from the runs list (/run?id=RUN_ID).")
+        return error_page(
+            "Run", "/", "No run given: open a run from the runs list (/run?id=RUN_ID)."
+        )
     view = RunView(run_id, step=_arg("step"))
     return page("Run", "/", view)
 
@@ -76,13 +78,23 @@ def conductors_page() -> Any:
 
 
 ROUTES: dict[str, Callable[[], Any]] = {
-    "/": runs_page, "/run": run_page, "/needs-you": needs_you_page, "/recipes": recipes_page,
-    "/recipe": recipe_page, "/conductors": conductors_page,
+    "/": runs_page,
+    "/run": run_page,
+    "/needs-you": needs_you_page,
+    "/recipes": recipes_page,
+    "/recipe": recipe_page,
+    "/conductors": conductors_page,
 }
 
 
-def serve(port: int = 5006, address: str = "127.0.0.1", url: str | None = None, *, no_auth: bool = False,
-          link: bool = True) -> None:
+def serve(
+    port: int = 5006,
+    address: str = "127.0.0.1",
+    url: str | None = None,
+    *,
+    no_auth: bool = False,
+    link: bool = True,
+) -> None:
     import panel as pn
 
     from engine_adapter.identity import os_user
@@ -95,19 +107,36 @@ def serve(port: int = 5006, address: str = "127.0.0.1", url: str | None = None, 
     hub(url)
     pn.extension("plotly", "tabulator", "codeeditor", notifications=False)
     origin = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
-    options = {} if access.no_auth else {"auth_provider": ConsoleAuth(access), "cookie_secret": access.secret}
-    server = pn.serve({path: fn for path, fn in ROUTES.items()}, port=port, address=address, show=False,
-                      title="Threadline", websocket_origin=origin, start=False, **options)
+    options = (
+        {}
+        if access.no_auth
+        else {"auth_provider": ConsoleAuth(access), "cookie_secret": access.secret}
+    )
+    server = pn.serve(
+        {path: fn for path, fn in ROUTES.items()},
+        port=port,
+        address=address,
+        show=False,
+        title="Threadline",
+        websocket_origin=origin,
+        start=False,
+        **options,
+    )
     # Ahead of Bokeh's own routes: a host-specific rule is tried before the wildcard ones.
     server._tornado.add_handlers(r".*", [(NOT_SERVED, NotServed)])
     host = "127.0.0.1" if address in ("0.0.0.0", "::") else address
     if access.no_auth:
-        log.warning("sign-in is OFF (--no-auth): every account on this machine can use the console as %s",
-                    os_user())
+        log.warning(
+            "sign-in is OFF (--no-auth): every account on this machine can use the console as %s",
+            os_user(),
+        )
         print(f"console: http://{host}:{port}/ (sign-in OFF: --no-auth)", flush=True)
     elif link:
         token = tokens.mint(access.home, os_user())
-        print(f"console: {tokens.link(token, port, host)} (one-time sign-in link for {os_user()}; "
-              "`threadline console link` prints another)", flush=True)
+        print(
+            f"console: {tokens.link(token, port, host)} (one-time sign-in link for {os_user()}; "
+            "`threadline console link` prints another)",
+            flush=True,
+        )
     server.start()
     server.io_loop.start()

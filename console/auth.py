@@ -34,7 +34,9 @@ limiter = FailureLimiter()
 
 def _without_token(url: str) -> str:
     parts = urlsplit(url)
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"])
+    query = urlencode(
+        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"]
+    )
     return urlunsplit(("", "", parts.path or "/", query, ""))
 
 
@@ -52,19 +54,33 @@ def _token_of(url: str) -> str | None:
 class LoginHandler(RequestHandler):
     def _page(self, status: int, message: str = "", ok: bool = False) -> None:
         access = current()
-        hint = ("Sign in with your user name and password, or open a sign-in link "
-                "(<code>threadline console link</code> prints one)." if access.users_path else
-                "Open a sign-in link: <code>threadline up</code> prints one, and "
-                "<code>threadline console link</code> prints a fresh one.")
+        hint = (
+            "Sign in with your user name and password, or open a sign-in link "
+            "(<code>threadline console link</code> prints one)."
+            if access.users_path
+            else "Open a sign-in link: <code>threadline up</code> prints one, and "
+            "<code>threadline console link</code> prints a fresh one."
+        )
         self.set_status(status)
-        self.write(LOGIN_PAGE.safe_substitute(
-            message=html.escape(message), message_class="ok" if ok else "error", hint=hint,
-            next=html.escape(_without_token(_safe_next(self.get_argument("next", "/")))),
-            form_display="block" if access.users_path else "none"))
+        self.write(
+            LOGIN_PAGE.safe_substitute(
+                message=html.escape(message),
+                message_class="ok" if ok else "error",
+                hint=hint,
+                next=html.escape(_without_token(_safe_next(self.get_argument("next", "/")))),
+                form_display="block" if access.users_path else "none",
+            )
+        )
 
     def _sign_in(self, user: str, via: str, next_url: str) -> None:
-        self.set_cookie(SESSION_COOKIE, session_cookie(current(), user, via), expires_days=SESSION_DAYS,
-                        httponly=True, samesite="Lax", path="/")
+        self.set_cookie(
+            SESSION_COOKIE,
+            session_cookie(current(), user, via),
+            expires_days=SESSION_DAYS,
+            httponly=True,
+            samesite="Lax",
+            path="/",
+        )
         log.info("%s signed in (%s) from %s", user, via, self.request.remote_ip)
         self.redirect(_without_token(_safe_next(next_url)))
 
@@ -89,7 +105,9 @@ class LoginHandler(RequestHandler):
         address = self.request.remote_ip or "?"
         wait = limiter.wait_s(f"address:{address}")
         if wait:
-            self._page(429, f"Too many failed sign-ins from this address: try again in {int(wait) + 1} s.")
+            self._page(
+                429, f"Too many failed sign-ins from this address: try again in {int(wait) + 1} s."
+            )
             return
         closed = self._closed()
         if closed:
@@ -99,8 +117,11 @@ class LoginHandler(RequestHandler):
         if user is None:
             limiter.fail(f"address:{address}")
             log.warning("a used, expired or unknown sign-in link from %s", address)
-            self._page(401, "This sign-in link is used up or expired: run `threadline console link` "
-                            "for a fresh one.")
+            self._page(
+                401,
+                "This sign-in link is used up or expired: run `threadline console link` "
+                "for a fresh one.",
+            )
             return
         self._sign_in(user, "token", next_url)
 
@@ -109,13 +130,19 @@ class LoginHandler(RequestHandler):
         address = self.request.remote_ip or "?"
         wait = limiter.wait_s(f"user:{name}", f"address:{address}")
         if wait:
-            self._page(429, f"Too many failed sign-ins for {name or 'this user'} or from this address: "
-                            f"try again in {int(wait) + 1} s.")
+            self._page(
+                429,
+                f"Too many failed sign-ins for {name or 'this user'} or from this address: "
+                f"try again in {int(wait) + 1} s.",
+            )
             return
         closed = self._closed()
         path = current().users_path
         if closed or path is None:
-            self._page(503 if closed else 400, closed or "This console has no users file: sign in with a link.")
+            self._page(
+                503 if closed else 400,
+                closed or "This console has no users file: sign in with a link.",
+            )
             return
         user = load_users(path).get(name)
         if user is None or not verify_password(password, user.password_hash):
@@ -158,10 +185,13 @@ class ConsoleAuth(AuthProvider):
     @property
     def get_user(self) -> Any:
         def get_user(handler: RequestHandler) -> str | None:
-            if not isinstance(handler, WebSocketHandler) and handler.get_query_argument("token", None):
+            if not isinstance(handler, WebSocketHandler) and handler.get_query_argument(
+                "token", None
+            ):
                 return None  # a sign-in link: trade the token for a cookie first (via the sign-in page)
             session = session_from_cookie(self.access, handler.get_cookie(SESSION_COOKIE))
             return session.user if session else None
+
         return get_user
 
     @property

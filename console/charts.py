@@ -11,20 +11,41 @@ from engine_adapter.run_list import RunFilters
 
 from . import data
 
-STATE_COLORS = {"completed": "#1a7f37", "failed": "#cf222e", "cancelled": "#6e7781", "running": "#0969da",
-                "sleeping": "#54aeff", "waiting": "#b26a00", "pending": "#8c959f", "queued": "#d4a72c"}
+STATE_COLORS = {
+    "completed": "#1a7f37",
+    "failed": "#cf222e",
+    "cancelled": "#6e7781",
+    "running": "#0969da",
+    "sleeping": "#54aeff",
+    "waiting": "#b26a00",
+    "pending": "#8c959f",
+    "queued": "#d4a72c",
+}
 
 
 def _layout(fig: go.Figure, title: str) -> go.Figure:
-    fig.update_layout(title=title, height=300, margin={"l": 40, "r": 10, "t": 40, "b": 40},
-                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", legend_orientation="h")
+    fig.update_layout(
+        title=title,
+        height=300,
+        margin={"l": 40, "r": 10, "t": 40, "b": 40},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+        legend_orientation="h",
+    )
     return fig
 
 
 def _empty(fig: go.Figure, title: str, says: str) -> go.Figure:
     """Words instead of empty axes."""
-    fig.add_annotation(text=says, showarrow=False, font={"size": 15, "color": "#6e7781"},
-                       xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.add_annotation(
+        text=says,
+        showarrow=False,
+        font={"size": 15, "color": "#6e7781"},
+        xref="paper",
+        yref="paper",
+        x=0.5,
+        y=0.5,
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _layout(fig, title)
@@ -38,9 +59,18 @@ def over_time_figure(rows: list[dict], window: dict | None = None) -> go.Figure:
         return _empty(go.Figure(), title, "No runs in this window yet")
     frame = pd.DataFrame(rows, columns=["bucket", "state", "runs"])
     width = window["bucket_s"] * 1000 * 0.9 if window else None  # ms on a date axis
-    fig = go.Figure([go.Bar(x=part["bucket"], y=part["runs"], name=name, width=width,
-                            marker_color=STATE_COLORS.get(name))
-                     for name, part in frame.groupby("state")])
+    fig = go.Figure(
+        [
+            go.Bar(
+                x=part["bucket"],
+                y=part["runs"],
+                name=name,
+                width=width,
+                marker_color=STATE_COLORS.get(name),
+            )
+            for name, part in frame.groupby("state")
+        ]
+    )
     fig.update_layout(barmode="stack")
     if window:
         fig.update_xaxes(range=[window["since"], window["until"]])
@@ -53,8 +83,12 @@ def durations_figure(rows: list[dict]) -> go.Figure:
     if not rows:
         return _empty(go.Figure(), title, "No step attempts in this window yet")
     frame = pd.DataFrame(rows, columns=["workflow", "step", "outcome", "seconds"])
-    fig = go.Figure([go.Box(y=part["seconds"], name=name, boxpoints=False)
-                     for name, part in frame.groupby("workflow")])
+    fig = go.Figure(
+        [
+            go.Box(y=part["seconds"], name=name, boxpoints=False)
+            for name, part in frame.groupby("workflow")
+        ]
+    )
     fig.update_yaxes(title="seconds per attempt")
     return _layout(fig, title)
 
@@ -64,8 +98,14 @@ def failures_figure(rows: list[dict]) -> go.Figure:
     if not rows:
         return _empty(go.Figure(), title, "No failures yet")
     frame = pd.DataFrame(rows, columns=["workflow", "step", "runs"])
-    fig = go.Figure(go.Bar(x=frame["runs"], y=frame["workflow"] + " · " + frame["step"], orientation="h",
-                           marker_color=STATE_COLORS["failed"]))
+    fig = go.Figure(
+        go.Bar(
+            x=frame["runs"],
+            y=frame["workflow"] + " · " + frame["step"],
+            orientation="h",
+            marker_color=STATE_COLORS["failed"],
+        )
+    )
     fig.update_xaxes(title="runs", rangemode="tozero", tickformat="d")
     return _layout(fig, title)
 
@@ -77,8 +117,13 @@ class RunCharts:
         self.failures = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
 
     def panel(self) -> pn.viewable.Viewable:
-        return pn.Card(pn.Row(self.over_time, self.durations, sizing_mode="stretch_width"), self.failures,
-                       title="Charts", collapsed=False, sizing_mode="stretch_width")
+        return pn.Card(
+            pn.Row(self.over_time, self.durations, sizing_mode="stretch_width"),
+            self.failures,
+            title="Charts",
+            collapsed=False,
+            sizing_mode="stretch_width",
+        )
 
     def redraw(self, filters: RunFilters) -> None:
         with data.connection() as conn:

@@ -32,26 +32,46 @@ def playground() -> bool:
 
 def unsandboxed_warning(workers: list[dict[str, Any]]) -> str:
     """Said plainly: live bot processes that run steps without a sandbox."""
-    bare = [w for w in workers if w["kind"] == "bots" and w["alive"]
-            and (w.get("sandbox") or "").startswith("UNSANDBOXED")]
+    bare = [
+        w
+        for w in workers
+        if w["kind"] == "bots" and w["alive"] and (w.get("sandbox") or "").startswith("UNSANDBOXED")
+    ]
     if not bare:
         return ""
     hosts = ", ".join(sorted({html.escape(w["host"]) for w in bare}))
-    return (f'<div class="tl-error" id="tl-unsandboxed">{len(bare)} bot process(es) on {hosts} run '
-            "steps UNSANDBOXED: a step can read Threadline's credentials and secrets. Install "
-            "bubblewrap (Debian: apt-get install bubblewrap) or run Threadline as root.</div>")
+    return (
+        f'<div class="tl-error" id="tl-unsandboxed">{len(bare)} bot process(es) on {hosts} run '
+        "steps UNSANDBOXED: a step can read Threadline's credentials and secrets. Install "
+        "bubblewrap (Debian: apt-get install bubblewrap) or run Threadline as root.</div>"
+    )
 
 
 class ConductorsPage(Viewer):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.workers = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
-                                            sizing_mode="stretch_width", name="workers")
-        self.unclaimed = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
-                                              sizing_mode="stretch_width", formatters={"run": {"type": "html"}})
-        self.kill = pn.widgets.Button(name="Kill the conductor (SIGKILL)", button_type="danger",
-                                      visible=playground(), disabled=access.refusal(
-                                          access.current_session(), "kill", access.OPERATE) is not None)
+        self.workers = pn.widgets.Tabulator(
+            pd.DataFrame(),
+            disabled=True,
+            show_index=False,
+            selectable=False,
+            sizing_mode="stretch_width",
+            name="workers",
+        )
+        self.unclaimed = pn.widgets.Tabulator(
+            pd.DataFrame(),
+            disabled=True,
+            show_index=False,
+            selectable=False,
+            sizing_mode="stretch_width",
+            formatters={"run": {"type": "html"}},
+        )
+        self.kill = pn.widgets.Button(
+            name="Kill the conductor (SIGKILL)",
+            button_type="danger",
+            visible=playground(),
+            disabled=access.refusal(access.current_session(), "kill", access.OPERATE) is not None,
+        )
         self.kill.on_click(lambda _e: self._kill())
         self.feedback = html_pane("")
         self.sandbox = html_pane("")
@@ -60,38 +80,81 @@ class ConductorsPage(Viewer):
         on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        note = ("Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "
-                "runs resume where they were." if playground() else "")
-        return pn.Column(pn.Row(self.kill, html_pane(f"<i>{note}</i>")), self.feedback, self.sandbox,
-                         pn.pane.Markdown("### Processes"), self.workers,
-                         pn.pane.Markdown("### Runnable runs no conductor has taken"), self.unclaimed,
-                         sizing_mode="stretch_width")
+        note = (
+            "Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "
+            "runs resume where they were."
+            if playground()
+            else ""
+        )
+        return pn.Column(
+            pn.Row(self.kill, html_pane(f"<i>{note}</i>")),
+            self.feedback,
+            self.sandbox,
+            pn.pane.Markdown("### Processes"),
+            self.workers,
+            pn.pane.Markdown("### Runnable runs no conductor has taken"),
+            self.unclaimed,
+            sizing_mode="stretch_width",
+        )
 
     def load(self) -> None:
         self._dirty, self._loaded_at = False, time.monotonic()
         with data.connection() as conn:
             workers = read_model.workers_overview(conn)
             unclaimed = read_model.runnable_unclaimed(conn)
-        patch_table(self.workers, pd.DataFrame([{
-            "id": w["id"], "kind": w["kind"], "host": w["host"], "pid": str(w["pid"]),
-            "alive": "● live" if w["alive"] else "✗ gone",
-            "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
-            "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
-            "in hand": f'{w["in_hand"]} {"run" if w["kind"] == "conductor" else "attempt"}'
-                       f'{"" if w["in_hand"] == 1 else "s"}',
-            "steps run": w.get("sandbox") or "",
-        } for w in workers], columns=["id", "kind", "host", "pid", "alive", "started", "last beat", "in hand",
-                                      "steps run"]))
+        patch_table(
+            self.workers,
+            pd.DataFrame(
+                [
+                    {
+                        "id": w["id"],
+                        "kind": w["kind"],
+                        "host": w["host"],
+                        "pid": str(w["pid"]),
+                        "alive": "● live" if w["alive"] else "✗ gone",
+                        "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                        "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
+                        "in hand": f"{w['in_hand']} {'run' if w['kind'] == 'conductor' else 'attempt'}"
+                        f"{'' if w['in_hand'] == 1 else 's'}",
+                        "steps run": w.get("sandbox") or "",
+                    }
+                    for w in workers
+                ],
+                columns=[
+                    "id",
+                    "kind",
+                    "host",
+                    "pid",
+                    "alive",
+                    "started",
+                    "last beat",
+                    "in hand",
+                    "steps run",
+                ],
+            ),
+        )
         self.sandbox.object = unsandboxed_warning(workers)
-        patch_table(self.unclaimed, pd.DataFrame([{
-            "run": f'<a href="{state.run_url(u["run_id"])}">{short_run_id(u["run_id"])}</a>',
-            "workflow": u["workflow"] or "", "due for": state.age_text(u["waiting_s"]),
-        } for u in unclaimed], columns=["run", "workflow", "due for"]))
+        patch_table(
+            self.unclaimed,
+            pd.DataFrame(
+                [
+                    {
+                        "run": f'<a href="{state.run_url(u["run_id"])}">{short_run_id(u["run_id"])}</a>',
+                        "workflow": u["workflow"] or "",
+                        "due for": state.age_text(u["waiting_s"]),
+                    }
+                    for u in unclaimed
+                ],
+                columns=["run", "workflow", "due for"],
+            ),
+        )
 
     def _on_change(self, change: Change) -> None:
         """Reload after changes, at most once a second: liveness and ages move with the feed's beat."""
         self._dirty = self._dirty or bool(change.tables)
-        if change.beat is not None and (self._dirty or time.monotonic() - self._loaded_at > RELOAD_EVERY_S):
+        if change.beat is not None and (
+            self._dirty or time.monotonic() - self._loaded_at > RELOAD_EVERY_S
+        ):
             self.load()
 
     def _kill(self) -> None:
@@ -101,12 +164,17 @@ class ConductorsPage(Viewer):
             self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
             return
         with data.connection() as conn:
-            here = [w for w in read_model.workers_overview(conn)
-                    if w["kind"] == "conductor" and w["alive"] and w["host"] == socket.gethostname()]
+            here = [
+                w
+                for w in read_model.workers_overview(conn)
+                if w["kind"] == "conductor" and w["alive"] and w["host"] == socket.gethostname()
+            ]
         if not here:
             self.feedback.object = '<div class="tl-error">No live conductor on this host.</div>'
             return
         for w in here:
             os.kill(w["pid"], signal.SIGKILL)
         pids = ", ".join(str(w["pid"]) for w in here)
-        self.feedback.object = f'<div class="tl-ok">Sent SIGKILL to conductor pid {html.escape(pids)}.</div>'
+        self.feedback.object = (
+            f'<div class="tl-ok">Sent SIGKILL to conductor pid {html.escape(pids)}.</div>'
+        )

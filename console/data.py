@@ -39,9 +39,17 @@ def pool() -> ConnectionPool:
     with _lock:
         if _pool is None:
             _pool = ConnectionPool(
-                _url or database_url("console"), min_size=1, max_size=8, open=True, name="threadline-console",
-                kwargs={"autocommit": True, "row_factory": dict_row,
-                        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"})
+                _url or database_url("console"),
+                min_size=1,
+                max_size=8,
+                open=True,
+                name="threadline-console",
+                kwargs={
+                    "autocommit": True,
+                    "row_factory": dict_row,
+                    "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                },
+            )
         return _pool
 
 

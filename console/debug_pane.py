@@ -26,31 +26,102 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 def debug_html(d: dict[str, Any]) -> str:
     parts = ["<h6>Current await</h6>"]
     if d["awaiting"]:
-        parts.append(_table(["event", "checkpoint", "timeout at", "since"], [
-            [_t(w["event"]), _t(w["checkpoint"]), _t(w["timeout_at"] or "no timeout"), _t(w["since"])]
-            for w in d["awaiting"]]))
+        parts.append(
+            _table(
+                ["event", "checkpoint", "timeout at", "since"],
+                [
+                    [
+                        _t(w["event"]),
+                        _t(w["checkpoint"]),
+                        _t(w["timeout_at"] or "no timeout"),
+                        _t(w["since"]),
+                    ]
+                    for w in d["awaiting"]
+                ],
+            )
+        )
     elif d["sleep_until"]:
         parts.append(f"<p>sleeping until <b>{_t(d['sleep_until'])}</b> (no lease, no process)</p>")
     else:
         parts.append("<p><i>not awaiting anything</i></p>")
     parts.append("<h6>Attempts (engine runs of this task)</h6>")
-    parts.append(_table(["#", "state", "claimed by", "lease expires", "started", "failure", "executed", "replayed from checkpoints"], [
-        [_t(a["attempt"]), _t(a["state"]), _t(a["claimed_by"]), _t(a["lease_expires_at"]), _t(a["started_at"]),
-         f"<pre>{_j(a['failure_reason'])}</pre>" if a["failure_reason"] else "",
-         _t(", ".join(a["executed"])), _t(", ".join(a["replayed"]))]
-        for a in d["attempts"]]))
+    parts.append(
+        _table(
+            [
+                "#",
+                "state",
+                "claimed by",
+                "lease expires",
+                "started",
+                "failure",
+                "executed",
+                "replayed from checkpoints",
+            ],
+            [
+                [
+                    _t(a["attempt"]),
+                    _t(a["state"]),
+                    _t(a["claimed_by"]),
+                    _t(a["lease_expires_at"]),
+                    _t(a["started_at"]),
+                    f"<pre>{_j(a['failure_reason'])}</pre>" if a["failure_reason"] else "",
+                    _t(", ".join(a["executed"])),
+                    _t(", ".join(a["replayed"])),
+                ]
+                for a in d["attempts"]
+            ],
+        )
+    )
     parts.append("<h6>Checkpoints</h6>")
-    parts.append("".join(
-        f"<details><summary><code>{_t(c['name'])}</code> · attempt {_t(c['attempt'])} · {_t(c['updated_at'])}"
-        f"</summary><pre>{_j(c['state'])}</pre></details>" for c in d["checkpoints"]) or "<p><i>none</i></p>")
+    parts.append(
+        "".join(
+            f"<details><summary><code>{_t(c['name'])}</code> · attempt {_t(c['attempt'])} · {_t(c['updated_at'])}"
+            f"</summary><pre>{_j(c['state'])}</pre></details>"
+            for c in d["checkpoints"]
+        )
+        or "<p><i>none</i></p>"
+    )
     parts.append("<h6>Events</h6>")
-    parts.append(_table(["name", "emitted at", "payload"], [
-        [f"<code>{_t(e['name'])}</code>", _t(e["emitted_at"]) if e["emitted"] else "<i>awaited, not emitted yet</i>",
-         f"<pre>{_j(e['payload'])}</pre>" if e["emitted"] else ""]
-        for e in d["events"]]))
+    parts.append(
+        _table(
+            ["name", "emitted at", "payload"],
+            [
+                [
+                    f"<code>{_t(e['name'])}</code>",
+                    _t(e["emitted_at"]) if e["emitted"] else "<i>awaited, not emitted yet</i>",
+                    f"<pre>{_j(e['payload'])}</pre>" if e["emitted"] else "",
+                ]
+                for e in d["events"]
+            ],
+        )
+    )
     parts.append("<h6>Bot attempts</h6>")
-    parts.append(_table(["step key", "attempt", "worker", "host", "started", "finished", "outcome", "lease until"], [
-        [_t(c["step_key"]), _t(c["attempt"]), _t(c["worker"]), _t(c["host"]), _t(c["started_at"]),
-         _t(c["finished_at"]), _t(c["outcome"]), _t(c["lease_until"])] for c in d["bot_attempts"]]))
+    parts.append(
+        _table(
+            [
+                "step key",
+                "attempt",
+                "worker",
+                "host",
+                "started",
+                "finished",
+                "outcome",
+                "lease until",
+            ],
+            [
+                [
+                    _t(c["step_key"]),
+                    _t(c["attempt"]),
+                    _t(c["worker"]),
+                    _t(c["host"]),
+                    _t(c["started_at"]),
+                    _t(c["finished_at"]),
+                    _t(c["outcome"]),
+                    _t(c["lease_until"]),
+                ]
+                for c in d["bot_attempts"]
+            ],
+        )
+    )
     parts.append(f"<h6>Task row</h6><pre>{_j(d['task'])}</pre>")
     return "\n".join(parts)

@@ -14,15 +14,22 @@ from .live import Change, hub
 from .live_panel import on_change
 from .style import CSS, html_pane
 
-PAGES = [("/", "Runs"), ("/needs-you", "Needs you"), ("/recipes", "Recipes"), ("/conductors", "Conductors")]
+PAGES = [
+    ("/", "Runs"),
+    ("/needs-you", "Needs you"),
+    ("/recipes", "Recipes"),
+    ("/conductors", "Conductors"),
+]
 
 
 def badge_html(beat: dict[str, Any] | None) -> str:
     if beat is None:
         return '<a class="tl-badge tl-badge-amber" href="/conductors">Checking conductor…</a>'
     b = state.badge(beat, beat.get("db_now") or datetime.now(UTC))
-    return (f'<a class="tl-badge tl-badge-{b.color}" href="/conductors" id="tl-badge" data-color="{b.color}">'
-            f'● {b.label} <small>{b.detail}</small></a>')
+    return (
+        f'<a class="tl-badge tl-badge-{b.color}" href="/conductors" id="tl-badge" data-color="{b.color}">'
+        f"● {b.label} <small>{b.detail}</small></a>"
+    )
 
 
 class HeartbeatBadge:
@@ -38,12 +45,16 @@ class HeartbeatBadge:
 
 
 def nav_html(active: str) -> str:
-    links = "".join(f'<a href="{href}" class="{"tl-active" if href == active else ""}">{label}</a>'
-                    for href, label in PAGES)
+    links = "".join(
+        f'<a href="{href}" class="{"tl-active" if href == active else ""}">{label}</a>'
+        for href, label in PAGES
+    )
     # Panel templates read ?theme=dark; the toggle flips it and keeps the page's other parameters.
-    toggle = ("<a href=\"#\" title=\"light / dark\" onclick=\"const u = new URL(location.href); "
-              "u.searchParams.set('theme', u.searchParams.get('theme') === 'dark' ? 'default' : 'dark'); "
-              "location.href = u; return false;\">◐</a>")
+    toggle = (
+        '<a href="#" title="light / dark" onclick="const u = new URL(location.href); '
+        "u.searchParams.set('theme', u.searchParams.get('theme') === 'dark' ? 'default' : 'dark'); "
+        'location.href = u; return false;">◐</a>'
+    )
     return f'<div class="tl-nav">{links}{toggle} {who_html(access.current_session())}</div>'
 
 
@@ -51,11 +62,15 @@ def who_html(session: access.Session | None) -> str:
     if session is None:
         return ""
     if session.via == "no-auth":
-        return ('<span class="tl-user tl-no-auth" id="tl-no-auth">⚠ sign-in is off (--no-auth): anyone on '
-                f'this machine acts as {html.escape(session.user)}</span>')
+        return (
+            '<span class="tl-user tl-no-auth" id="tl-no-auth">⚠ sign-in is off (--no-auth): anyone on '
+            f"this machine acts as {html.escape(session.user)}</span>"
+        )
     roles = ", ".join(sorted(session.roles))
-    return (f'<span class="tl-user">{html.escape(session.user)} <small>({html.escape(roles)})</small> · '
-            '<a href="/logout">sign out</a></span>')
+    return (
+        f'<span class="tl-user">{html.escape(session.user)} <small>({html.escape(roles)})</small> · '
+        '<a href="/logout">sign out</a></span>'
+    )
 
 
 class SessionWatch:
@@ -73,17 +88,26 @@ class SessionWatch:
             return
         self._checked = time.monotonic()
         if access.current_session() is None and self.main.objects:
-            self.main.objects = [html_pane('<div class="tl-error" id="tl-signed-out">Your session has ended: '
-                                           '<a href="/login">sign in again</a>.</div>')]
+            self.main.objects = [
+                html_pane(
+                    '<div class="tl-error" id="tl-signed-out">Your session has ended: '
+                    '<a href="/login">sign in again</a>.</div>'
+                )
+            ]
 
 
 def page(title: str, active: str, *content: Any) -> pn.template.BootstrapTemplate:
     template = pn.template.BootstrapTemplate(
-        title="Threadline", header_background="#24292f", raw_css=[CSS], site_url="/",
+        title="Threadline",
+        header_background="#24292f",
+        raw_css=[CSS],
+        site_url="/",
     )
     template.header.append(html_pane(nav_html(active), margin=(12, 10)))
     template.header.append(HeartbeatBadge().pane)
-    main = pn.Column(pn.pane.Markdown(f"## {title}", margin=(0, 10)), *content, sizing_mode="stretch_width")
+    main = pn.Column(
+        pn.pane.Markdown(f"## {title}", margin=(0, 10)), *content, sizing_mode="stretch_width"
+    )
     SessionWatch(main)
     template.main.append(main)
     return template

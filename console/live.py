@@ -70,6 +70,7 @@ class LiveHub:
         def unsubscribe() -> None:
             with self._lock:
                 self._subscribers.pop(key, None)
+
         return unsubscribe
 
     def _publish(self, change: Change) -> None:

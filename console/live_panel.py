@@ -13,7 +13,9 @@ from . import data
 from .live import Change, hub
 
 
-def on_change(fn: Callable[[Change], None], catch_up: Callable[[], None] | None = None) -> Callable[[], None]:
+def on_change(
+    fn: Callable[[Change], None], catch_up: Callable[[], None] | None = None
+) -> Callable[[], None]:
     """Call fn for every change while this page is open; in a server session on its own event loop.
 
     In a served page the feed starts once the page has loaded in the browser (a table updated
@@ -53,7 +55,11 @@ def on_change(fn: Callable[[Change], None], catch_up: Callable[[], None] | None 
 def patch_table(table: pn.widgets.Tabulator, frame: pd.DataFrame) -> None:
     """Send only the changed cells when the rows are the same ones; else replace the data."""
     old = table.value
-    if old is None or list(old.columns) != list(frame.columns) or list(old.index) != list(frame.index):
+    if (
+        old is None
+        or list(old.columns) != list(frame.columns)
+        or list(old.index) != list(frame.index)
+    ):
         table.value = frame
         return
     patch: dict[str, list[tuple[int, Any]]] = {}

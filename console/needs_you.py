@@ -26,7 +26,9 @@ class NeedsYouPage(Viewer):
         # For the buttons and the note only: act() checks the session again, server-side.
         self.session = access.current_session()
         why = access.refusal(self.session, "approve or deny", access.DECIDE)
-        self.permissions = html_pane(f'<div class="tl-muted" id="tl-permissions">{html.escape(why or "")}</div>')
+        self.permissions = html_pane(
+            f'<div class="tl-muted" id="tl-permissions">{html.escape(why or "")}</div>'
+        )
         self._cards: dict[str, tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]] = {}
         self._reload = Throttle(self.load)
         self.load()
@@ -61,33 +63,53 @@ class NeedsYouPage(Viewer):
         for _box, meta, gate in self._cards.values():
             meta.object = _meta_html(state.needs_you_rows([gate], now)[0])
 
-    def _card(self, row: dict[str, Any], gate: dict[str, Any]
-              ) -> tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]:
+    def _card(
+        self, row: dict[str, Any], gate: dict[str, Any]
+    ) -> tuple[pn.viewable.Viewable, pn.pane.HTML, dict[str, Any]]:
         meta = html_pane(_meta_html(row), sizing_mode="stretch_width")
-        question = html_pane(f'<pre class="tl-text">{html.escape(row["question"])}</pre>',
-                                sizing_mode="stretch_width")
+        question = html_pane(
+            f'<pre class="tl-text">{html.escape(row["question"])}</pre>',
+            sizing_mode="stretch_width",
+        )
         reason = pn.widgets.TextInput(placeholder="Why / reply text", width=320)
         approve = pn.widgets.Button(name="Approve 👍", button_type="success")
         deny = pn.widgets.Button(name="Deny 👎", button_type="danger")
         send = pn.widgets.Button(name="Reply", button_type="primary")
-        approve.disabled = deny.disabled = access.refusal(self.session, "decide", access.DECIDE) is not None
-        approve.visible = deny.visible = state.gate_takes_decisions(gate)  # a reply releases any_reply
-        send.disabled = access.refusal(self.session, "reply", access.OPERATE + access.DECIDE) is not None
+        approve.disabled = deny.disabled = (
+            access.refusal(self.session, "decide", access.DECIDE) is not None
+        )
+        approve.visible = deny.visible = state.gate_takes_decisions(
+            gate
+        )  # a reply releases any_reply
+        send.disabled = (
+            access.refusal(self.session, "reply", access.OPERATE + access.DECIDE) is not None
+        )
         run_id, key = row["run_id"], row["gate_key"]
 
         def act(kind: str) -> None:
             try:
                 # Every gate here waits: a reply may decide it, so an approver may reply too.
-                actor = access.actor_for(kind if kind == "reply" else f"{kind} a gate",
-                                         access.OPERATE + access.DECIDE if kind == "reply" else access.DECIDE)
+                actor = access.actor_for(
+                    kind if kind == "reply" else f"{kind} a gate",
+                    access.OPERATE + access.DECIDE if kind == "reply" else access.DECIDE,
+                )
                 with data.connection() as conn:
                     if kind == "reply":
                         outcome = threads.reply(conn, run_id, reason.value, actor)
-                        text = outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
+                        text = (
+                            outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
+                        )
                     else:
-                        threads.decide(conn, run_id, kind, actor, reason.value or None, gate_key=key)
+                        threads.decide(
+                            conn, run_id, kind, actor, reason.value or None, gate_key=key
+                        )
                         text = f"{kind.capitalize()}d {short_run_id(run_id)} · {row['step']}."
-            except (ValueError, access.NotAllowed, threads.DecisionRefused, threads.RunNotFound) as err:
+            except (
+                ValueError,
+                access.NotAllowed,
+                threads.DecisionRefused,
+                threads.RunNotFound,
+            ) as err:
                 self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
                 return
             self.feedback.object = f'<div class="tl-ok">{html.escape(text)}</div>'
@@ -95,8 +117,13 @@ class NeedsYouPage(Viewer):
         approve.on_click(lambda _e: act("approve"))
         deny.on_click(lambda _e: act("deny"))
         send.on_click(lambda _e: act("reply"))
-        box = pn.Column(meta, question, pn.Row(reason, approve, deny, send), css_classes=["tl-gate-card"],
-                        sizing_mode="stretch_width")
+        box = pn.Column(
+            meta,
+            question,
+            pn.Row(reason, approve, deny, send),
+            css_classes=["tl-gate-card"],
+            sizing_mode="stretch_width",
+        )
         return box, meta, dict(gate)
 
     def _on_change(self, change: Change) -> None:
@@ -108,6 +135,8 @@ class NeedsYouPage(Viewer):
 
 
 def _meta_html(row: dict[str, Any]) -> str:
-    return (f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">{html.escape(row["workflow"])} · '
-            f'{html.escape(row["step"])}</a></b> <code>{short_run_id(row["run_id"])}</code> · waiting {row["waiting"]}'
-            f' · {row["timeout"]}</div>')
+    return (
+        f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">{html.escape(row["workflow"])} · '
+        f"{html.escape(row['step'])}</a></b> <code>{short_run_id(row['run_id'])}</code> · waiting {row['waiting']}"
+        f" · {row['timeout']}</div>"
+    )

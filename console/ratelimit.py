@@ -13,9 +13,19 @@ LOCKOUT_S = 300.0
 
 
 class FailureLimiter:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, max_failures: int = MAX_FAILURES,
-                 window_s: float = WINDOW_S, lockout_s: float = LOCKOUT_S) -> None:
-        self._clock, self._max, self._window, self._lockout = clock, max_failures, window_s, lockout_s
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        max_failures: int = MAX_FAILURES,
+        window_s: float = WINDOW_S,
+        lockout_s: float = LOCKOUT_S,
+    ) -> None:
+        self._clock, self._max, self._window, self._lockout = (
+            clock,
+            max_failures,
+            window_s,
+            lockout_s,
+        )
         self._failures: dict[str, list[float]] = {}
         self._locked_until: dict[str, float] = {}
         self._lock = threading.Lock()

@@ -45,7 +45,9 @@ def check_recipe(text: str, source: str = "editor", timeout_s: float = CHECK_TIM
         answer = ""
     if not answer:  # the worker died: out of memory, or killed
         _stop(worker)
-        return None, [f"{source}: validation stopped without an answer (the recipe may be too large)"]
+        return None, [
+            f"{source}: validation stopped without an answer (the recipe may be too large)"
+        ]
     _give_back(worker)
     reply = json.loads(answer)
     if reply["errors"]:
@@ -56,8 +58,9 @@ def check_recipe(text: str, source: str = "editor", timeout_s: float = CHECK_TIM
         return None, err.errors
 
 
-async def check_recipe_async(text: str, source: str = "editor",
-                             timeout_s: float = CHECK_TIMEOUT_S) -> Checked:
+async def check_recipe_async(
+    text: str, source: str = "editor", timeout_s: float = CHECK_TIMEOUT_S
+) -> Checked:
     return await asyncio.to_thread(check_recipe, text, source, timeout_s)
 
 
@@ -68,9 +71,15 @@ def _take_worker() -> subprocess.Popen[str]:
             if worker.poll() is None:
                 return worker
     env = {k: os.environ[k] for k in _PASS if k in os.environ}
-    return subprocess.Popen([sys.executable, "-m", "console.recipe_check"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            encoding="utf-8", env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "console.recipe_check"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        encoding="utf-8",
+        env=env,
+    )
 
 
 def _give_back(worker: subprocess.Popen[str]) -> None:

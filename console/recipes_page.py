@@ -51,22 +51,41 @@ class RecipesPage(Viewer):
         super().__init__(**params)
         with data.connection() as conn:
             rows = list_workflows(conn)
-        self.table = pn.widgets.Tabulator(recipes_frame(rows), disabled=True, show_index=False, selectable=False,
-                                          formatters={"workflow": {"type": "html"}, "runs": {"type": "html"}},
-                                          sizing_mode="stretch_width", name="recipes")
+        self.table = pn.widgets.Tabulator(
+            recipes_frame(rows),
+            disabled=True,
+            show_index=False,
+            selectable=False,
+            formatters={"workflow": {"type": "html"}, "runs": {"type": "html"}},
+            sizing_mode="stretch_width",
+            name="recipes",
+        )
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(html_pane('<a href="/recipe?new=1" class="btn btn-primary" id="tl-new-recipe">'
-                                      'New recipe</a>'), self.table, sizing_mode="stretch_width")
+        return pn.Column(
+            html_pane(
+                '<a href="/recipe?new=1" class="btn btn-primary" id="tl-new-recipe">New recipe</a>'
+            ),
+            self.table,
+            sizing_mode="stretch_width",
+        )
 
 
 def recipes_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "workflow": f'<a href="{state.recipe_url(r["slug"])}">{html.escape(r["slug"])}</a>',
-        "name": r["name"], "version": r["version"], "schedule": r.get("schedule") or "",
-        "enabled": r.get("enabled", True),
-        "runs": f'<a href="{state.runs_url({"workflow": r["slug"]})}">{r["runs"]}</a>',
-    } for r in rows], columns=["workflow", "name", "version", "schedule", "enabled", "runs"])
+    return pd.DataFrame(
+        [
+            {
+                "workflow": f'<a href="{state.recipe_url(r["slug"])}">{html.escape(r["slug"])}</a>',
+                "name": r["name"],
+                "version": r["version"],
+                "schedule": r.get("schedule") or "",
+                "enabled": r.get("enabled", True),
+                "runs": f'<a href="{state.runs_url({"workflow": r["slug"]})}">{r["runs"]}</a>',
+            }
+            for r in rows
+        ],
+        columns=["workflow", "name", "version", "schedule", "enabled", "runs"],
+    )
 
 
 class RecipeEditor(Viewer):
@@ -76,7 +95,9 @@ class RecipeEditor(Viewer):
         super().__init__(**params)
         self.slug = slug
         # Why this user may not change recipes or spawn (None: they may); every write checks again.
-        self.read_only = access.refusal(access.current_session(), "save, roll back or spawn", access.OPERATE)
+        self.read_only = access.refusal(
+            access.current_session(), "save, roll back or spawn", access.OPERATE
+        )
         self.workflow: dict[str, Any] | None = None
         self.versions: list[dict[str, Any]] = []
         self.schedule: dict[str, Any] | None = None
@@ -84,28 +105,46 @@ class RecipeEditor(Viewer):
             with data.connection() as conn:
                 self.workflow = get_workflow(conn, slug)  # WorkflowNotFound goes to the caller
                 self.versions = list_versions(conn, slug)
-                self.schedule = next((s for s in schedule_list(conn) if s["workflow"] == slug), None)
+                self.schedule = next(
+                    (s for s in schedule_list(conn) if s["workflow"] == slug), None
+                )
         text = state.recipe_yaml(self.workflow["recipe"]) if self.workflow else NEW_RECIPE
-        self.editor = pn.widgets.CodeEditor(value=text, language="yaml", sizing_mode="stretch_width", height=380,
-                                            name="recipe")
+        self.editor = pn.widgets.CodeEditor(
+            value=text, language="yaml", sizing_mode="stretch_width", height=380, name="recipe"
+        )
         self.editor.param.watch(self._edited, "value")
         self._checks = 0  # the latest check's number: an older answer arriving late is dropped
         self.validation = html_pane("", sizing_mode="stretch_width")
-        self.save = pn.widgets.Button(name="Save as new version" if slug else "Create", button_type="primary")
+        self.save = pn.widgets.Button(
+            name="Save as new version" if slug else "Create", button_type="primary"
+        )
         self.save.on_click(self._save)
         self.saved = html_pane("")
-        self.version_pick = pn.widgets.Select(name="Compare with version", width=200,
-                                              options={f"v{v['version']} ({v['source']})": v["version"]
-                                                       for v in self.versions})
+        self.version_pick = pn.widgets.Select(
+            name="Compare with version",
+            width=200,
+            options={f"v{v['version']} ({v['source']})": v["version"] for v in self.versions},
+        )
         self.diff = html_pane("")
-        self.rollback = pn.widgets.Button(name="Roll back to this version", button_type="warning",
-                                          disabled=not self.versions or self.read_only is not None)
+        self.rollback = pn.widgets.Button(
+            name="Roll back to this version",
+            button_type="warning",
+            disabled=not self.versions or self.read_only is not None,
+        )
         self.version_pick.param.watch(lambda _e: self._show_diff(), "value")
         self.rollback.on_click(lambda _e: self._rollback())
-        self.payload = pn.widgets.TextAreaInput(name="Payload (JSON object)", value="{}", rows=3,
-                                                placeholder='{"key": "value"}',
-                                                sizing_mode="stretch_width")
-        self.spawn_button = pn.widgets.Button(name="Spawn a run", button_type="success", disabled=not slug or self.read_only is not None)
+        self.payload = pn.widgets.TextAreaInput(
+            name="Payload (JSON object)",
+            value="{}",
+            rows=3,
+            placeholder='{"key": "value"}',
+            sizing_mode="stretch_width",
+        )
+        self.spawn_button = pn.widgets.Button(
+            name="Spawn a run",
+            button_type="success",
+            disabled=not slug or self.read_only is not None,
+        )
         self.spawn_button.on_click(lambda _e: self._spawn())
         self.spawned = html_pane("")
         # One request id per deliberate click: a second click within DOUBLE_CLICK_S of a spawn reuses
@@ -118,17 +157,42 @@ class RecipeEditor(Viewer):
             self._show_diff()
 
     def __panel__(self) -> pn.viewable.Viewable:
-        note = html_pane(f'<div class="tl-muted" id="tl-permissions">{html.escape(self.read_only or "")}</div>')
-        editor = pn.Column(self.editor, self.validation, pn.Row(self.save, self.saved), note,
-                           sizing_mode="stretch_width")
+        note = html_pane(
+            f'<div class="tl-muted" id="tl-permissions">{html.escape(self.read_only or "")}</div>'
+        )
+        editor = pn.Column(
+            self.editor,
+            self.validation,
+            pn.Row(self.save, self.saved),
+            note,
+            sizing_mode="stretch_width",
+        )
         parts: list[Any] = [editor]
         if self.slug:
-            parts.append(pn.Card(self.payload, pn.Row(self.spawn_button), self.spawned, title="Spawn",
-                                 sizing_mode="stretch_width"))
-            parts.append(pn.Card(pn.Row(self.version_pick, self.rollback), self.diff, title="Versions",
-                                 sizing_mode="stretch_width"))
-            parts.append(pn.Card(html_pane(schedule_html(self.schedule)), title="Schedule",
-                                 sizing_mode="stretch_width"))
+            parts.append(
+                pn.Card(
+                    self.payload,
+                    pn.Row(self.spawn_button),
+                    self.spawned,
+                    title="Spawn",
+                    sizing_mode="stretch_width",
+                )
+            )
+            parts.append(
+                pn.Card(
+                    pn.Row(self.version_pick, self.rollback),
+                    self.diff,
+                    title="Versions",
+                    sizing_mode="stretch_width",
+                )
+            )
+            parts.append(
+                pn.Card(
+                    html_pane(schedule_html(self.schedule)),
+                    title="Schedule",
+                    sizing_mode="stretch_width",
+                )
+            )
         return pn.Column(*parts, sizing_mode="stretch_width")
 
     async def _edited(self, _event: Any) -> None:
@@ -143,15 +207,21 @@ class RecipeEditor(Viewer):
             return None  # the text changed meanwhile: the newer check shows its verdict
         if errors:
             items = "".join(f"<li>{html.escape(e)}</li>" for e in errors)
-            self.validation.object = f'<div class="tl-error" id="tl-validation"><b>Not valid:</b><ul>{items}</ul></div>'
+            self.validation.object = (
+                f'<div class="tl-error" id="tl-validation"><b>Not valid:</b><ul>{items}</ul></div>'
+            )
             self.save.disabled = True
             return None
         if self.slug and recipe.slug != self.slug:
-            self.validation.object = (f'<div class="tl-error" id="tl-validation">slug: this page edits '
-                                      f'{html.escape(self.slug)}; to make a new workflow use New recipe</div>')
+            self.validation.object = (
+                f'<div class="tl-error" id="tl-validation">slug: this page edits '
+                f"{html.escape(self.slug)}; to make a new workflow use New recipe</div>"
+            )
             self.save.disabled = True
             return None
-        self.validation.object = f'<div class="tl-ok" id="tl-validation">Valid · {len(recipe.steps)} steps</div>'
+        self.validation.object = (
+            f'<div class="tl-ok" id="tl-validation">Valid · {len(recipe.steps)} steps</div>'
+        )
         self.save.disabled = self.read_only is not None
         return recipe
 
@@ -168,8 +238,10 @@ class RecipeEditor(Viewer):
             if not self.slug:
                 try:
                     get_workflow(conn, recipe.slug)
-                    self.saved.object = (f'<span class="tl-error">slug: {html.escape(recipe.slug)} exists already; '
-                                         f'<a href="{state.recipe_url(recipe.slug)}">edit it</a></span>')
+                    self.saved.object = (
+                        f'<span class="tl-error">slug: {html.escape(recipe.slug)} exists already; '
+                        f'<a href="{state.recipe_url(recipe.slug)}">edit it</a></span>'
+                    )
                     return
                 except WorkflowNotFound:
                     pass
@@ -187,8 +259,12 @@ class RecipeEditor(Viewer):
             return
         with data.connection() as conn:
             old = get_version(conn, self.slug or "", self.version_pick.value)
-        text = state.version_diff(old["recipe"], self.workflow["recipe"], f"v{old['version']}",
-                                  f"v{self.workflow['version']} (current)")
+        text = state.version_diff(
+            old["recipe"],
+            self.workflow["recipe"],
+            f"v{old['version']}",
+            f"v{self.workflow['version']} (current)",
+        )
         self.diff.object = f'<pre class="tl-text">{html.escape(text)}</pre>'
 
     def _rollback(self) -> None:
@@ -206,8 +282,10 @@ class RecipeEditor(Viewer):
         except RecipeError as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
-        self.saved.object = (f'<span class="tl-ok">rolled back: now <a href="{state.recipe_url(applied.slug)}">'
-                             f'v{applied.version}</a> (a copy of v{old["version"]})</span>')
+        self.saved.object = (
+            f'<span class="tl-ok">rolled back: now <a href="{state.recipe_url(applied.slug)}">'
+            f"v{applied.version}</a> (a copy of v{old['version']})</span>"
+        )
 
     def _spawn(self) -> None:
         if time.monotonic() - self._spawned_at > DOUBLE_CLICK_S:
@@ -215,7 +293,9 @@ class RecipeEditor(Viewer):
         try:
             payload = json.loads(self.payload.value or "{}")
         except json.JSONDecodeError as err:
-            self.spawned.object = f'<span class="tl-error">payload: not valid JSON: {html.escape(str(err))}</span>'
+            self.spawned.object = (
+                f'<span class="tl-error">payload: not valid JSON: {html.escape(str(err))}</span>'
+            )
             return
         try:
             actor = access.actor_for("spawn a run", access.OPERATE)
@@ -224,17 +304,26 @@ class RecipeEditor(Viewer):
             return
         try:
             with data.connection() as conn:
-                result = spawn(conn, self.slug or "", payload,
-                               trigger={"kind": "manual", "caller": actor.name,
-                                        "request_id": self._request_id},
-                               idempotency_key=manual_key(self.slug or "", self._request_id))
+                result = spawn(
+                    conn,
+                    self.slug or "",
+                    payload,
+                    trigger={
+                        "kind": "manual",
+                        "caller": actor.name,
+                        "request_id": self._request_id,
+                    },
+                    idempotency_key=manual_key(self.slug or "", self._request_id),
+                )
         except SpawnError as err:
             self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         self._spawned_at = time.monotonic()
         again = "" if result.created else " (the same run: that was a double click)"
-        self.spawned.object = (f'<span class="tl-ok" id="tl-spawned">Spawned <a href="{state.run_url(result.run_id)}">'
-                               f'{result.run_id}</a>{again}</span>')
+        self.spawned.object = (
+            f'<span class="tl-ok" id="tl-spawned">Spawned <a href="{state.run_url(result.run_id)}">'
+            f"{result.run_id}</a>{again}</span>"
+        )
 
 
 def schedule_html(item: dict[str, Any] | None) -> str:
@@ -243,6 +332,8 @@ def schedule_html(item: dict[str, Any] | None) -> str:
         return "<p>No schedule: runs start when spawned, by an event or a webhook.</p>"
     state_word = "" if item["enabled"] else " <b>(workflow disabled: not firing)</b>"
     upcoming = "".join(f"<li>{html.escape(t)}</li>" for t in item["next_local"]) or "<li>none</li>"
-    return (f"<p><code>{html.escape(item['schedule'])}</code> · {html.escape(item['description'])}"
-            f" · catch up: {html.escape(str(item['catch_up']))}{state_word}</p>"
-            f"<p>Next fire times:</p><ul id=\"tl-next-fires\">{upcoming}</ul>")
+    return (
+        f"<p><code>{html.escape(item['schedule'])}</code> · {html.escape(item['description'])}"
+        f" · catch up: {html.escape(str(item['catch_up']))}{state_word}</p>"
+        f'<p>Next fire times:</p><ul id="tl-next-fires">{upcoming}</ul>'
+    )

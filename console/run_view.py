@@ -39,8 +39,14 @@ def _is_run_id(text: str) -> bool:
 
 
 class RunView(Viewer):
-    def __init__(self, run_id: str, *, step: str | None = None, database_url: str | None = None,
-                 **params: Any) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        step: str | None = None,
+        database_url: str | None = None,
+        **params: Any,
+    ) -> None:
         super().__init__(**params)
         if database_url:
             data.configure(database_url)
@@ -54,31 +60,53 @@ class RunView(Viewer):
         self._last_seq = 0
         self.header = html_pane(sizing_mode="stretch_width")
         self.stepper = pn.widgets.Tabulator(
-            pd.DataFrame(), disabled=True, show_index=False, sizing_mode="stretch_width",
-            selectable=False, layout="fit_data_stretch", name="stepper")
+            pd.DataFrame(),
+            disabled=True,
+            show_index=False,
+            sizing_mode="stretch_width",
+            selectable=False,
+            layout="fit_data_stretch",
+            name="stepper",
+        )
         self.thread = pn.Column(sizing_mode="stretch_width", css_classes=["tl-thread"])
-        self.earlier = pn.widgets.Button(name="Load earlier entries", visible=False, button_type="light")
+        self.earlier = pn.widgets.Button(
+            name="Load earlier entries", visible=False, button_type="light"
+        )
         self.earlier.on_click(lambda _e: self._load_earlier())
-        self.reply_box = pn.widgets.TextAreaInput(placeholder="Reply in the thread… (👍 approves, 👎 denies a gate)",
-                                                  rows=2, sizing_mode="stretch_width", name="reply")
+        self.reply_box = pn.widgets.TextAreaInput(
+            placeholder="Reply in the thread… (👍 approves, 👎 denies a gate)",
+            rows=2,
+            sizing_mode="stretch_width",
+            name="reply",
+        )
         self.send = pn.widgets.Button(name="Send", button_type="primary")
         self.send.on_click(lambda _e: self._reply())
         self.approve = pn.widgets.Button(name="Approve 👍", button_type="success", visible=False)
         self.deny = pn.widgets.Button(name="Deny 👎", button_type="danger", visible=False)
-        self.reason = pn.widgets.TextInput(placeholder="Why (optional, kept with the decision)", visible=False)
+        self.reason = pn.widgets.TextInput(
+            placeholder="Why (optional, kept with the decision)", visible=False
+        )
         self.approve.on_click(lambda _e: self._decide("approve"))
         self.deny.on_click(lambda _e: self._decide("deny"))
         self.feedback = html_pane("", sizing_mode="stretch_width")
         self.debug_body = html_pane("", sizing_mode="stretch_width")
-        self.debug = pn.Card(self.debug_body, title="Debug: engine internals (Absurd)", collapsed=True,
-                             sizing_mode="stretch_width")
+        self.debug = pn.Card(
+            self.debug_body,
+            title="Debug: engine internals (Absurd)",
+            collapsed=True,
+            sizing_mode="stretch_width",
+        )
         self.debug.param.watch(lambda _e: self._refresh_debug(), "collapsed")
         self.cancel = pn.widgets.Button(name="Cancel run", button_type="warning")
         self.retry = pn.widgets.Button(name="Retry failed step", button_type="primary")
         self.cancel.on_click(lambda _e: self._command("cancel"))
         self.retry.on_click(lambda _e: self._command("retry"))
-        self.event_name = pn.widgets.TextInput(placeholder="event name", name="Emit an event (debug)")
-        self.event_payload = pn.widgets.TextInput(placeholder='payload JSON, e.g. {"decision": "approve"}')
+        self.event_name = pn.widgets.TextInput(
+            placeholder="event name", name="Emit an event (debug)"
+        )
+        self.event_payload = pn.widgets.TextInput(
+            placeholder='payload JSON, e.g. {"decision": "approve"}'
+        )
         self.emit = pn.widgets.Button(name="Emit")
         self.emit.on_click(lambda _e: self._emit())
         # Short: it only folds a burst (a bot streaming progress); a longer one held back a change
@@ -97,17 +125,37 @@ class RunView(Viewer):
     # -- layout ----------------------------------------------------------------------------------
     def __panel__(self) -> pn.viewable.Viewable:
         if not self.found:
-            return html_pane(f'<div class="tl-error">No run {html.escape(self.run_id)} '
-                             '(not a run id, or a run of another database).</div>')
+            return html_pane(
+                f'<div class="tl-error">No run {html.escape(self.run_id)} '
+                "(not a run id, or a run of another database).</div>"
+            )
         gate_row = pn.Row(self.approve, self.deny, self.reason, sizing_mode="stretch_width")
-        thread = pn.Column(pn.pane.Markdown("### Thread"), self.earlier, self.thread, gate_row,
-                           pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"), self.permissions, self.feedback,
-                           sizing_mode="stretch_width")
-        actions = pn.Card(pn.Row(self.cancel, self.retry),
-                          pn.Row(self.event_name, self.event_payload, self.emit),
-                          title="Actions", collapsed=True, sizing_mode="stretch_width")
-        return pn.Column(self.header, pn.pane.Markdown("### Steps"), self.stepper, thread, actions, self.debug,
-                         sizing_mode="stretch_width")
+        thread = pn.Column(
+            pn.pane.Markdown("### Thread"),
+            self.earlier,
+            self.thread,
+            gate_row,
+            pn.Row(self.reply_box, self.send, sizing_mode="stretch_width"),
+            self.permissions,
+            self.feedback,
+            sizing_mode="stretch_width",
+        )
+        actions = pn.Card(
+            pn.Row(self.cancel, self.retry),
+            pn.Row(self.event_name, self.event_payload, self.emit),
+            title="Actions",
+            collapsed=True,
+            sizing_mode="stretch_width",
+        )
+        return pn.Column(
+            self.header,
+            pn.pane.Markdown("### Steps"),
+            self.stepper,
+            thread,
+            actions,
+            self.debug,
+            sizing_mode="stretch_width",
+        )
 
     # -- reading ---------------------------------------------------------------------------------
     def refresh(self) -> bool:
@@ -132,23 +180,35 @@ class RunView(Viewer):
         now = now or datetime.now(UTC)
         trigger = html.escape(describe_trigger(run["trigger"] or {}))
         self.header.object = (
-            f'<h4>{run["workflow"]} <small>v{run["workflow_version"]}</small> '
+            f"<h4>{run['workflow']} <small>v{run['workflow_version']}</small> "
             f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">{run["state"]}</span></h4>'
-            f'<div><code>{run["run_id"]}</code> · {run["created_at"][:19].replace("T", " ")} UTC'
-            f' · started {trigger}</div>')
-        patch_table(self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight)))
+            f"<div><code>{run['run_id']}</code> · {run['created_at'][:19].replace('T', ' ')} UTC"
+            f" · started {trigger}</div>"
+        )
+        patch_table(
+            self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
+        )
         at_gate = run["gate"] is not None
         for widget in (self.approve, self.deny, self.reason):
             widget.visible = state.gate_takes_decisions(run["gate"])
         self.retry.disabled = run["state"] != "failed" or not self._may(access.OPERATE)
-        self.cancel.disabled = run["state"] in ("completed", "cancelled") or not self._may(access.OPERATE)
+        self.cancel.disabled = run["state"] in ("completed", "cancelled") or not self._may(
+            access.OPERATE
+        )
         self.approve.disabled = self.deny.disabled = not self._may(access.DECIDE)
         self.send.disabled = not self._may(self._reply_roles())
         self.emit.disabled = not self._may(access.OPERATE)
-        notes = [why for why in (access.refusal(self.session, "reply, cancel, retry or emit", access.OPERATE),
-                                 access.refusal(self.session, "approve or deny", access.DECIDE) if at_gate else None)
-                 if why]
-        self.permissions.object = f'<div class="tl-muted" id="tl-permissions">{html.escape(" ".join(notes))}</div>'
+        notes = [
+            why
+            for why in (
+                access.refusal(self.session, "reply, cancel, retry or emit", access.OPERATE),
+                access.refusal(self.session, "approve or deny", access.DECIDE) if at_gate else None,
+            )
+            if why
+        ]
+        self.permissions.object = (
+            f'<div class="tl-muted" id="tl-permissions">{html.escape(" ".join(notes))}</div>'
+        )
 
     def _append_entries(self, entries: list[dict[str, Any]]) -> None:
         for entry in entries:
@@ -165,8 +225,11 @@ class RunView(Viewer):
         pane = html_pane(state.entry_html(view), sizing_mode="stretch_width", margin=0)
         if not view.collapsed:
             return pane
-        more = pn.widgets.Button(name=f"Show all ({entry.get('length', len(view.text))} chars)",
-                                 button_type="light", margin=(0, 10))
+        more = pn.widgets.Button(
+            name=f"Show all ({entry.get('length', len(view.text))} chars)",
+            button_type="light",
+            margin=(0, 10),
+        )
 
         def expand(_e: Any) -> None:
             text = view.text
@@ -176,13 +239,18 @@ class RunView(Viewer):
             full = state.EntryView(**{**view.__dict__, "text": text})
             pane.object = state.entry_html(full, expanded=True)
             more.visible = False
+
         more.on_click(expand)
         return pn.Column(pane, more, sizing_mode="stretch_width", margin=0)
 
     def _load_earlier(self) -> None:
         with data.connection() as conn:
-            older = read_model.thread_entries(conn, self.run_id, after=max(0, self._first_seq - 1 - THREAD_TAIL),
-                                              limit=THREAD_TAIL)
+            older = read_model.thread_entries(
+                conn,
+                self.run_id,
+                after=max(0, self._first_seq - 1 - THREAD_TAIL),
+                limit=THREAD_TAIL,
+            )
         older = [e for e in older if e["seq"] < self._first_seq]
         if older:
             self._first_seq = older[0]["seq"]
@@ -199,8 +267,11 @@ class RunView(Viewer):
     def _catch_up(self) -> None:
         self.refresh()
         with data.connection() as conn:
-            self._append_entries(read_model.thread_entries(conn, self.run_id, after=self._last_seq,
-                                                           limit=THREAD_TAIL))
+            self._append_entries(
+                read_model.thread_entries(
+                    conn, self.run_id, after=self._last_seq, limit=THREAD_TAIL
+                )
+            )
 
     def _on_change(self, change: Change) -> None:
         if self.run_id in change.run_ids:
@@ -220,7 +291,9 @@ class RunView(Viewer):
         return access.OPERATE + access.DECIDE if at_gate else access.OPERATE
 
     def _say(self, text: str, ok: bool = True) -> None:
-        self.feedback.object = f'<div class="{"tl-ok" if ok else "tl-error"}">{html.escape(text)}</div>'
+        self.feedback.object = (
+            f'<div class="{"tl-ok" if ok else "tl-error"}">{html.escape(text)}</div>'
+        )
 
     def _reply(self) -> None:
         text = self.reply_box.value_input or self.reply_box.value or ""
@@ -235,16 +308,25 @@ class RunView(Viewer):
             self._say(str(err), ok=False)
             return
         self.reply_box.value = ""
-        self._say(f"Released the gate ({outcome.decision})." if outcome.decision else
-                  (outcome.hint or "Reply added to the thread."))
+        self._say(
+            f"Released the gate ({outcome.decision})."
+            if outcome.decision
+            else (outcome.hint or "Reply added to the thread.")
+        )
 
     def _decide(self, decision: str) -> None:
         gate = self.run and self.run["gate"]
         try:
             actor = access.actor_for(f"{decision} a gate", access.DECIDE)
             with data.connection() as conn:
-                threads.decide(conn, self.run_id, decision, actor, self.reason.value or None,
-                               gate_key=gate["key"] if gate else None)
+                threads.decide(
+                    conn,
+                    self.run_id,
+                    decision,
+                    actor,
+                    self.reason.value or None,
+                    gate_key=gate["key"] if gate else None,
+                )
         except (ValueError, access.NotAllowed, threads.DecisionRefused) as err:
             self._say(str(err), ok=False)
             return
@@ -266,7 +348,9 @@ class RunView(Viewer):
 
     def _emit(self) -> None:
         try:
-            payload = json.loads(self.event_payload.value) if self.event_payload.value.strip() else {}
+            payload = (
+                json.loads(self.event_payload.value) if self.event_payload.value.strip() else {}
+            )
         except json.JSONDecodeError as err:
             self._say(f"payload: not valid JSON: {err}", ok=False)
             return

@@ -22,7 +22,9 @@ from .live_panel import Throttle, on_change, patch_table
 from .style import html_pane
 
 ANY = ""
-CHART_EVERY_S = 5.0  # charts are the costly part: redrawn at most this often, and only after a change
+CHART_EVERY_S = (
+    5.0  # charts are the costly part: redrawn at most this often, and only after a change
+)
 
 
 class RunsPage(Viewer):
@@ -37,27 +39,56 @@ class RunsPage(Viewer):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         if pn.state.location is not None:
-            pn.state.location.sync(self, {k: k for k in ("workflow", "state", "trigger", "since", "until",
-                                                         "search", "after")})
+            pn.state.location.sync(
+                self,
+                {
+                    k: k
+                    for k in ("workflow", "state", "trigger", "since", "until", "search", "after")
+                },
+            )
         with data.connection() as conn:
             slugs = [w["slug"] for w in list_workflows(conn)]
-        self.w_workflow = pn.widgets.Select(name="Workflow", options=[ANY, *slugs], value=self.workflow
-                                            if self.workflow in slugs else ANY, width=170)
-        self.w_state = pn.widgets.Select(name="State", options=[ANY, *RUN_STATES], width=130,
-                                         value=self.state if self.state in RUN_STATES else ANY)
-        self.w_trigger = pn.widgets.Select(name="Trigger", options=[ANY, *run_list.TRIGGER_KINDS], width=120,
-                                           value=self.trigger if self.trigger in run_list.TRIGGER_KINDS else ANY)
-        self.w_since = pn.widgets.TextInput(name="Since", placeholder="2026-11-01", value=self.since, width=150)
-        self.w_until = pn.widgets.TextInput(name="Until", placeholder="2026-11-30T18:00", value=self.until,
-                                            width=150)
-        self.w_search = pn.widgets.TextInput(name="Search run id or payload", value=self.search, width=240)
+        self.w_workflow = pn.widgets.Select(
+            name="Workflow",
+            options=[ANY, *slugs],
+            value=self.workflow if self.workflow in slugs else ANY,
+            width=170,
+        )
+        self.w_state = pn.widgets.Select(
+            name="State",
+            options=[ANY, *RUN_STATES],
+            width=130,
+            value=self.state if self.state in RUN_STATES else ANY,
+        )
+        self.w_trigger = pn.widgets.Select(
+            name="Trigger",
+            options=[ANY, *run_list.TRIGGER_KINDS],
+            width=120,
+            value=self.trigger if self.trigger in run_list.TRIGGER_KINDS else ANY,
+        )
+        self.w_since = pn.widgets.TextInput(
+            name="Since", placeholder="2026-11-01", value=self.since, width=150
+        )
+        self.w_until = pn.widgets.TextInput(
+            name="Until", placeholder="2026-11-30T18:00", value=self.until, width=150
+        )
+        self.w_search = pn.widgets.TextInput(
+            name="Search run id or payload", value=self.search, width=240
+        )
         for name in ("workflow", "state", "trigger", "since", "until", "search"):
             getattr(self, f"w_{name}").param.watch(self._filter_changed, "value")
         self.problem = html_pane("")
         self.counts = html_pane("", css_classes=["tl-counts"])
-        self.table = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, selectable=False,
-                                          sizing_mode="stretch_width", formatters={"run": {"type": "html"}},
-                                          layout="fit_data_stretch", name="runs")
+        self.table = pn.widgets.Tabulator(
+            pd.DataFrame(),
+            disabled=True,
+            show_index=False,
+            selectable=False,
+            sizing_mode="stretch_width",
+            formatters={"run": {"type": "html"}},
+            layout="fit_data_stretch",
+            name="runs",
+        )
         self.prev_button = pn.widgets.Button(name="← Newer", disabled=True)
         self.next_button = pn.widgets.Button(name="Older →", disabled=True)
         self.prev_button.on_click(lambda _e: self._turn(back=True))
@@ -75,16 +106,34 @@ class RunsPage(Viewer):
         on_change(self._on_change, catch_up=self.load)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        filters = pn.Row(self.w_workflow, self.w_state, self.w_trigger, self.w_since, self.w_until, self.w_search,
-                         sizing_mode="stretch_width")
-        return pn.Column(filters, self.problem, self.counts, self.empty, self.table,
-                         pn.Row(self.prev_button, self.next_button), self.chart_card,
-                         sizing_mode="stretch_width")
+        filters = pn.Row(
+            self.w_workflow,
+            self.w_state,
+            self.w_trigger,
+            self.w_since,
+            self.w_until,
+            self.w_search,
+            sizing_mode="stretch_width",
+        )
+        return pn.Column(
+            filters,
+            self.problem,
+            self.counts,
+            self.empty,
+            self.table,
+            pn.Row(self.prev_button, self.next_button),
+            self.chart_card,
+            sizing_mode="stretch_width",
+        )
 
     # -- reading ---------------------------------------------------------------------------------
     def _filters(self) -> RunFilters:
-        return RunFilters.from_params({k: getattr(self, k) for k in ("workflow", "state", "trigger", "since",
-                                                                      "until", "search")})
+        return RunFilters.from_params(
+            {
+                k: getattr(self, k)
+                for k in ("workflow", "state", "trigger", "since", "until", "search")
+            }
+        )
 
     def load(self) -> None:
         try:
@@ -139,15 +188,21 @@ class RunsPage(Viewer):
 
 def runs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     columns = ["run", "workflow", "state", "step", "trigger", "started", "finished"]
-    return pd.DataFrame([{
-        "run": f'<a href="{state.run_url(r["run_id"])}">{short_run_id(r["run_id"])}</a>',
-        "workflow": f'{r["workflow"]} v{r["workflow_version"]}',
-        "state": r["state"],
-        "step": r["current_step"] or "",
-        "trigger": r["trigger_kind"] or "manual",
-        "started": r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
-        "finished": r["finished_at"].strftime("%H:%M:%S") if r["finished_at"] else "",
-    } for r in rows], columns=columns)
+    return pd.DataFrame(
+        [
+            {
+                "run": f'<a href="{state.run_url(r["run_id"])}">{short_run_id(r["run_id"])}</a>',
+                "workflow": f"{r['workflow']} v{r['workflow_version']}",
+                "state": r["state"],
+                "step": r["current_step"] or "",
+                "trigger": r["trigger_kind"] or "manual",
+                "started": r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                "finished": r["finished_at"].strftime("%H:%M:%S") if r["finished_at"] else "",
+            }
+            for r in rows
+        ],
+        columns=columns,
+    )
 
 
 def counts_html(counts: dict[str, int], filters: RunFilters) -> str:
@@ -156,6 +211,8 @@ def counts_html(counts: dict[str, int], filters: RunFilters) -> str:
     links = [f'<a href="{state.runs_url(base)}"><b>all {total}</b></a>']
     for name, n in counts.items():
         if n:
-            links.append(f'<a href="{state.runs_url(base | {"state": name})}">'
-                         f'<span class="tl-state tl-state-{name}">{name} {n}</span></a>')
+            links.append(
+                f'<a href="{state.runs_url(base | {"state": name})}">'
+                f'<span class="tl-state tl-state-{name}">{name} {n}</span></a>'
+            )
     return " ".join(links)

@@ -75,7 +75,11 @@ class Badge:
 def badge(beat: dict[str, Any], now: datetime) -> Badge:
     """Red from the liveness lock (no live conductor), amber when work sits unserved, else green."""
     last = parse_time(beat.get("last_beat_at"))
-    age = f"last beat {age_text((now - last).total_seconds())} ago" if last else "no conductor has ever run"
+    age = (
+        f"last beat {age_text((now - last).total_seconds())} ago"
+        if last
+        else "no conductor has ever run"
+    )
     if beat["status"] == "down":
         return Badge("red", "Conductor down", age)
     if beat["status"] == "degraded":
@@ -90,11 +94,20 @@ def badge(beat: dict[str, Any], now: datetime) -> Badge:
 
 # -- the stepper ------------------------------------------------------------------------------------
 
-STATUS_ICONS = {"pending": "○", "active": "◉", "sleeping": "☾", "gate": "✋", "completed": "✓",
-                "failed": "✗", "skipped": "–"}
+STATUS_ICONS = {
+    "pending": "○",
+    "active": "◉",
+    "sleeping": "☾",
+    "gate": "✋",
+    "completed": "✓",
+    "failed": "✗",
+    "skipped": "–",
+}
 
 
-def stepper_rows(run: dict[str, Any], now: datetime, highlight: str | None = None) -> list[dict[str, Any]]:
+def stepper_rows(
+    run: dict[str, Any], now: datetime, highlight: str | None = None
+) -> list[dict[str, Any]]:
     """One row per step: status (with a countdown while sleeping), attempts, duration, output preview;
     the step a link pointed at is marked ▶."""
     rows = []
@@ -108,13 +121,18 @@ def stepper_rows(run: dict[str, Any], now: datetime, highlight: str | None = Non
             detail = "waiting for a human"
         output = step.get("output")
         preview = "" if output is None else str(output).strip().splitlines()[-1:] or [""]
-        rows.append({
-            "step": ("▶ " if step["id"] == highlight else "") + step["id"], "kind": step["kind"].replace("_", " "),
-            "status": f"{STATUS_ICONS.get(status, '')} {status}", "detail": detail,
-            "attempts": step["attempts"] or (step["tries"] if step["kind"] in ("run_command", "dispatch_task") else 0),
-            "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
-            "output": (preview[0][:120] if isinstance(preview, list) else preview),
-        })
+        rows.append(
+            {
+                "step": ("▶ " if step["id"] == highlight else "") + step["id"],
+                "kind": step["kind"].replace("_", " "),
+                "status": f"{STATUS_ICONS.get(status, '')} {status}",
+                "detail": detail,
+                "attempts": step["attempts"]
+                or (step["tries"] if step["kind"] in ("run_command", "dispatch_task") else 0),
+                "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
+                "output": (preview[0][:120] if isinstance(preview, list) else preview),
+            }
+        )
     return rows
 
 
@@ -137,7 +155,9 @@ class EntryView:
 def entry_view(entry: dict[str, Any]) -> EntryView:
     kind = entry["kind"]
     author_kind = entry["author_kind"]
-    who = {"system": "System", "human": entry["author"], "bot": f"{entry['author']} (bot)"}[author_kind]
+    who = {"system": "System", "human": entry["author"], "bot": f"{entry['author']} (bot)"}[
+        author_kind
+    ]
     if kind.startswith("signal."):
         who += " · " + kind.removeprefix("signal.dispatch.")
     elif kind in ("instruction", "question", "progress", "decision"):
@@ -147,9 +167,13 @@ def entry_view(entry: dict[str, Any]) -> EntryView:
     lines = text.count("\n") + 1
     created = parse_time(entry["created_at"])
     return EntryView(
-        seq=entry["seq"], css=f"tl-entry tl-{author_kind} tl-kind-{kind.replace('.', '-')}",
-        who=who, when=created.strftime("%H:%M:%S") if created else "", text=text,
-        truncated=truncated, collapsed=truncated or lines > COLLAPSE_LINES,
+        seq=entry["seq"],
+        css=f"tl-entry tl-{author_kind} tl-kind-{kind.replace('.', '-')}",
+        who=who,
+        when=created.strftime("%H:%M:%S") if created else "",
+        text=text,
+        truncated=truncated,
+        collapsed=truncated or lines > COLLAPSE_LINES,
     )
 
 
@@ -158,8 +182,10 @@ def entry_html(view: EntryView, expanded: bool = False) -> str:
     if view.collapsed and not expanded:
         first = "\n".join(view.text.splitlines()[:COLLAPSE_LINES])
         body = html.escape(first) + "\n…"
-    return (f'<div class="{view.css}" data-seq="{view.seq}"><div class="tl-meta"><b>{html.escape(view.who)}</b>'
-            f' <span class="tl-when">#{view.seq} · {view.when}</span></div><pre class="tl-text">{body}</pre></div>')
+    return (
+        f'<div class="{view.css}" data-seq="{view.seq}"><div class="tl-meta"><b>{html.escape(view.who)}</b>'
+        f' <span class="tl-when">#{view.seq} · {view.when}</span></div><pre class="tl-text">{body}</pre></div>'
+    )
 
 
 # -- gates ------------------------------------------------------------------------------------------
@@ -174,12 +200,18 @@ def gate_deadline_text(deadline: Any, now: datetime) -> str:
 
 
 def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
-    return [{
-        "run_id": g["run_id"], "workflow": g["workflow"], "step": g["step"], "gate_key": g["gate_key"],
-        "question": (g.get("question") or "").strip(),
-        "waiting": age_text((now - parse_time(g["waiting_since"])).total_seconds()),
-        "timeout": gate_deadline_text(g.get("deadline"), now),
-    } for g in gates]
+    return [
+        {
+            "run_id": g["run_id"],
+            "workflow": g["workflow"],
+            "step": g["step"],
+            "gate_key": g["gate_key"],
+            "question": (g.get("question") or "").strip(),
+            "waiting": age_text((now - parse_time(g["waiting_since"])).total_seconds()),
+            "timeout": gate_deadline_text(g.get("deadline"), now),
+        }
+        for g in gates
+    ]
 
 
 # -- recipes ----------------------------------------------------------------------------------------
@@ -199,6 +231,7 @@ _RecipeDumper.add_representer(str, _text)
 
 def recipe_yaml(recipe: dict[str, Any]) -> str:
     """A stored recipe as YAML in the order a person writes it (the database keeps keys sorted)."""
+
     def ordered(d: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
         return {k: d[k] for k in (*first, *sorted(set(d) - set(first))) if k in d}
 
@@ -209,8 +242,13 @@ def recipe_yaml(recipe: dict[str, Any]) -> str:
 
 
 def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
-    lines = difflib.unified_diff(recipe_yaml(old).splitlines(), recipe_yaml(new).splitlines(),
-                                 old_label, new_label, lineterm="")
+    lines = difflib.unified_diff(
+        recipe_yaml(old).splitlines(),
+        recipe_yaml(new).splitlines(),
+        old_label,
+        new_label,
+        lineterm="",
+    )
     return "\n".join(lines) or "(no difference)"
 
 

@@ -75,7 +75,9 @@ def consume(home: Path, token: str, now: float | None = None) -> str | None:
     digest = _digest(token)
     with _locked(home) as path:
         entries = _read(path)
-        match = next((e for e in entries if hmac.compare_digest(str(e.get("sha256", "")), digest)), None)
+        match = next(
+            (e for e in entries if hmac.compare_digest(str(e.get("sha256", "")), digest)), None
+        )
         kept = [e for e in entries if e is not match and e.get("expires", 0) > now]
         if match is not None or len(kept) != len(entries):
             _write(path, kept)

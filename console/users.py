@@ -43,16 +43,30 @@ def hash_password(password: str) -> str:
         raise ValueError("password: empty")
     salt = secrets.token_bytes(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
-    return "$".join(["scrypt", str(SCRYPT_N), str(SCRYPT_R), str(SCRYPT_P),
-                     base64.b64encode(salt).decode(), base64.b64encode(digest).decode()])
+    return "$".join(
+        [
+            "scrypt",
+            str(SCRYPT_N),
+            str(SCRYPT_R),
+            str(SCRYPT_P),
+            base64.b64encode(salt).decode(),
+            base64.b64encode(digest).decode(),
+        ]
+    )
 
 
 def verify_password(password: str, stored: str) -> bool:
     try:
         kind, n, r, p, salt, digest = stored.split("$")
         expected = base64.b64decode(digest)
-        got = hashlib.scrypt(password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p),
-                             dklen=len(expected))
+        got = hashlib.scrypt(
+            password.encode(),
+            salt=base64.b64decode(salt),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(expected),
+        )
     except ValueError:
         return False
     return kind == "scrypt" and hmac.compare_digest(got, expected)
@@ -73,18 +87,25 @@ def parse_users(text: str, where: str) -> dict[str, User]:
             raise UsersFileError(
                 f"{where}: {name}: the old form (user name → plain password) is no longer read; users "
                 f"now have a password hash and roles, like {NEW_FORM}. Re-create each user with "
-                f"`threadline console user add {name} --role operator --role approver`")
+                f"`threadline console user add {name} --role operator --role approver`"
+            )
         if not isinstance(entry, dict):
             raise UsersFileError(f"{where}: {name}: must be an object like {NEW_FORM}")
         password, roles = entry.get("password"), entry.get("roles")
         if not isinstance(password, str) or not password.startswith("scrypt$"):
-            raise UsersFileError(f"{where}: {name}.password: must be a scrypt hash (written by "
-                                 f"`threadline console user add {name}`), never the password itself")
+            raise UsersFileError(
+                f"{where}: {name}.password: must be a scrypt hash (written by "
+                f"`threadline console user add {name}`), never the password itself"
+            )
         if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
-            raise UsersFileError(f"{where}: {name}.roles: must be a non-empty list of {', '.join(ROLES)}")
+            raise UsersFileError(
+                f"{where}: {name}.roles: must be a non-empty list of {', '.join(ROLES)}"
+            )
         unknown = sorted(set(roles) - set(ROLES))
         if unknown:
-            raise UsersFileError(f"{where}: {name}.roles: unknown {unknown}; roles are {', '.join(ROLES)}")
+            raise UsersFileError(
+                f"{where}: {name}.roles: unknown {unknown}; roles are {', '.join(ROLES)}"
+            )
         users[name] = User(name, frozenset(roles), password)
     return users
 
@@ -103,7 +124,9 @@ def add_user(path: Path, name: str, password: str, roles: list[str]) -> None:
         raise ValueError(f"user name {name!r}: must be non-empty, without surrounding spaces")
     existing = load_users(path) if path.exists() else {}
     entry = {"password": hash_password(password), "roles": sorted(set(roles))}
-    raw = {u.name: {"password": u.password_hash, "roles": sorted(u.roles)} for u in existing.values()}
+    raw = {
+        u.name: {"password": u.password_hash, "roles": sorted(u.roles)} for u in existing.values()
+    }
     raw[name] = entry
     parse_users(json.dumps(raw), str(path))  # the roles are checked before anything is written
     tmp = path.with_name(path.name + ".tmp")

@@ -53,8 +53,14 @@ def agent_command(bot: str) -> str | None:
 class BotSlot:
     """One claim-run-report loop on connections of its own."""
 
-    def __init__(self, worker: Worker, url: str | None, bots: list[str] | None, stop: threading.Event,
-                 sandbox: Sandbox):
+    def __init__(
+        self,
+        worker: Worker,
+        url: str | None,
+        bots: list[str] | None,
+        stop: threading.Event,
+        sandbox: Sandbox,
+    ):
         self.worker = worker
         self.sandbox = sandbox
         self.bots = bots
@@ -93,7 +99,9 @@ class BotSlot:
 
     # -- claim --------------------------------------------------------------------------------
     def claim(self) -> Claim | None:
-        for _ in range(3):  # contended: try the next candidate at once rather than wait for a wake-up
+        for _ in range(
+            3
+        ):  # contended: try the next candidate at once rather than wait for a wake-up
             outcome = self._claim_once()
             if outcome is not _CONTENDED:
                 return outcome
@@ -110,19 +118,40 @@ class BotSlot:
             for lost in db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key)):
                 self.reap(lost)
             counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))
-            instruction = db.fetch_one(self.conn, "instruction_for",
-                                       dict(run_id=cand["run_id"], step_key=key))
-            claim_row = dict(step_key=key, attempt=counts["next_attempt"], run_id=cand["run_id"],
-                               worker_id=self.worker.id, host=self.worker.host, lease_s=LEASE_S)
+            instruction = db.fetch_one(
+                self.conn, "instruction_for", dict(run_id=cand["run_id"], step_key=key)
+            )
+            claim_row = dict(
+                step_key=key,
+                attempt=counts["next_attempt"],
+                run_id=cand["run_id"],
+                worker_id=self.worker.id,
+                host=self.worker.host,
+                lease_s=LEASE_S,
+            )
             self.conn.execute(db.q("insert_claim"), claim_row)
             if counts["next_attempt"] > 1:
-                threads.append(self.conn, str(cand["run_id"]), "bot", cand["bot"], "progress",
-                               f"Attempt {counts['next_attempt']} of step {instruction['data']['step']} starting.",
-                               step_key=key, data={"attempt": counts["next_attempt"]})
+                threads.append(
+                    self.conn,
+                    str(cand["run_id"]),
+                    "bot",
+                    cand["bot"],
+                    "progress",
+                    f"Attempt {counts['next_attempt']} of step {instruction['data']['step']} starting.",
+                    step_key=key,
+                    data={"attempt": counts["next_attempt"]},
+                )
             db.notify(self.conn, str(cand["run_id"]), "claim")
         crash_point("bot_after_claim")
-        return Claim(str(cand["run_id"]), key, counts["next_attempt"], counts["failures"], cand["bot"],
-                     instruction["text"], instruction["data"])
+        return Claim(
+            str(cand["run_id"]),
+            key,
+            counts["next_attempt"],
+            counts["failures"],
+            cand["bot"],
+            instruction["text"],
+            instruction["data"],
+        )
 
     def reap(self, lost: dict[str, Any]) -> None:
         """A dead attempt's process group must be gone before the next attempt starts."""
@@ -138,25 +167,36 @@ class BotSlot:
             workdir = self.prepare_workdir(claim)
             network = claim.data.get("network", True)
             if not network and not self.sandbox.bwrap:
-                raise SandboxError("the recipe says network: false, which needs bubblewrap "
-                                   f"(steps here run {self.sandbox.describe()})")
+                raise SandboxError(
+                    "the recipe says network: false, which needs bubblewrap "
+                    f"(steps here run {self.sandbox.describe()})"
+                )
         except (SandboxError, OSError) as err:
             self.report(claim, "failed", f"the step cannot run: {err}", None)
             return
         if kind == "dispatch_task":
             backend = agent_command(claim.bot)
             if backend is None:
-                self.report(claim, "failed", (
-                    f"bot {claim.bot!r} has no agent backend: set {AGENT_ENV}_"
-                    f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command that reads "
-                    f"the instruction on stdin and writes its reply on stdout"), None)
+                self.report(
+                    claim,
+                    "failed",
+                    (
+                        f"bot {claim.bot!r} has no agent backend: set {AGENT_ENV}_"
+                        f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command that reads "
+                        f"the instruction on stdin and writes its reply on stdout"
+                    ),
+                    None,
+                )
                 return
             command, stdin_text = backend, claim.text
         else:
             command, stdin_text = claim.text, None
         result = run_process(
-            self.sandbox.argv(["bash", "-c", command], workdir, network=network), cwd=str(workdir),
-            env=self.step_env(claim, workdir), timeout_s=timeout_s, stdin_text=stdin_text,
+            self.sandbox.argv(["bash", "-c", command], workdir, network=network),
+            cwd=str(workdir),
+            env=self.step_env(claim, workdir),
+            timeout_s=timeout_s,
+            stdin_text=stdin_text,
             popen_kwargs=self.sandbox.popen_kwargs(),
             on_start=lambda pgid: self.started(claim, pgid),
             on_output=lambda text: self.progress(claim, text),
@@ -167,10 +207,18 @@ class BotSlot:
             # The bot is shutting down and killed the command itself: not the step's failure. The
             # claim is left open; once this process is gone the next bot closes it as lost and runs
             # a new attempt.
-            log.info("attempt %s of %s abandoned: the bot process is stopping", claim.attempt, claim.step_key)
+            log.info(
+                "attempt %s of %s abandoned: the bot process is stopping",
+                claim.attempt,
+                claim.step_key,
+            )
             return
         if result.stopped:
-            log.info("attempt %s of %s stopped: run cancelled or attempt superseded", claim.attempt, claim.step_key)
+            log.info(
+                "attempt %s of %s stopped: run cancelled or attempt superseded",
+                claim.attempt,
+                claim.step_key,
+            )
             self.close_claim(claim, "cancelled")
             return
         status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
@@ -193,7 +241,11 @@ class BotSlot:
         env = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
         env["HOME"] = str(workdir)
         wanted = claim.data.get("env") or []
-        secrets = {row["name"] for row in db.fetch_all(self.conn, "secret_env_names")} if wanted else set()
+        secrets = (
+            {row["name"] for row in db.fetch_all(self.conn, "secret_env_names")}
+            if wanted
+            else set()
+        )
         for name in wanted:
             if name in os.environ and not is_reserved_env(name) and name not in secrets:
                 env[name] = os.environ[name]
@@ -205,18 +257,31 @@ class BotSlot:
 
     def started(self, claim: Claim, pgid: int) -> None:
         self.current_pgid = pgid
-        self.conn.execute(db.q("set_claim_pgid"), dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt))
+        self.conn.execute(
+            db.q("set_claim_pgid"), dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt)
+        )
         crash_point("bot_after_start")
 
     def progress(self, claim: Claim, text: str) -> None:
         with self.conn.transaction():
-            threads.append(self.conn, claim.run_id, "bot", claim.bot, "progress", text,
-                           step_key=claim.step_key, data={"attempt": claim.attempt})
+            threads.append(
+                self.conn,
+                claim.run_id,
+                "bot",
+                claim.bot,
+                "progress",
+                text,
+                step_key=claim.step_key,
+                data={"attempt": claim.attempt},
+            )
             db.notify(self.conn, claim.run_id, "progress")
 
     def still_current(self, claim: Claim) -> bool:
-        row = db.fetch_one(self.conn, "extend_claim", dict(step_key=claim.step_key, attempt=claim.attempt,
-                                                           lease_s=LEASE_S))
+        row = db.fetch_one(
+            self.conn,
+            "extend_claim",
+            dict(step_key=claim.step_key, attempt=claim.attempt, lease_s=LEASE_S),
+        )
         return bool(row and row["live"])
 
     @staticmethod
@@ -234,39 +299,78 @@ class BotSlot:
         crash_point("bot_before_terminal")
         retries = int(claim.data.get("retries") or 0)
         with self.conn.transaction():
-            row = db.fetch_one(self.conn, "lock_claim", dict(step_key=claim.step_key, attempt=claim.attempt))
+            row = db.fetch_one(
+                self.conn, "lock_claim", dict(step_key=claim.step_key, attempt=claim.attempt)
+            )
             if row is None or row["finished_at"] is not None or row["superseded"]:
-                log.info("attempt %s of %s is no longer current; result dropped", claim.attempt, claim.step_key)
+                log.info(
+                    "attempt %s of %s is no longer current; result dropped",
+                    claim.attempt,
+                    claim.step_key,
+                )
                 return
             run = threads.lock_run(self.conn, claim.run_id)
-            if not (run["state"] == "running" and run["await_key"] == claim.step_key and run["awaiting"]):
+            if not (
+                run["state"] == "running" and run["await_key"] == claim.step_key and run["awaiting"]
+            ):
                 self.finish(claim, "cancelled", None)
                 return
             exit_code = result.exit_code if result else None
             if status == "failed" and claim.failures < retries:
-                backoff = min(2.0 ** claim.failures, MAX_BACKOFF_S)
+                backoff = min(2.0**claim.failures, MAX_BACKOFF_S)
                 self.finish(claim, "failed", backoff)
-                threads.append(self.conn, claim.run_id, "bot", claim.bot, "progress",
-                               f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
-                               f"({retries - claim.failures} retries left).",
-                               step_key=claim.step_key, data={"attempt": claim.attempt, "exit_code": exit_code})
+                threads.append(
+                    self.conn,
+                    claim.run_id,
+                    "bot",
+                    claim.bot,
+                    "progress",
+                    f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
+                    f"({retries - claim.failures} retries left).",
+                    step_key=claim.step_key,
+                    data={"attempt": claim.attempt, "exit_code": exit_code},
+                )
                 db.notify(self.conn, claim.run_id, "retry")
                 return
             self.finish(claim, status, None)
-            payload = {"status": status, "output": output, "exit_code": exit_code,
-                       "attempt": claim.attempt,
-                       "duration_s": round(result.duration_s, 3) if result else 0.0}
-            threads.append(self.conn, claim.run_id, "bot", claim.bot, "message", output or "(no output)",
-                           step_key=claim.step_key, data={"attempt": claim.attempt, "exit_code": exit_code})
-            threads.append(self.conn, claim.run_id, "bot", claim.bot, f"signal.dispatch.{status}",
-                           f"step {claim.data['step']} {status}", step_key=claim.step_key,
-                           dedupe_key=f"terminal:{claim.step_key}", data=payload)
+            payload = {
+                "status": status,
+                "output": output,
+                "exit_code": exit_code,
+                "attempt": claim.attempt,
+                "duration_s": round(result.duration_s, 3) if result else 0.0,
+            }
+            threads.append(
+                self.conn,
+                claim.run_id,
+                "bot",
+                claim.bot,
+                "message",
+                output or "(no output)",
+                step_key=claim.step_key,
+                data={"attempt": claim.attempt, "exit_code": exit_code},
+            )
+            threads.append(
+                self.conn,
+                claim.run_id,
+                "bot",
+                claim.bot,
+                f"signal.dispatch.{status}",
+                f"step {claim.data['step']} {status}",
+                step_key=claim.step_key,
+                dedupe_key=f"terminal:{claim.step_key}",
+                data=payload,
+            )
             threads.emit_step_done(self.conn, claim.run_id, claim.step_key, payload)
         crash_point("bot_after_terminal")
 
     def finish(self, claim: Claim, outcome: str, backoff_s: float | None) -> None:
-        self.conn.execute(db.q("finish_claim"), dict(step_key=claim.step_key, attempt=claim.attempt,
-                                                     outcome=outcome, backoff_s=backoff_s))
+        self.conn.execute(
+            db.q("finish_claim"),
+            dict(
+                step_key=claim.step_key, attempt=claim.attempt, outcome=outcome, backoff_s=backoff_s
+            ),
+        )
 
     def close_claim(self, claim: Claim, outcome: str) -> None:
         with self.conn.transaction():
@@ -283,7 +387,9 @@ class BotSlot:
                 pass
 
 
-def main(url: str | None = None, concurrency: int | None = None, bots: list[str] | None = None) -> None:
+def main(
+    url: str | None = None, concurrency: int | None = None, bots: list[str] | None = None
+) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s bots %(levelname)s %(message)s")
     concurrency = concurrency or int(os.environ.get("THREADLINE_BOT_CONCURRENCY", "4"))
     sandbox = detect()
@@ -294,7 +400,10 @@ def main(url: str | None = None, concurrency: int | None = None, bots: list[str]
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     slots = [BotSlot(worker, url, bots, stop, sandbox) for _ in range(concurrency)]
     log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
-    threads_ = [threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True) for i, s in enumerate(slots)]
+    threads_ = [
+        threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True)
+        for i, s in enumerate(slots)
+    ]
     for t in threads_:
         t.start()
     stop.wait()

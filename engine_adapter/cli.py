@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 EXIT_INVALID = 10  # recipe validate: the recipe is invalid
-AS_HELP = ("record this as done for NAME; you stay the actor (your OS account), and it never "
-           "satisfies a gate's approvers")
+AS_HELP = (
+    "record this as done for NAME; you stay the actor (your OS account), and it never "
+    "satisfies a gate's approvers"
+)
 
 
 def _conn() -> Any:
@@ -40,7 +42,10 @@ def _start_embedded_server() -> str:
 
     server = EmbeddedPostgres(threadline_home())
     if not server.is_running():
-        print(f"threadline: starting the embedded PostgreSQL in {threadline_home()} ...", file=sys.stderr)
+        print(
+            f"threadline: starting the embedded PostgreSQL in {threadline_home()} ...",
+            file=sys.stderr,
+        )
     return server.start()
 
 
@@ -74,15 +79,23 @@ def _actor(args: argparse.Namespace) -> Any:
 def _caller(args: argparse.Namespace) -> dict[str, str]:
     """A manual run's initiator as its trigger records it (a gate may refuse the initiator)."""
     actor = _actor(args)
-    return {"caller": actor.name, **({"on_behalf_of": actor.on_behalf_of} if actor.on_behalf_of else {})}
+    return {
+        "caller": actor.name,
+        **({"on_behalf_of": actor.on_behalf_of} if actor.on_behalf_of else {}),
+    }
 
 
 # -- commands --------------------------------------------------------------------------------------
 def cmd_up(args: argparse.Namespace) -> int:
     from .supervisor import up
 
-    return up(console=not args.no_console, port=args.port, hooks=not args.no_hooks,
-              hooks_port=args.hooks_port, no_auth=args.no_auth)
+    return up(
+        console=not args.no_console,
+        port=args.port,
+        hooks=not args.no_hooks,
+        hooks_port=args.hooks_port,
+        no_auth=args.no_auth,
+    )
 
 
 def cmd_conductor(args: argparse.Namespace) -> int:
@@ -102,8 +115,12 @@ def cmd_bots(args: argparse.Namespace) -> int:
 def cmd_hooks(args: argparse.Namespace) -> int:
     from .hooks import Limits, serve
 
-    limits = Limits(max_bytes=args.max_bytes, request_s=args.request_timeout,
-                    idle_s=args.idle_timeout, connections=args.max_connections)
+    limits = Limits(
+        max_bytes=args.max_bytes,
+        request_s=args.request_timeout,
+        idle_s=args.idle_timeout,
+        connections=args.max_connections,
+    )
     return serve(args.host, args.port, limits=limits, tolerance=args.tolerance)
 
 
@@ -126,8 +143,10 @@ def cmd_console_link(args: argparse.Namespace) -> int:
     try:
         token = tokens.mint(threadline_home(), os_user(), ttl_s=args.minutes * 60)
     except OSError as err:  # another account: Threadline's home is not theirs to write
-        raise ValueError(f"cannot mint a sign-in link in {threadline_home()}: {err.strerror}; run this as "
-                         "the account that runs Threadline") from None
+        raise ValueError(
+            f"cannot mint a sign-in link in {threadline_home()}: {err.strerror}; run this as "
+            "the account that runs Threadline"
+        ) from None
     print(tokens.link(token, args.link_port, args.host))
     print(f"(signs in {os_user()} once, within {args.minutes} minutes)", file=sys.stderr)
     return 0
@@ -163,8 +182,10 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         applied = migrate(conn)
         ensure_logins(conn)
     print("applied: " + ", ".join(applied) if applied else "up to date")
-    print("each process kind has its own login: `threadline db url --role KIND` "
-          "(conductor, bots, console, hooks, viewer)")
+    print(
+        "each process kind has its own login: `threadline db url --role KIND` "
+        "(conductor, bots, console, hooks, viewer)"
+    )
     return 0
 
 
@@ -172,7 +193,9 @@ def cmd_db_url(args: argparse.Namespace) -> int:
     from .settings import NotConfigured, database_url, read_credentials
 
     if args.role and args.role not in read_credentials().get("roles", {}):
-        raise NotConfigured(f"no login for role {args.role!r} here yet: run `threadline db migrate`")
+        raise NotConfigured(
+            f"no login for role {args.role!r} here yet: run `threadline db migrate`"
+        )
     print(database_url(args.role))
     return 0
 
@@ -185,8 +208,11 @@ def cmd_recipe_validate(args: argparse.Namespace) -> int:
     except RecipeError as err:
         _print(args, {"valid": False, "errors": err.errors}, lambda v: "\n".join(v["errors"]))
         return EXIT_INVALID
-    _print(args, {"valid": True, "slug": recipe.slug, "hash": recipe.canonical_hash},
-           lambda v: f"{v['slug']}: valid ({v['hash'][:12]})")
+    _print(
+        args,
+        {"valid": True, "slug": recipe.slug, "hash": recipe.canonical_hash},
+        lambda v: f"{v['slug']}: valid ({v['hash'][:12]})",
+    )
     return 0
 
 
@@ -201,7 +227,11 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
     except RecipeError as err:
         print(str(err), file=sys.stderr)
         return EXIT_INVALID
-    _print(args, applied.__dict__, lambda a: f"{a['slug']} v{a['version']}" + ("" if a["changed"] else " (unchanged)"))
+    _print(
+        args,
+        applied.__dict__,
+        lambda a: f"{a['slug']} v{a['version']}" + ("" if a["changed"] else " (unchanged)"),
+    )
     return 0
 
 
@@ -210,8 +240,16 @@ def cmd_recipe_list(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         rows = list_workflows(conn)
-    _print(args, rows, lambda rs: "\n".join(
-        f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}" for r in rs) or "no workflows yet")
+    _print(
+        args,
+        rows,
+        lambda rs: (
+            "\n".join(
+                f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}" for r in rs
+            )
+            or "no workflows yet"
+        ),
+    )
     return 0
 
 
@@ -223,8 +261,14 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     with _conn() as conn:
         wf = get_workflow(conn, args.slug)
         wf["versions"] = list_versions(conn, args.slug)
-    _print(args, wf, lambda w: yaml.safe_dump(w["recipe"], sort_keys=False, allow_unicode=True).rstrip()
-           + f"\n# v{w['version']} · {w['hash'][:12]} · {len(w['versions'])} versions")
+    _print(
+        args,
+        wf,
+        lambda w: (
+            yaml.safe_dump(w["recipe"], sort_keys=False, allow_unicode=True).rstrip()
+            + f"\n# v{w['version']} · {w['hash'][:12]} · {len(w['versions'])} versions"
+        ),
+    )
     return 0
 
 
@@ -244,15 +288,26 @@ def cmd_spawn(args: argparse.Namespace) -> int:
     # A client request id makes a retried command (or a double-click) one run of this workflow.
     request_id = args.request_id or str(uuid.uuid4())
     with _conn() as conn:
-        result = spawn(conn, args.slug, payload, idempotency_key=manual_key(args.slug, request_id),
-                       trigger={"kind": "manual", **_caller(args), "request_id": request_id})
+        result = spawn(
+            conn,
+            args.slug,
+            payload,
+            idempotency_key=manual_key(args.slug, request_id),
+            trigger={"kind": "manual", **_caller(args), "request_id": request_id},
+        )
     value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
     if not args.request_id:
         value["request_id"] = request_id
         if not args.json:
-            print(f"request id {request_id} (repeat with --request-id {request_id} to retry safely)",
-                  file=sys.stderr)
-    _print(args, value, lambda v: v["run_id"] + ("" if v["created"] else "  (existing run for this request id)"))
+            print(
+                f"request id {request_id} (repeat with --request-id {request_id} to retry safely)",
+                file=sys.stderr,
+            )
+    _print(
+        args,
+        value,
+        lambda v: v["run_id"] + ("" if v["created"] else "  (existing run for this request id)"),
+    )
     return 0
 
 
@@ -262,13 +317,22 @@ def cmd_emit(args: argparse.Namespace) -> int:
     payload = _payload(args)
     with _conn() as conn:
         emitted = emit(conn, args.name, payload, event_id=args.id, caller=_actor(args).label)
-    value = {"event": emitted.name, "event_id": emitted.event_id, "runs": [r.__dict__ for r in emitted.runs]}
+    value = {
+        "event": emitted.name,
+        "event_id": emitted.event_id,
+        "runs": [r.__dict__ for r in emitted.runs],
+    }
 
     def text(v: dict[str, Any]) -> str:
         lines = [f"event {v['event']} id {v['event_id']}"]
-        lines += [f"{r['run_id']}  {r['workflow']}" + ("" if r["created"] else "  (existing run for this event id)")
-                  for r in v["runs"]]
-        return "\n".join(lines if v["runs"] else lines + [f"no enabled workflow has on_event: {v['event']}"])
+        lines += [
+            f"{r['run_id']}  {r['workflow']}"
+            + ("" if r["created"] else "  (existing run for this event id)")
+            for r in v["runs"]
+        ]
+        return "\n".join(
+            lines if v["runs"] else lines + [f"no enabled workflow has on_event: {v['event']}"]
+        )
 
     _print(args, value, text)
     return 0
@@ -284,7 +348,9 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
         lines = []
         for r in rs:
             state = "" if r["enabled"] else "  (disabled)"
-            lines.append(f"{r['workflow']}  {r['schedule']}  {r['description']}  catch_up {r['catch_up']}{state}")
+            lines.append(
+                f"{r['workflow']}  {r['schedule']}  {r['description']}  catch_up {r['catch_up']}{state}"
+            )
             lines += [f"    next {t}" for t in r["next_local"]]
         return "\n".join(lines) or "no schedules: add `schedule:` to a recipe"
 
@@ -312,8 +378,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     def text(v: dict[str, Any]) -> str:
         lines = [f"health: {v['health']}"]
-        lines += [f"{r['run_id']}  {r['workflow']:<20} {r['state']:<10} {r['current_step'] or '':<14} "
-                  f"{r['created_at']:%Y-%m-%d %H:%M:%S}" for r in v["runs"]]
+        lines += [
+            f"{r['run_id']}  {r['workflow']:<20} {r['state']:<10} {r['current_step'] or '':<14} "
+            f"{r['created_at']:%Y-%m-%d %H:%M:%S}"
+            for r in v["runs"]
+        ]
         return "\n".join(lines if v["runs"] else lines + ["no runs yet: `threadline spawn SLUG`"])
 
     _print(args, value, text)
@@ -328,8 +397,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     def text(r: dict[str, Any]) -> str:
         lines = [f"run {r['run_id']} · {r['workflow']} v{r['workflow_version']} · {r['state']}", ""]
-        lines += [f"  {s['status']:<10} {s['id']:<16} {s['kind']:<13} attempts {s['attempts']}"
-                  for s in r["steps"]]
+        lines += [
+            f"  {s['status']:<10} {s['id']:<16} {s['kind']:<13} attempts {s['attempts']}"
+            for s in r["steps"]
+        ]
         lines.append("")
         for e in r["thread"]:
             who = e["author"] if e["author_kind"] != "system" else "System"
@@ -345,8 +416,15 @@ def cmd_reply(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         outcome = reply(conn, args.run_id, args.text, _actor(args))
-    _print(args, outcome.__dict__, lambda o: f"entry #{o['seq']}" + (
-        f" · gate {o['decision']}" if o["decision"] else "") + (f"\n{o['hint']}" if o["hint"] else ""))
+    _print(
+        args,
+        outcome.__dict__,
+        lambda o: (
+            f"entry #{o['seq']}"
+            + (f" · gate {o['decision']}" if o["decision"] else "")
+            + (f"\n{o['hint']}" if o["hint"] else "")
+        ),
+    )
     return 0
 
 
@@ -387,12 +465,16 @@ def cmd_health(args: argparse.Namespace) -> int:
         lines = [f"status: {v['status']}  (runnable unclaimed: {v['runnable_unclaimed']})"]
         for kind in ("conductors", "bots"):
             for w in v[kind]:
-                lines.append(f"  {kind[:-1]:<9} {'alive' if w['alive'] else 'DEAD ':<5} {w['id']}  "
-                             f"beat {w['last_beat_age_s']}s ago")
+                lines.append(
+                    f"  {kind[:-1]:<9} {'alive' if w['alive'] else 'DEAD ':<5} {w['id']}  "
+                    f"beat {w['last_beat_age_s']}s ago"
+                )
                 if kind == "bots" and w["alive"] and w["sandbox"]:
                     lines.append(f"            steps run {w['sandbox']}")
         if v["unsandboxed_bots"]:
-            lines.append(f"WARNING: {len(v['unsandboxed_bots'])} bot process(es) run steps UNSANDBOXED")
+            lines.append(
+                f"WARNING: {len(v['unsandboxed_bots'])} bot process(es) run steps UNSANDBOXED"
+            )
         return "\n".join(lines)
 
     _print(args, h, text)
@@ -404,10 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .hooks import DEFAULT_PORT, IDLE_TIMEOUT_S, MAX_BYTES, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
     from .webhook_auth import TOLERANCE_S
 
-    p = argparse.ArgumentParser(prog="threadline", description="Durable workflows where every run is a thread.")
+    p = argparse.ArgumentParser(
+        prog="threadline", description="Durable workflows where every run is a thread."
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, json_flag: bool = False) -> argparse.ArgumentParser:
+    def add(
+        name: str, fn: Callable[[argparse.Namespace], int], help: str, json_flag: bool = False
+    ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         sp.set_defaults(fn=fn)
         if json_flag:
@@ -418,64 +504,122 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-console", action="store_true")
     sp.add_argument("--port", type=int, default=5006, help="console port (default 5006)")
     sp.add_argument("--no-hooks", action="store_true", help="do not start the webhook ingress")
-    sp.add_argument("--hooks-port", type=int, default=None,
-                    help=f"webhook ingress port (default {DEFAULT_PORT}, or a free one if taken)")
-    sp.add_argument("--no-auth", action="store_true",
-                    help="console without sign-in (loopback only): anyone on this machine acts as you")
+    sp.add_argument(
+        "--hooks-port",
+        type=int,
+        default=None,
+        help=f"webhook ingress port (default {DEFAULT_PORT}, or a free one if taken)",
+    )
+    sp.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="console without sign-in (loopback only): anyone on this machine acts as you",
+    )
     add("conductor", cmd_conductor, "run a conductor process")
     sp = add("bots", cmd_bots, "run a bot process")
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
     sp.add_argument("--bot", action="append", help="serve only this bot (repeatable; default all)")
     sp = add("hooks", cmd_hooks, "serve webhooks: POST /hooks/<path> starts a run")
-    sp.add_argument("--host", default="127.0.0.1",
-                    help="address to listen on (default 127.0.0.1; another needs every webhook signed)")
-    sp.add_argument("--port", type=int, default=DEFAULT_PORT,
-                    help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    sp.add_argument("--max-bytes", type=int, default=MAX_BYTES,
-                    help=f"largest body accepted (default {MAX_BYTES} bytes)")
-    sp.add_argument("--tolerance", type=float, default=TOLERANCE_S,
-                    help=f"seconds a signed timestamp may be off (default {TOLERANCE_S:g})")
-    sp.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S,
-                    help="seconds from a request's first byte to the end of its body "
-                         f"(default {REQUEST_TIMEOUT_S:g})")
-    sp.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S,
-                    help=f"seconds a connection may wait for its next request "
-                         f"(default {IDLE_TIMEOUT_S:g})")
-    sp.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
-                    help=f"connections open at once; more are answered 503 "
-                         f"(default {MAX_CONNECTIONS})")
+    sp.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; another needs every webhook signed)",
+    )
+    sp.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    sp.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_BYTES,
+        help=f"largest body accepted (default {MAX_BYTES} bytes)",
+    )
+    sp.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE_S,
+        help=f"seconds a signed timestamp may be off (default {TOLERANCE_S:g})",
+    )
+    sp.add_argument(
+        "--request-timeout",
+        type=float,
+        default=REQUEST_TIMEOUT_S,
+        help="seconds from a request's first byte to the end of its body "
+        f"(default {REQUEST_TIMEOUT_S:g})",
+    )
+    sp.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=IDLE_TIMEOUT_S,
+        help=f"seconds a connection may wait for its next request (default {IDLE_TIMEOUT_S:g})",
+    )
+    sp.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help=f"connections open at once; more are answered 503 (default {MAX_CONNECTIONS})",
+    )
     sp = add("console", cmd_console, "serve the web console")
     sp.add_argument("--port", type=int, default=5006)
-    sp.add_argument("--address", default="127.0.0.1",
-                    help="address to listen on; anything but loopback needs a users file")
-    sp.add_argument("--no-auth", action="store_true",
-                    help="no sign-in (loopback only): anyone on this machine acts as you")
+    sp.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to listen on; anything but loopback needs a users file",
+    )
+    sp.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="no sign-in (loopback only): anyone on this machine acts as you",
+    )
     sp.add_argument("--no-link", action="store_true", help="do not print a sign-in link at start")
     cp = sp.add_subparsers(dest="console_command", metavar="SUBCOMMAND")
     lp = cp.add_parser("link", help="print a fresh one-time sign-in link for your account")
     lp.set_defaults(fn=cmd_console_link)
-    lp.add_argument("--port", type=int, default=5006, dest="link_port", help="the console's port (default 5006)")
+    lp.add_argument(
+        "--port", type=int, default=5006, dest="link_port", help="the console's port (default 5006)"
+    )
     lp.add_argument("--host", default="127.0.0.1", help="the host in the link (default 127.0.0.1)")
     lp.add_argument("--minutes", type=int, default=60, help="how long the link works (default 60)")
-    up_ = cp.add_parser("user", help="console users").add_subparsers(dest="user_command", required=True)
-    ap = up_.add_parser("add", help="add or replace a user of the users file (asks for the password)")
+    up_ = cp.add_parser("user", help="console users").add_subparsers(
+        dest="user_command", required=True
+    )
+    ap = up_.add_parser(
+        "add", help="add or replace a user of the users file (asks for the password)"
+    )
     ap.set_defaults(fn=cmd_console_user_add)
     ap.add_argument("name")
-    ap.add_argument("--role", action="append", required=True, choices=["viewer", "operator", "approver"],
-                    help="repeatable")
+    ap.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        choices=["viewer", "operator", "approver"],
+        help="repeatable",
+    )
     ap.add_argument("--file", help="the users file (default: $THREADLINE_CONSOLE_USERS)")
     ap.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
 
-    dbp = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
+    dbp = sub.add_parser("db", help="database commands").add_subparsers(
+        dest="db_command", required=True
+    )
     dbp.add_parser("migrate", help="apply migrations").set_defaults(fn=cmd_db_migrate)
     sp = dbp.add_parser("url", help="print the database URL (the owner's, or a process role's)")
-    sp.add_argument("--role", choices=["conductor", "bots", "console", "hooks", "viewer"],
-                    help="the login of this process kind (made by `db migrate`)")
+    sp.add_argument(
+        "--role",
+        choices=["conductor", "bots", "console", "hooks", "viewer"],
+        help="the login of this process kind (made by `db migrate`)",
+    )
     sp.set_defaults(fn=cmd_db_url)
 
-    rp = sub.add_parser("recipe", help="workflow recipes").add_subparsers(dest="recipe_command", required=True)
-    for name, fn, hlp in (("apply", cmd_recipe_apply, "create or update a workflow from FILE"),
-                          ("validate", cmd_recipe_validate, "check FILE; exit 10 with the errors when invalid")):
+    rp = sub.add_parser("recipe", help="workflow recipes").add_subparsers(
+        dest="recipe_command", required=True
+    )
+    for name, fn, hlp in (
+        ("apply", cmd_recipe_apply, "create or update a workflow from FILE"),
+        ("validate", cmd_recipe_validate, "check FILE; exit 10 with the errors when invalid"),
+    ):
         sp = rp.add_parser(name, help=hlp)
         sp.add_argument("file", type=Path)
         sp.add_argument("--json", action="store_true")
@@ -487,8 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("slug")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_recipe_show)
-    for name, hlp in (("enable", "let schedules, events and webhooks start runs of SLUG again"),
-                      ("disable", "stop schedules, events and webhooks from starting runs of SLUG")):
+    for name, hlp in (
+        ("enable", "let schedules, events and webhooks start runs of SLUG again"),
+        ("disable", "stop schedules, events and webhooks from starting runs of SLUG"),
+    ):
         sp = rp.add_parser(name, help=hlp)
         sp.add_argument("slug")
         sp.set_defaults(fn=cmd_recipe_enable)
@@ -496,15 +642,28 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("spawn", cmd_spawn, "start a run of workflow SLUG; prints the run id", json_flag=True)
     sp.add_argument("slug")
     sp.add_argument("--payload", help="JSON object")
-    sp.add_argument("--request-id", "--idempotency-key", dest="request_id",
-                    help="client request id: repeating it makes no second run (default: a fresh one, printed)")
+    sp.add_argument(
+        "--request-id",
+        "--idempotency-key",
+        dest="request_id",
+        help="client request id: repeating it makes no second run (default: a fresh one, printed)",
+    )
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
-    sp = add("emit", cmd_emit, "emit event NAME: one run of each workflow with on_event: NAME", json_flag=True)
+    sp = add(
+        "emit",
+        cmd_emit,
+        "emit event NAME: one run of each workflow with on_event: NAME",
+        json_flag=True,
+    )
     sp.add_argument("name")
     sp.add_argument("--payload", help="JSON object")
-    sp.add_argument("--id", help="event id: emitting it again starts no second run (default: a fresh one)")
+    sp.add_argument(
+        "--id", help="event id: emitting it again starts no second run (default: a fresh one)"
+    )
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
-    scp = sub.add_parser("schedule", help="schedules").add_subparsers(dest="schedule_command", required=True)
+    scp = sub.add_parser("schedule", help="schedules").add_subparsers(
+        dest="schedule_command", required=True
+    )
     sp = scp.add_parser("list", help="each schedule in words with its next fire times")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_schedule_list)
@@ -522,7 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp = add(name, cmd_decide, f"{name} the gate a run waits at")
         sp.add_argument("run_id")
         sp.add_argument("--reason")
-        sp.add_argument("--gate", help="the gate's step key; refused if that gate is no longer open")
+        sp.add_argument(
+            "--gate", help="the gate's step key; refused if that gate is no longer open"
+        )
         sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp = add("cancel", cmd_cancel, "cancel a run (stops a running command)")
     sp.add_argument("run_id")
@@ -543,8 +704,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from . import commands, recipes, spawn, threads
 
-        known += (LookupError, commands.CommandRefused, threads.DecisionRefused, spawn.SpawnError,
-                  recipes.RecipeError, ValueError)
+        known += (
+            LookupError,
+            commands.CommandRefused,
+            threads.DecisionRefused,
+            spawn.SpawnError,
+            recipes.RecipeError,
+            ValueError,
+        )
         return args.fn(args)
     except known as err:
         print(f"threadline: {err}", file=sys.stderr)

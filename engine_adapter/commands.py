@@ -18,7 +18,9 @@ class CommandRefused(RuntimeError):
     """The run is not in a state the command applies to; nothing was written."""
 
 
-def cancel_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None = None) -> None:
+def cancel_run(
+    conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None = None
+) -> None:
     """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL)."""
     with conn.transaction():
         run = threads.lock_run(conn, run_id)
@@ -27,8 +29,15 @@ def cancel_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason:
         db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
         threads.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
         text = f"Run cancelled by {actor.label}" + (f": {reason}" if reason else ".")
-        threads.append(conn, run_id, "human", actor.label, "decision", text,
-                       data={"decision": "cancel", **actor.as_record()})
+        threads.append(
+            conn,
+            run_id,
+            "human",
+            actor.label,
+            "decision",
+            text,
+            data={"decision": "cancel", **actor.as_record()},
+        )
         db.notify(conn, run_id, "cancelled")
 
 
@@ -40,20 +49,37 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
         if task and task["state"] == "failed":
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
-            threads.append(conn, run_id, "human", actor.label, "decision",
-                           f"Retry requested by {actor.label} (engine retry).", data=actor.as_record())
+            threads.append(
+                conn,
+                run_id,
+                "human",
+                actor.label,
+                "decision",
+                f"Retry requested by {actor.label} (engine retry).",
+                data=actor.as_record(),
+            )
             db.notify(conn, run_id, "retry")
             return f"{run_id}:engine"
         if run["state"] != "failed":
             raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
         _check_room(conn, run_id, run["workflow"])
         key = names.step_key(run_id, run["current_step"], run["current_try"])
-        db.fetch_one(conn, "emit_retry", dict(queue=QUEUE, run_id=run_id, step_key=key,
-                                              payload=Jsonb(actor.as_record())))
+        db.fetch_one(
+            conn,
+            "emit_retry",
+            dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
+        )
         threads.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
-        threads.append(conn, run_id, "human", actor.label, "decision",
-                       f"Retry requested by {actor.label}: step {run['current_step']} gets try "
-                       f"{run['current_try'] + 1}.", data={"decision": "retry", **actor.as_record()})
+        threads.append(
+            conn,
+            run_id,
+            "human",
+            actor.label,
+            "decision",
+            f"Retry requested by {actor.label}: step {run['current_step']} gets try "
+            f"{run['current_try'] + 1}.",
+            data={"decision": "retry", **actor.as_record()},
+        )
         db.notify(conn, run_id, "retry")
         return key
 
@@ -68,10 +94,13 @@ def _check_room(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> No
         raise CommandRefused(
             f"run {run_id} cannot be retried now: workflow {workflow!r} has {places['active']} of "
             f"{places['max_runs']} runs allowed at once active (max_concurrent_runs); "
-            "retry it when one of them finishes")
+            "retry it when one of them finishes"
+        )
 
 
-def emit_debug_event(conn: psycopg.Connection[Any], run_id: str, event: str, payload: Any, actor: Actor) -> None:
+def emit_debug_event(
+    conn: psycopg.Connection[Any], run_id: str, event: str, payload: Any, actor: Actor
+) -> None:
     """Emit an engine event by hand (the debug pane's escape hatch), noted in the run's thread.
 
     Threadline's own events (a step done, a gate decided, a retry, an admission) are refused: they
@@ -81,10 +110,20 @@ def emit_debug_event(conn: psycopg.Connection[Any], run_id: str, event: str, pay
     if names.is_own_event(event):
         raise CommandRefused(
             f"event {event!r} is Threadline's own ({names.OWN_EVENT_PREFIX}…): steps are released by "
-            "their bot, gates by a decision (approve/deny/reply), failed runs by retry")
+            "their bot, gates by a decision (approve/deny/reply), failed runs by retry"
+        )
     with conn.transaction():
         threads.lock_run(conn, run_id)
-        db.fetch_one(conn, "emit_debug_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload)))
-        threads.append(conn, run_id, "human", actor.label, "note", f"{actor.label} emitted event {event} (debug).",
-                       data={"event": event, "payload": payload, **actor.as_record()})
+        db.fetch_one(
+            conn, "emit_debug_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload))
+        )
+        threads.append(
+            conn,
+            run_id,
+            "human",
+            actor.label,
+            "note",
+            f"{actor.label} emitted event {event} (debug).",
+            data={"event": event, "payload": payload, **actor.as_record()},
+        )
         db.notify(conn, run_id, "thread")

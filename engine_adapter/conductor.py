@@ -84,8 +84,9 @@ class Conductor:
         self.wait_for_wake()
 
     def work_once(self) -> bool:
-        tasks = self.engine.claim_tasks(batch_size=BATCH, claim_timeout=CLAIM_TIMEOUT_S,
-                                        worker_id=self.worker.id)
+        tasks = self.engine.claim_tasks(
+            batch_size=BATCH, claim_timeout=CLAIM_TIMEOUT_S, worker_id=self.worker.id
+        )
         for task in tasks:
             # The SDK's executor: replays checkpoints, completes, suspends or fails the run.
             self.engine._execute_task(task, CLAIM_TIMEOUT_S)
@@ -116,7 +117,9 @@ class Conductor:
         emitted = 0
         for row in db.fetch_all(self.conn, "unreconciled_terminals"):
             with self.conn.transaction():
-                threads.emit_step_done(self.conn, str(row["run_id"]), row["await_key"], row["payload"])
+                threads.emit_step_done(
+                    self.conn, str(row["run_id"]), row["await_key"], row["payload"]
+                )
             emitted += 1
         return emitted
 
@@ -132,8 +135,9 @@ class Conductor:
             return 0
         for workflow in (row["workflow"] for row in rows):
             try:
-                admitted += db.fetch_one(self.conn, "admit_queued",
-                                         dict(queue=QUEUE, workflow=workflow))["admitted"]
+                admitted += db.fetch_one(
+                    self.conn, "admit_queued", dict(queue=QUEUE, workflow=workflow)
+                )["admitted"]
             except Exception:
                 log.exception("admission sweep failed for workflow %s", workflow)
         return admitted
@@ -142,8 +146,12 @@ class Conductor:
         """Fire due cron slots on the database clock; a failure is logged and retried next tick."""
         try:
             for fired in schedules.tick(self.conn, caller=self.worker.id):
-                log.info("schedule %s slot %s: %s", fired.workflow, fired.slot.isoformat(),
-                         f"run {fired.run_id}" if fired.run_id else "skipped")
+                log.info(
+                    "schedule %s slot %s: %s",
+                    fired.workflow,
+                    fired.slot.isoformat(),
+                    f"run {fired.run_id}" if fired.run_id else "skipped",
+                )
         except Exception:  # nothing may escape the conductor's loop
             log.exception("schedule tick failed")
 
@@ -158,8 +166,11 @@ class Conductor:
         for row in db.fetch_all(self.conn, "runs_held_by_dead_conductors"):
             reason = {"name": "$ConductorDied", "message": f"conductor {row['claimed_by']} died"}
             try:
-                db.fetch_one(self.conn, "fail_engine_run",
-                             dict(queue=QUEUE, run_id=row["run_id"], reason=Jsonb(reason)))
+                db.fetch_one(
+                    self.conn,
+                    "fail_engine_run",
+                    dict(queue=QUEUE, run_id=row["run_id"], reason=Jsonb(reason)),
+                )
                 recovered += 1
             except psycopg.Error as err:  # raced with another conductor's recovery
                 log.info("recovery of %s skipped: %s", row["run_id"], err)
@@ -204,8 +215,9 @@ class RunHandler:
 
     def run_step(self, step: Step, try_no: int) -> dict[str, Any]:
         if step.kind == INVALID:
-            sent = self.ctx.step(names.send_checkpoint(step.id, try_no),
-                                 lambda: self.refuse(step, try_no))
+            sent = self.ctx.step(
+                names.send_checkpoint(step.id, try_no), lambda: self.refuse(step, try_no)
+            )
             return {"status": "failed", "output": sent["error"]}
         if step.kind in ("run_command", "dispatch_task"):
             return self.bot_step(step, try_no)
@@ -216,11 +228,25 @@ class RunHandler:
     # -- SEND and PARK ------------------------------------------------------------------------
     def bot_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
-        data = {"timeout_s": step.timeout_s, "retries": step.retries,
-                "workdir": self.recipe.get("workdir"), "env": self.recipe.get("env", []),
-                "network": self.recipe.get("network", True)}
-        sent = self.ctx.step(names.send_checkpoint(step.id, try_no), lambda: self.send(
-            step, try_no, key, entry_kind="instruction", state="running", await_kind="bot", data=data))
+        data = {
+            "timeout_s": step.timeout_s,
+            "retries": step.retries,
+            "workdir": self.recipe.get("workdir"),
+            "env": self.recipe.get("env", []),
+            "network": self.recipe.get("network", True),
+        }
+        sent = self.ctx.step(
+            names.send_checkpoint(step.id, try_no),
+            lambda: self.send(
+                step,
+                try_no,
+                key,
+                entry_kind="instruction",
+                state="running",
+                await_kind="bot",
+                data=data,
+            ),
+        )
         crash_point("after_send_checkpoint")
         if not sent["ok"]:
             return {"status": "failed", "output": sent["error"]}
@@ -234,35 +260,60 @@ class RunHandler:
             if step.timeout_s:
                 now = self.db_now()
                 try:
-                    deadline = datetime.fromtimestamp(now.timestamp() + step.timeout_s,
-                                                      now.tzinfo).isoformat()
+                    deadline = datetime.fromtimestamp(
+                        now.timestamp() + step.timeout_s, now.tzinfo
+                    ).isoformat()
                 except (OverflowError, ValueError, OSError) as err:  # bounded by validation
                     return {"ok": False, "error": f"gate {step.id}: timeout out of range ({err})"}
-            data = {"accept": step.accept, "approvers": list(step.approvers), "from": step.from_,
-                    "deadline": deadline}
-            return self.send(step, try_no, key, entry_kind="question", state="waiting",
-                             await_kind="gate", data=data)
+            data = {
+                "accept": step.accept,
+                "approvers": list(step.approvers),
+                "from": step.from_,
+                "deadline": deadline,
+            }
+            return self.send(
+                step,
+                try_no,
+                key,
+                entry_kind="question",
+                state="waiting",
+                await_kind="gate",
+                data=data,
+            )
 
         sent = self.ctx.step(names.send_checkpoint(step.id, try_no), open_gate)
         if not sent["ok"]:
             return {"status": "failed", "output": sent["error"]}
         timeout = None
         if sent["data"]["deadline"]:  # from the checkpoint: a replay keeps the original deadline
-            remaining = (datetime.fromisoformat(sent["data"]["deadline"]) - self.db_now()).total_seconds()
+            remaining = (
+                datetime.fromisoformat(sent["data"]["deadline"]) - self.db_now()
+            ).total_seconds()
             timeout = max(0, math.ceil(remaining))
         try:
-            decision = self.ctx.await_event(names.done_event(key), names.done_checkpoint(step.id, try_no),
-                                            timeout=timeout)
+            decision = self.ctx.await_event(
+                names.done_event(key), names.done_checkpoint(step.id, try_no), timeout=timeout
+            )
         except AwaitTimeout:
             # Absurd writes no checkpoint on timeout: emit the same done event with a timeout
             # decision (first write wins against a late approval) and await it again.
             threads.time_out_gate(self.conn, self.run_id, key)
-            decision = self.ctx.await_event(names.done_event(key),
-                                            names.late_done_checkpoint(step.id, try_no))
+            decision = self.ctx.await_event(
+                names.done_event(key), names.late_done_checkpoint(step.id, try_no)
+            )
         return self.gate_result(step, decision)
 
-    def send(self, step: Step, try_no: int, key: str, *, entry_kind: str, state: str, await_kind: str,
-             data: dict[str, Any]) -> dict[str, Any]:
+    def send(
+        self,
+        step: Step,
+        try_no: int,
+        key: str,
+        *,
+        entry_kind: str,
+        state: str,
+        await_kind: str,
+        data: dict[str, Any],
+    ) -> dict[str, Any]:
         """SEND: render the step, post it into the thread as System and arm `awaiting`, in one
         transaction. Idempotent per step key, so a replay after a crash posts nothing twice."""
         with self.conn.transaction():
@@ -276,8 +327,17 @@ class RunHandler:
                 self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
             data = {"step": step.id, "kind": step.kind, "try": try_no, **data}
-            seq = threads.append(self.conn, self.run_id, "system", "threadline", entry_kind, text,
-                                 step_key=key, dedupe_key=f"{entry_kind}:{key}", data=data)
+            seq = threads.append(
+                self.conn,
+                self.run_id,
+                "system",
+                "threadline",
+                entry_kind,
+                text,
+                step_key=key,
+                dedupe_key=f"{entry_kind}:{key}",
+                data=data,
+            )
             if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
                 self.set_state(state, step.id, try_no, await_key=key, await_kind=await_kind)
             db.notify(self.conn, self.run_id, entry_kind)
@@ -297,19 +357,24 @@ class RunHandler:
         if decision["decision"] == "timeout":
             outcome, why = step.on_timeout or "deny", "timed out"
         else:
-            outcome, why = decision["decision"], f"denied by {decision.get('actor')}" + (f": {text}" if text else "")
+            outcome, why = (
+                decision["decision"],
+                f"denied by {decision.get('actor')}" + (f": {text}" if text else ""),
+            )
         if outcome in ("approve", "reply"):
             return {"status": "completed", "output": text, "decision": decision}
         return {"status": "cancelled", "output": text or why, "decision": decision, "reason": why}
 
     def sleep_step(self, step: Step, try_no: int) -> dict[str, Any]:
         key = names.step_key(self.run_id, step.id, try_no)
-        planned = self.ctx.step(names.send_checkpoint(step.id, try_no),
-                                lambda: self.plan_sleep(step, try_no, key))
+        planned = self.ctx.step(
+            names.send_checkpoint(step.id, try_no), lambda: self.plan_sleep(step, try_no, key)
+        )
         if not planned["ok"]:
             return {"status": "failed", "output": planned["error"]}
-        self.ctx.sleep_until(names.sleep_checkpoint(step.id, try_no),
-                             datetime.fromisoformat(planned["wake_at"]))
+        self.ctx.sleep_until(
+            names.sleep_checkpoint(step.id, try_no), datetime.fromisoformat(planned["wake_at"])
+        )
         return {"status": "completed", "output": planned["wake_at"]}
 
     def plan_sleep(self, step: Step, try_no: int, key: str) -> dict[str, Any]:
@@ -318,8 +383,9 @@ class RunHandler:
             now = self.db_now()
             try:
                 if step.kind == "sleep":
-                    wake = datetime.fromtimestamp(now.timestamp() + parse_duration(step.text),
-                                                  now.tzinfo)
+                    wake = datetime.fromtimestamp(
+                        now.timestamp() + parse_duration(step.text), now.tzinfo
+                    )
                 else:
                     wake = datetime.fromisoformat(render(step.text, self.payload, self.outputs))
                     if wake.tzinfo is None:
@@ -330,8 +396,11 @@ class RunHandler:
                 self.note(f"Step {step.id} failed: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
             self.set_state("sleeping", step.id, try_no, wake_at=wake)
-            self.note(f"Sleeping until {wake.isoformat(timespec='seconds')} (step {step.id}).",
-                      key, f"sleep:{key}")
+            self.note(
+                f"Sleeping until {wake.isoformat(timespec='seconds')} (step {step.id}).",
+                key,
+                f"sleep:{key}",
+            )
             db.notify(self.conn, self.run_id, "sleep")
         return {"ok": True, "wake_at": wake.isoformat()}
 
@@ -344,9 +413,12 @@ class RunHandler:
             with self.conn.transaction():
                 self.set_state("failed", step.id, try_no)
                 tail = str(result.get("output", ""))[-500:]
-                self.note(f"Step {step.id} failed (try {try_no}).\n{tail}\n"
-                          f"Run `threadline retry {self.run_id}` to resume at this step.",
-                          key, f"failed:{key}")
+                self.note(
+                    f"Step {step.id} failed (try {try_no}).\n{tail}\n"
+                    f"Run `threadline retry {self.run_id}` to resume at this step.",
+                    key,
+                    f"failed:{key}",
+                )
                 db.notify(self.conn, self.run_id, "failed")
             return True
 
@@ -357,7 +429,11 @@ class RunHandler:
         key = names.step_key(self.run_id, step.id, try_no)
         with self.conn.transaction():
             self.set_state("cancelled", step.id, try_no)
-            self.note(f"Run cancelled: gate {step.id} {result.get('reason', 'denied')}.", key, f"cancelled:{key}")
+            self.note(
+                f"Run cancelled: gate {step.id} {result.get('reason', 'denied')}.",
+                key,
+                f"cancelled:{key}",
+            )
             db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
             db.notify(self.conn, self.run_id, "cancelled")
         raise CancelledTask()
@@ -370,14 +446,38 @@ class RunHandler:
         return True
 
     # -- helpers ------------------------------------------------------------------------------
-    def set_state(self, state: str, step: str | None, try_no: int | None, *, await_key: str | None = None,
-                  await_kind: str | None = None, wake_at: datetime | None = None) -> None:
-        threads.set_run_state(self.conn, self.run_id, state, step, try_no, await_key=await_key,
-                              await_kind=await_kind, wake_at=wake_at)
+    def set_state(
+        self,
+        state: str,
+        step: str | None,
+        try_no: int | None,
+        *,
+        await_key: str | None = None,
+        await_kind: str | None = None,
+        wake_at: datetime | None = None,
+    ) -> None:
+        threads.set_run_state(
+            self.conn,
+            self.run_id,
+            state,
+            step,
+            try_no,
+            await_key=await_key,
+            await_kind=await_kind,
+            wake_at=wake_at,
+        )
 
     def note(self, text: str, key: str | None, dedupe: str) -> None:
-        threads.append(self.conn, self.run_id, "system", "threadline", "note", text,
-                       step_key=key, dedupe_key=dedupe)
+        threads.append(
+            self.conn,
+            self.run_id,
+            "system",
+            "threadline",
+            "note",
+            text,
+            step_key=key,
+            dedupe_key=dedupe,
+        )
 
     def db_now(self) -> datetime:
         return db.fetch_one(self.conn, "db_now")["now"]
@@ -392,10 +492,15 @@ def snapshot_step(d: dict[str, Any]) -> Step:
     try:
         return Step.from_dict(d)
     except RecipeError as err:
-        return Step(id=str(d.get("id") if isinstance(d, dict) else "?"), kind=INVALID,
-                    text="; ".join(err.errors))
+        return Step(
+            id=str(d.get("id") if isinstance(d, dict) else "?"),
+            kind=INVALID,
+            text="; ".join(err.errors),
+        )
 
 
 def main(url: str | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s conductor %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s conductor %(levelname)s %(message)s"
+    )
     Conductor(url).run_forever()

@@ -40,8 +40,9 @@ def _q(value: object) -> str:
 def check_expr(expr: str) -> str:
     """The expression with its spacing normalised; CronError unless it is valid 5-field cron."""
     if not isinstance(expr, str) or len(expr) > MAX_EXPR:
-        raise CronError(f"{_q(expr)[:80]} must be a 5-field cron expression "
-                        f"(at most {MAX_EXPR} characters)")
+        raise CronError(
+            f"{_q(expr)[:80]} must be a 5-field cron expression (at most {MAX_EXPR} characters)"
+        )
     expr = " ".join(expr.split())
     if len(expr.split()) != 5:
         raise CronError(f"{_q(expr)} must be a 5-field cron expression")

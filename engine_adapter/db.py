@@ -20,7 +20,9 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 def queries() -> dict[str, str]:
     """Named SQL blocks: `-- name --`, a comment line, then the query. Names are unique across files."""
     found: dict[str, str] = {}
-    for file in sorted(resources.files("engine_adapter").joinpath("sql").iterdir(), key=lambda f: f.name):
+    for file in sorted(
+        resources.files("engine_adapter").joinpath("sql").iterdir(), key=lambda f: f.name
+    ):
         if not file.name.endswith(".sql"):
             continue
         parts = _BLOCK.split(file.read_text())
@@ -35,14 +37,17 @@ def q(name: str) -> str:
     return queries()[name]
 
 
-def connect(url: str | None = None, *, role: str | None = None,
-            autocommit: bool = True) -> psycopg.Connection[Any]:
+def connect(
+    url: str | None = None, *, role: str | None = None, autocommit: bool = True
+) -> psycopg.Connection[Any]:
     """A connection returning dict rows; autocommit so callers open transactions explicitly.
     Without a url: the login of process role `role` (see settings.database_url)."""
     return psycopg.connect(url or database_url(role), autocommit=autocommit, row_factory=dict_row)
 
 
-def fetch_one(conn: psycopg.Connection[Any], name: str, params: Any = None) -> dict[str, Any] | None:
+def fetch_one(
+    conn: psycopg.Connection[Any], name: str, params: Any = None
+) -> dict[str, Any] | None:
     return conn.execute(q(name), params).fetchone()
 
 

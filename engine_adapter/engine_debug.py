@@ -30,28 +30,50 @@ def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
         "task": task["task"] if task else None,
         "attempts": [_attempt_view(a, checkpoints) for a in attempts],
         "checkpoints": [
-            {"name": c["checkpoint_name"], "attempt": attempt_of.get(c["owner_run_id"]),
-             "status": c["status"], "updated_at": c["updated_at"], "state": c["state"]}
+            {
+                "name": c["checkpoint_name"],
+                "attempt": attempt_of.get(c["owner_run_id"]),
+                "status": c["status"],
+                "updated_at": c["updated_at"],
+                "state": c["state"],
+            }
             for c in checkpoints
         ],
         # Absurd keeps a placeholder row (at the epoch, no payload) for an event awaited before it
         # was emitted: shown as awaited, not as emitted.
         "events": [
-            {"name": e["event_name"], "payload": e["payload"], "emitted": e["emitted_at"].year > 1970,
-             "emitted_at": e["emitted_at"] if e["emitted_at"].year > 1970 else None,
-             "awaited_now": e["event_name"] in awaited}
+            {
+                "name": e["event_name"],
+                "payload": e["payload"],
+                "emitted": e["emitted_at"].year > 1970,
+                "emitted_at": e["emitted_at"] if e["emitted_at"].year > 1970 else None,
+                "awaited_now": e["event_name"] in awaited,
+            }
             for e in events
         ],
         "awaiting": [
-            {"event": w["event_name"], "checkpoint": w["step_name"], "timeout_at": w["timeout_at"],
-             "since": w["created_at"]}
+            {
+                "event": w["event_name"],
+                "checkpoint": w["step_name"],
+                "timeout_at": w["timeout_at"],
+                "since": w["created_at"],
+            }
             for w in waits
         ],
-        "sleep_until": next((a["available_at"] for a in reversed(attempts) if a["state"] == "sleeping"), None),
+        "sleep_until": next(
+            (a["available_at"] for a in reversed(attempts) if a["state"] == "sleeping"), None
+        ),
         "bot_attempts": [
-            {"step_key": c["step_key"], "attempt": c["attempt"], "worker": c["worker_id"], "host": c["host"],
-             "started_at": c["started_at"], "finished_at": c["finished_at"], "outcome": c["outcome"],
-             "lease_until": c["lease_until"]}
+            {
+                "step_key": c["step_key"],
+                "attempt": c["attempt"],
+                "worker": c["worker_id"],
+                "host": c["host"],
+                "started_at": c["started_at"],
+                "finished_at": c["finished_at"],
+                "outcome": c["outcome"],
+                "lease_until": c["lease_until"],
+            }
             for c in claims
         ],
     }
@@ -71,12 +93,22 @@ def _attempt_view(attempt: dict[str, Any], checkpoints: list[dict[str, Any]]) ->
     """Which checkpoints this attempt executed itself and which it found written by earlier ones."""
     executed = [c["checkpoint_name"] for c in checkpoints if c["owner_run_id"] == attempt["run_id"]]
     started = attempt["started_at"]
-    replayed = [c["checkpoint_name"] for c in checkpoints
-                if c["owner_run_id"] != attempt["run_id"] and started is not None
-                and c["updated_at"] <= started]
+    replayed = [
+        c["checkpoint_name"]
+        for c in checkpoints
+        if c["owner_run_id"] != attempt["run_id"]
+        and started is not None
+        and c["updated_at"] <= started
+    ]
     return {
-        "attempt": attempt["attempt"], "state": attempt["state"], "claimed_by": attempt["claimed_by"],
-        "lease_expires_at": attempt["claim_expires_at"], "started_at": attempt["started_at"],
-        "available_at": attempt["available_at"], "wake_event": attempt["wake_event"],
-        "failure_reason": attempt["failure_reason"], "executed": executed, "replayed": replayed,
+        "attempt": attempt["attempt"],
+        "state": attempt["state"],
+        "claimed_by": attempt["claimed_by"],
+        "lease_expires_at": attempt["claim_expires_at"],
+        "started_at": attempt["started_at"],
+        "available_at": attempt["available_at"],
+        "wake_event": attempt["wake_event"],
+        "failure_reason": attempt["failure_reason"],
+        "executed": executed,
+        "replayed": replayed,
     }

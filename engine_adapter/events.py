@@ -34,8 +34,14 @@ class Emitted:
     runs: list[EventRun]
 
 
-def emit(conn: psycopg.Connection[Any], name: str, payload: Any = None, *, event_id: str | None = None,
-         caller: str | None = None) -> Emitted:
+def emit(
+    conn: psycopg.Connection[Any],
+    name: str,
+    payload: Any = None,
+    *,
+    event_id: str | None = None,
+    caller: str | None = None,
+) -> Emitted:
     """Spawn a run per listening workflow; without an id the event gets a fresh one."""
     if not isinstance(name, str) or not EVENT_NAME.fullmatch(name):
         raise SpawnError(f"event name {name!r} must match {EVENT_NAME.pattern}")

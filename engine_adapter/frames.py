@@ -20,7 +20,9 @@ STEP_COLUMNS = ["id", "kind", "status", "attempts", "tries", "output"]
 THREAD_COLUMNS = ["seq", "created_at", "author_kind", "author", "kind", "step", "step_key", "text"]
 TRY_COLUMNS = ["step_key", "step", "try", "sent_at", "ended_at", "outcome"]
 TIMELINE_COLUMNS = ["lane", "kind", "start", "finish", "outcome", "detail"]
-FINAL_RESULT = "signal.dispatch."  # entry kinds of a bot's final result for a step: completed, failed
+FINAL_RESULT = (
+    "signal.dispatch."  # entry kinds of a bot's final result for a step: completed, failed
+)
 ENTRY_LIMIT = 100_000
 # A process counts as the run's when it beat within this window before the run started.
 BEAT_WINDOW = timedelta(seconds=5)
@@ -50,19 +52,28 @@ def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame
     """Each step try: sent_at (its first thread entry), and when and how it ended: the step's final
     result from the bot, the gate decision, or for a sleep its planned wake-up time once that has
     passed (the next step's sent_at shows when the run actually woke)."""
-    checkpoints = {c["checkpoint_name"]: c["state"]
-                   for c in db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))}
+    checkpoints = {
+        c["checkpoint_name"]: c["state"]
+        for c in db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+    }
     now = db.fetch_one(conn, "db_now")["now"]
     tries: dict[str, dict[str, Any]] = {}
     for entry in _step_entries(conn, run_id):
         key = entry["step_key"]
         if key not in tries:
             _, step, try_no = names.split_step_key(key)
-            tries[key] = {"step_key": key, "step": step, "try": try_no, "sent_at": entry["created_at"],
-                          "ended_at": None, "outcome": None}
+            tries[key] = {
+                "step_key": key,
+                "step": step,
+                "try": try_no,
+                "sent_at": entry["created_at"],
+                "ended_at": None,
+                "outcome": None,
+            }
         if entry["kind"].startswith(FINAL_RESULT):
-            tries[key].update(ended_at=entry["created_at"],
-                              outcome=entry["kind"].removeprefix(FINAL_RESULT))
+            tries[key].update(
+                ended_at=entry["created_at"], outcome=entry["kind"].removeprefix(FINAL_RESULT)
+            )
     for t in (t for t in tries.values() if t["outcome"] is None):
         decision = db.fetch_one(conn, "get_decision", dict(step_key=t["step_key"]))
         wake_at = (checkpoints.get(names.send_checkpoint(t["step"], t["try"])) or {}).get("wake_at")
@@ -76,9 +87,19 @@ def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame
 
 def attempts_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Every bot attempt (claim) of the run, oldest first."""
-    frame = pd.DataFrame(db.fetch_all(conn, "run_claims", dict(run_id=run_id)), columns=[
-        "step_key", "attempt", "worker_id", "host", "started_at", "finished_at", "outcome",
-        "lease_until"])
+    frame = pd.DataFrame(
+        db.fetch_all(conn, "run_claims", dict(run_id=run_id)),
+        columns=[
+            "step_key",
+            "attempt",
+            "worker_id",
+            "host",
+            "started_at",
+            "finished_at",
+            "outcome",
+            "lease_until",
+        ],
+    )
     frame.insert(1, "step", frame["step_key"].map(_step_of))
     return frame
 
@@ -90,8 +111,15 @@ def events_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     events = db.fetch_all(conn, "engine_events", dict(names=[names.done_event(k) for k in keys]))
     prefix = names.done_event("")
     # As in engine_debug: an event awaited before it was emitted is a placeholder row at the epoch.
-    rows = [{"step_key": e["event_name"].removeprefix(prefix), "emitted_at": e["emitted_at"],
-             "payload": e["payload"]} for e in events if e["emitted_at"].year > 1970]
+    rows = [
+        {
+            "step_key": e["event_name"].removeprefix(prefix),
+            "emitted_at": e["emitted_at"],
+            "payload": e["payload"],
+        }
+        for e in events
+        if e["emitted_at"].year > 1970
+    ]
     frame = pd.DataFrame(rows, columns=["step_key", "emitted_at", "payload"])
     frame.insert(1, "step", frame["step_key"].map(_step_of))
     frame.insert(2, "try", frame["step_key"].map(lambda key: names.split_step_key(key)[2]))
@@ -105,9 +133,12 @@ def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     if run is None:
         raise threads.RunNotFound(f"no run {run_id}")
     end = run["finished_at"] or db.fetch_one(conn, "db_now")["now"]
-    rows = [w for w in reversed(list_workers(conn))  # newest first there
-            if w["started_at"] <= end
-            and (w["alive"] or w["last_beat_at"] >= run["created_at"] - BEAT_WINDOW)]
+    rows = [
+        w
+        for w in reversed(list_workers(conn))  # newest first there
+        if w["started_at"] <= end
+        and (w["alive"] or w["last_beat_at"] >= run["created_at"] - BEAT_WINDOW)
+    ]
     return pd.DataFrame(rows, columns=["id", "kind", "pid", "started_at", "last_beat_at", "alive"])
 
 
@@ -115,17 +146,32 @@ def engine_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The engine's own rows for the run (one per conductor attempt): state, lease holder, wake-up
     (available_at; empty while the run awaits an event, which the engine stores as infinity)."""
     rows = db.fetch_all(conn, "engine_attempts", dict(run_id=run_id))
-    frame = pd.DataFrame(rows, columns=[
-        "run_id", "attempt", "state", "claimed_by", "claim_expires_at", "available_at", "wake_event",
-        "started_at", "completed_at", "failed_at", "failure_reason"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[
+            "run_id",
+            "attempt",
+            "state",
+            "claimed_by",
+            "claim_expires_at",
+            "available_at",
+            "wake_event",
+            "started_at",
+            "completed_at",
+            "failed_at",
+            "failure_reason",
+        ],
+    )
     return frame.rename(columns={"run_id": "engine_run"})
 
 
 def schedule_slots_frame(conn: psycopg.Connection[Any], workflow: str) -> pd.DataFrame:
     """A scheduled workflow's slot rows, oldest first: the slot, the run it started, and how many
     earlier missed slots it stands for (catch_up)."""
-    return pd.DataFrame(db.fetch_all(conn, "frame_schedule_slots", dict(workflow=workflow)),
-                        columns=["slot", "run_id", "skipped"])
+    return pd.DataFrame(
+        db.fetch_all(conn, "frame_schedule_slots", dict(workflow=workflow)),
+        columns=["slot", "run_id", "skipped"],
+    )
 
 
 def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
@@ -143,21 +189,44 @@ def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
         start = max(w["started_at"], run_start - MARGIN)
         finish = min(now if w["alive"] else w["last_beat_at"], run_end + MARGIN)
         if finish >= start:
-            rows.append(dict(
-                lane=f"{w['kind']} {counts[w['kind']]} (pid {w['pid']})", kind=f"{w['kind']} alive",
-                start=start, finish=finish, outcome="alive" if w["alive"] else "dead",
-                detail="alive now" if w["alive"] else f"last heartbeat {w['last_beat_at']:%H:%M:%S.%f}"))
+            rows.append(
+                dict(
+                    lane=f"{w['kind']} {counts[w['kind']]} (pid {w['pid']})",
+                    kind=f"{w['kind']} alive",
+                    start=start,
+                    finish=finish,
+                    outcome="alive" if w["alive"] else "dead",
+                    detail="alive now"
+                    if w["alive"]
+                    else f"last heartbeat {w['last_beat_at']:%H:%M:%S.%f}",
+                )
+            )
     attempts = attempts_frame(conn, run_id).to_dict("records")
     for t in step_tries_frame(conn, run_id).to_dict("records"):  # each step, then its attempts
         ended = t["ended_at"] if pd.notna(t["ended_at"]) else None
         lane = step_lane(t["step"], t["try"])
-        rows.append(dict(lane=lane, kind="step", start=t["sent_at"], finish=ended or now,
-                         outcome=t["outcome"] or "open", detail=f"step key {t['step_key']}"))
+        rows.append(
+            dict(
+                lane=lane,
+                kind="step",
+                start=t["sent_at"],
+                finish=ended or now,
+                outcome=t["outcome"] or "open",
+                detail=f"step key {t['step_key']}",
+            )
+        )
         for a in (a for a in attempts if a["step_key"] == t["step_key"]):
             finished = a["finished_at"] if pd.notna(a["finished_at"]) else None
-            rows.append(dict(lane=f"{lane} · attempt {a['attempt']}", kind="attempt", start=a["started_at"],
-                             finish=finished or now, outcome=a["outcome"] or "running",
-                             detail=f"bot process {a['worker_id']}"))
+            rows.append(
+                dict(
+                    lane=f"{lane} · attempt {a['attempt']}",
+                    kind="attempt",
+                    start=a["started_at"],
+                    finish=finished or now,
+                    outcome=a["outcome"] or "running",
+                    detail=f"bot process {a['worker_id']}",
+                )
+            )
     frame = pd.DataFrame(rows, columns=TIMELINE_COLUMNS)
     for column in ("start", "finish"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
@@ -168,30 +237,55 @@ def step_lane(step: str, try_no: int) -> str:
     return f"step {step}" if try_no == 1 else f"step {step} (try {try_no})"
 
 
-def timeline_figure(conn: psycopg.Connection[Any], run_id: str,
-                    marks: dict[str, datetime] | None = None) -> Any:
+def timeline_figure(
+    conn: psycopg.Connection[Any], run_id: str, marks: dict[str, datetime] | None = None
+) -> Any:
     """A Plotly timeline of timeline_frame, with each done event as a diamond on its step's lane
     and `marks` (label -> time, e.g. when a process was killed) as vertical lines."""
     import plotly.express as px  # only notebooks draw; the rest of engine_adapter never needs it
 
     frame = timeline_frame(conn, run_id)
     lanes = list(dict.fromkeys(frame["lane"]))
-    fig = px.timeline(frame, x_start="start", x_end="finish", y="lane", color="kind",
-                      hover_data=["outcome", "detail"], title=f"Run {run_id}")
+    fig = px.timeline(
+        frame,
+        x_start="start",
+        x_end="finish",
+        y="lane",
+        color="kind",
+        hover_data=["outcome", "detail"],
+        title=f"Run {run_id}",
+    )
     fig.update_yaxes(categoryorder="array", categoryarray=lanes, autorange="reversed", title=None)
     events = events_frame(conn, run_id)
     if not events.empty:
-        fig.add_scatter(x=pd.to_datetime(events["emitted_at"], utc=True),
-                        y=[step_lane(s, t) for s, t in zip(events["step"], events["try"])],
-                        mode="markers", name="done event", marker=dict(symbol="diamond", size=11,
-                                                                       color="black"))
+        fig.add_scatter(
+            x=pd.to_datetime(events["emitted_at"], utc=True),
+            y=[step_lane(s, t) for s, t in zip(events["step"], events["try"])],
+            mode="markers",
+            name="done event",
+            marker=dict(symbol="diamond", size=11, color="black"),
+        )
     for label, at in (marks or {}).items():
         at = pd.Timestamp(at)
         at = at.tz_convert("UTC").tz_localize(None) if at.tzinfo else at  # like the bars: UTC
-        fig.add_shape(type="line", x0=at, x1=at, yref="paper", y0=0, y1=1,
-                      line=dict(color="crimson", dash="dash"))
-        fig.add_annotation(x=at, y=1, yref="paper", text=label, showarrow=False, yanchor="bottom",
-                           font=dict(color="crimson"))
+        fig.add_shape(
+            type="line",
+            x0=at,
+            x1=at,
+            yref="paper",
+            y0=0,
+            y1=1,
+            line=dict(color="crimson", dash="dash"),
+        )
+        fig.add_annotation(
+            x=at,
+            y=1,
+            yref="paper",
+            text=label,
+            showarrow=False,
+            yanchor="bottom",
+            font=dict(color="crimson"),
+        )
     return fig
 
 
@@ -202,8 +296,14 @@ def _step_entries(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, 
 
 
 def _conductors_first(column: pd.Series) -> pd.Series:
-    return column.map(lambda kind: 0 if kind == "conductor" else 1) if column.name == "kind" else column
+    return (
+        column.map(lambda kind: 0 if kind == "conductor" else 1)
+        if column.name == "kind"
+        else column
+    )
 
 
 def _step_of(key: Any) -> str | None:
-    return names.split_step_key(key)[1] if isinstance(key, str) else None  # missing keys read as NaN
+    return (
+        names.split_step_key(key)[1] if isinstance(key, str) else None
+    )  # missing keys read as NaN

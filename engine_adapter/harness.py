@@ -25,21 +25,36 @@ from .settings import DATABASE_URL_ENV, HOME_ENV
 from .workers import CRASH_ENV
 
 
-def start_process(kind: str, url: str, home: Path, *, env: dict[str, str] | None = None,
-                  log_path: Path | None = None, args: Iterable[str] = (),
-                  step_dirs: Iterable[Path] = ()) -> subprocess.Popen[bytes]:
+def start_process(
+    kind: str,
+    url: str,
+    home: Path,
+    *,
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    args: Iterable[str] = (),
+    step_dirs: Iterable[Path] = (),
+) -> subprocess.Popen[bytes]:
     """Start `threadline conductor` or `threadline bots` against url; output goes to log_path
     (default home/<kind>.log). Under home: .threadline (THREADLINE_HOME) and runs (the runs'
     working directories); step_dirs are directories every step may write as well."""
     inherited = {k: v for k, v in os.environ.items() if k != CRASH_ENV}  # crash only when asked
-    layout = {DATABASE_URL_ENV: url, HOME_ENV: str(home / ".threadline"),  # ProcessSet.threadline_home
-              RUNS_DIR_ENV: str(home / "runs"), STEP_DIRS_ENV: ":".join(map(str, step_dirs))}
+    layout = {
+        DATABASE_URL_ENV: url,
+        HOME_ENV: str(home / ".threadline"),  # ProcessSet.threadline_home
+        RUNS_DIR_ENV: str(home / "runs"),
+        STEP_DIRS_ENV: ":".join(map(str, step_dirs)),
+    }
     full_env = dict(inherited, **layout, **(env or {}))
     log_path = log_path or home / f"{kind}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", kind, *args],
-                                env=full_env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "engine_adapter.cli", kind, *args],
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def make_traversable(path: Path) -> None:
@@ -55,14 +70,24 @@ def make_traversable(path: Path) -> None:
         p.chmod(p.stat().st_mode | 0o111)
 
 
-def run_cli(url: str, *args: str, home: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    url: str,
+    *args: str,
+    home: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
     """`threadline ARGS` as a real subprocess against url; output captured as text."""
     full_env = dict(os.environ, **{DATABASE_URL_ENV: url}, **(env or {}))
     if home:
         full_env[HOME_ENV] = str(home)
-    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "engine_adapter.cli", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
@@ -71,7 +96,9 @@ def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         proc.wait(timeout=30)
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -81,7 +108,9 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
-def wait_for_state(url: str, run_id: str, states: str | Iterable[str], timeout: float = 30.0) -> dict[str, Any]:
+def wait_for_state(
+    url: str, run_id: str, states: str | Iterable[str], timeout: float = 30.0
+) -> dict[str, Any]:
     """Poll the read model until the run is in one of states; returns the run view."""
     wanted = {states} if isinstance(states, str) else set(states)
     with db.connect(url) as conn:
@@ -108,12 +137,16 @@ def _describe(run: dict[str, Any] | None, wanted: set[str]) -> str:
         return "run not found"
     lines = [f"run {run['run_id']} is {run['state']}, not {'/'.join(sorted(wanted))}"]
     lines += [f"  step {s['id']}: {s['status']} ({s['attempts']} attempts)" for s in run["steps"]]
-    lines += [f"  #{e['seq']} {e['author']} [{e['kind']}] {e['text'][:300]}" for e in run["thread"][-12:]]
+    lines += [
+        f"  #{e['seq']} {e['author']} [{e['kind']}] {e['text'][:300]}" for e in run["thread"][-12:]
+    ]
     return "\n".join(lines)
 
 
 def alive_count(conn: psycopg.Connection[Any], kind: str) -> int:
-    row = conn.execute("select count(*) as n from threadline.live_workers where kind = %s", (kind,)).fetchone()
+    row = conn.execute(
+        "select count(*) as n from threadline.live_workers where kind = %s", (kind,)
+    ).fetchone()
     return row["n"]
 
 
@@ -169,9 +202,14 @@ class ProcessSet:
     """Conductor and bot processes started against one database; kill_all() ends every one.
     on_start, if given, hears of each process as soon as it is started."""
 
-    def __init__(self, url: str, home: Path,
-                 on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
-                 step_dirs: Iterable[Path] = (), logins: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        home: Path,
+        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        step_dirs: Iterable[Path] = (),
+        logins: dict[str, str] | None = None,
+    ) -> None:
         self.url, self.home = url, home
         self.step_dirs = tuple(step_dirs)
         home.mkdir(parents=True, exist_ok=True)
@@ -185,11 +223,23 @@ class ProcessSet:
         """THREADLINE_HOME of the processes started here (see start_process)."""
         return self.home / ".threadline"
 
-    def start(self, kind: str, env: dict[str, str] | None = None, args: Iterable[str] = (),
-              wait: bool = False, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+    def start(
+        self,
+        kind: str,
+        env: dict[str, str] | None = None,
+        args: Iterable[str] = (),
+        wait: bool = False,
+        timeout: float = 30.0,
+    ) -> subprocess.Popen[bytes]:
         """Start a process; with wait, return once it holds its liveness lock (conductor, bots)."""
-        proc = start_process(kind, self.logins.get(kind, self.url), self.home, env=env, args=args,
-                             step_dirs=self.step_dirs)
+        proc = start_process(
+            kind,
+            self.logins.get(kind, self.url),
+            self.home,
+            env=env,
+            args=args,
+            step_dirs=self.step_dirs,
+        )
         self.procs.append(proc)
         if self.on_start is not None:
             self.on_start(proc)
@@ -202,17 +252,27 @@ class ProcessSet:
         exits first."""
         params = dict(kind=kind, pid=proc.pid, host=socket.gethostname())
         with db.connect(self.url) as conn:
-            wait_for(lambda: proc.poll() is not None
-                     or db.fetch_one(conn, "live_worker_by_pid", params)["alive"],
-                     timeout, interval=0.02, what=f"{kind} process {proc.pid} to start")
+            wait_for(
+                lambda: (
+                    proc.poll() is not None
+                    or db.fetch_one(conn, "live_worker_by_pid", params)["alive"]
+                ),
+                timeout,
+                interval=0.02,
+                what=f"{kind} process {proc.pid} to start",
+            )
         if proc.poll() is not None:
             raise RuntimeError(f"{kind} process exited with {proc.returncode}:\n{self.log_tails()}")
 
     def wait_alive(self, kind: str, count: int = 1, timeout: float = 30.0) -> None:
         """Until `count` processes of `kind` hold their liveness lock (they finished starting)."""
         with db.connect(self.url) as conn:
-            wait_for(lambda: alive_count(conn, kind) >= count, timeout, interval=0.02,
-                     what=f"{count} live {kind} process(es)")
+            wait_for(
+                lambda: alive_count(conn, kind) >= count,
+                timeout,
+                interval=0.02,
+                what=f"{count} live {kind} process(es)",
+            )
 
     def kill_all(self) -> None:
         for proc in self.procs:

@@ -28,12 +28,15 @@ def request_path(target: str) -> str:
     """The percent-decoded path of a request target (its query is ignored); ValueError naming
     what makes it unacceptable."""
     if len(target) > MAX_TARGET:
-        raise ValueError(f"the request target is {len(target)} characters; "
-                         f"the limit is {MAX_TARGET}")
+        raise ValueError(
+            f"the request target is {len(target)} characters; the limit is {MAX_TARGET}"
+        )
     if not _VISIBLE.fullmatch(target):
         bad = next(c for c in target if not _VISIBLE.fullmatch(c))
-        raise ValueError(f"the request target holds {bad!r}: only visible ASCII is accepted "
-                         f"(percent-encode anything else)")
+        raise ValueError(
+            f"the request target holds {bad!r}: only visible ASCII is accepted "
+            f"(percent-encode anything else)"
+        )
     path = target.split("?", 1)[0]
     if _BAD_ESCAPE.search(path):
         raise ValueError("the request path has a % that is not followed by two hex digits")
@@ -43,8 +46,9 @@ def request_path(target: str) -> str:
         raise ValueError("the request path, percent-decoded, is not UTF-8") from None
     control = _CONTROL.search(decoded)
     if control:
-        raise ValueError(f"the request path, percent-decoded, holds the control character "
-                         f"{control.group()!r}")
+        raise ValueError(
+            f"the request path, percent-decoded, holds the control character {control.group()!r}"
+        )
     if any(segment in (".", "..") for segment in decoded.split("/")):
         raise ValueError("the request path has a '.' or '..' segment")
     return decoded
@@ -83,8 +87,9 @@ def content_type_problem(headers: Message) -> str | None:
     (text/plain, a form, or no type at all), which cannot carry application/json."""
     values = headers.get_all("Content-Type") or []
     if len(values) != 1:
-        return ("send the body with one Content-Type: application/json header"
-                + (f" (got {len(values)})" if values else ""))
+        return "send the body with one Content-Type: application/json header" + (
+            f" (got {len(values)})" if values else ""
+        )
     media, *params = values[0].split(";")
     if _MEDIA.fullmatch(media) and all(not p.strip() or _CHARSET.fullmatch(p) for p in params):
         return None

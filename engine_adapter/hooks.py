@@ -89,8 +89,13 @@ class _LostRace(Exception):
     """A concurrent request with the same delivery id or signature recorded its run first."""
 
 
-def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool = False,
-            tolerance: float = TOLERANCE_S) -> Reply:
+def receive(
+    conn: psycopg.Connection[Any],
+    d: Delivery,
+    *,
+    open_to_network: bool = False,
+    tolerance: float = TOLERANCE_S,
+) -> Reply:
     """One POST /hooks/<path>: 202 with a new run, 200 with the run a repeat already started,
     or a refusal that creates nothing."""
     trigger = db.fetch_one(conn, "webhook_trigger", {"path": d.path})
@@ -99,18 +104,27 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
     signature = None
     if trigger["secret"] is None:
         if open_to_network:  # a recipe applied after start-up may not weaken the bind rule
-            return _error(403, f"webhook {d.path!r} has no secret and this ingress listens beyond "
-                               "loopback: give it secret: env:NAME")
+            return _error(
+                403,
+                f"webhook {d.path!r} has no secret and this ingress listens beyond "
+                "loopback: give it secret: env:NAME",
+            )
     else:
         name = secret_env(trigger["secret"])
         secret = os.environ.get(name)
         if not secret:  # fail closed, and keep the variable's name out of the answer
-            log.error("webhook %s: its secret variable %s is not set for `threadline hooks`",
-                      d.path, name)
+            log.error(
+                "webhook %s: its secret variable %s is not set for `threadline hooks`", d.path, name
+            )
             return _error(500, "this webhook's secret is not configured on the server")
         try:
-            signature = verify(secret, d.headers.get(TIMESTAMP_HEADER),
-                               d.headers.get(SIGNATURE_HEADER), d.body, tolerance=tolerance)
+            signature = verify(
+                secret,
+                d.headers.get(TIMESTAMP_HEADER),
+                d.headers.get(SIGNATURE_HEADER),
+                d.body,
+                tolerance=tolerance,
+            )
         except SignatureError as err:
             return _error(401, str(err))
 
@@ -133,10 +147,16 @@ def receive(conn: psycopg.Connection[Any], d: Delivery, *, open_to_network: bool
     run_trigger = {"kind": "webhook", "path": d.path, "delivery": delivery, "caller": d.caller}
     try:
         with conn.transaction():
-            spawned = spawn(conn, trigger["workflow"], payload, trigger=run_trigger,
-                            idempotency_key=f"webhook:{d.path}:{delivery}")
-            recorded = db.fetch_one(conn, "insert_webhook_delivery",
-                                    dict(key, run_id=spawned.run_id, caller=d.caller))
+            spawned = spawn(
+                conn,
+                trigger["workflow"],
+                payload,
+                trigger=run_trigger,
+                idempotency_key=f"webhook:{d.path}:{delivery}",
+            )
+            recorded = db.fetch_one(
+                conn, "insert_webhook_delivery", dict(key, run_id=spawned.run_id, caller=d.caller)
+            )
             if recorded is None:
                 raise _LostRace  # roll our run back: the first one stands
     except _LostRace:
@@ -160,9 +180,12 @@ def _repeat(path: str, seen: dict[str, Any]) -> Reply:
     resent to another (paths may share a secret) is refused: it starts nothing there, and the
     answer does not hand out another workflow's run."""
     if seen["path"] != path:
-        return _error(409, f"this signed request was already delivered to {PREFIX}{seen['path']}; "
-                           f"a delivery to {PREFIX}{path} needs a signature of its own "
-                           f"(sign it again with a new {TIMESTAMP_HEADER})")
+        return _error(
+            409,
+            f"this signed request was already delivered to {PREFIX}{seen['path']}; "
+            f"a delivery to {PREFIX}{path} needs a signature of its own "
+            f"(sign it again with a new {TIMESTAMP_HEADER})",
+        )
     return _accepted(200, seen)
 
 
@@ -172,14 +195,17 @@ def _accepted(status: int, row: dict[str, Any]) -> Reply:
 
 def parse_body(body: bytes) -> Any:
     """The body as JSON; ValueError saying why not (NaN and Infinity are not JSON)."""
+
     def refuse(name: str) -> None:
         raise ValueError(f"the body is not valid JSON: {name} is not a JSON value")
 
     def integer(text: str) -> int:  # Python's own refusal would name a Python setting
         digits = len(text.lstrip("-"))
         if digits > sys.get_int_max_str_digits():
-            raise ValueError(f"the body is not accepted: a number of {digits} digits (at most "
-                             f"{sys.get_int_max_str_digits()})")
+            raise ValueError(
+                f"the body is not accepted: a number of {digits} digits (at most "
+                f"{sys.get_int_max_str_digits()})"
+            )
         return int(text)
 
     try:
@@ -196,6 +222,7 @@ def parse_body(body: bytes) -> Any:
 @dataclass(frozen=True)
 class Limits:
     """What one client may take of the ingress."""
+
     max_bytes: int = MAX_BYTES  # the largest body
     request_s: float = REQUEST_TIMEOUT_S  # from a request's first byte to the end of its body
     idle_s: float = IDLE_TIMEOUT_S  # a connection waiting for its next (or first) request
@@ -204,11 +231,15 @@ class Limits:
     def check(self) -> None:
         if self.max_bytes < 1 or self.connections < 1:
             raise ValueError("--max-bytes and --max-connections must be positive")
-        for flag, seconds in (("--request-timeout", self.request_s),
-                              ("--idle-timeout", self.idle_s)):
+        for flag, seconds in (
+            ("--request-timeout", self.request_s),
+            ("--idle-timeout", self.idle_s),
+        ):
             if not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails this too
-                raise ValueError(f"{flag} must be more than 0 and at most {MAX_TIMEOUT_S:g} "
-                                 f"seconds, got {seconds:g}")
+                raise ValueError(
+                    f"{flag} must be more than 0 and at most {MAX_TIMEOUT_S:g} "
+                    f"seconds, got {seconds:g}"
+                )
 
 
 class _Clock(io.RawIOBase):
@@ -248,8 +279,16 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # a burst of connections waits in the backlog rather than failing
 
-    def __init__(self, host: str, port: int, pool: ConnectionPool, *, limits: Limits,
-                 tolerance: float, open_to_network: bool) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        pool: ConnectionPool,
+        *,
+        limits: Limits,
+        tolerance: float,
+        open_to_network: bool,
+    ) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.pool, self.limits, self.tolerance = pool, limits, tolerance
         self.open_to_network = open_to_network
@@ -279,10 +318,19 @@ class _Server(ThreadingHTTPServer):
 
     def _turn_away(self, request: socket.socket, client_address: Any) -> None:
         """Over the cap: a 503 sent without blocking the accept loop, then closed; no thread."""
-        body = json.dumps({"error": f"too many connections (the limit is "
-                                    f"{self.limits.connections}); retry later"}).encode() + b"\n"
-        head = ("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+        body = (
+            json.dumps(
+                {
+                    "error": f"too many connections (the limit is "
+                    f"{self.limits.connections}); retry later"
+                }
+            ).encode()
+            + b"\n"
+        )
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+        )
         try:
             request.setblocking(False)
             request.send(head.encode() + body)
@@ -291,8 +339,11 @@ class _Server(ThreadingHTTPServer):
         self.shutdown_request(request)
         if time.monotonic() - self._warned_at > 10:  # one line per burst, not one per connection
             self._warned_at = time.monotonic()
-            log.warning("%s: turned away: %d connections are open (--max-connections)",
-                        client_address[0], self.limits.connections)
+            log.warning(
+                "%s: turned away: %d connections are open (--max-connections)",
+                client_address[0],
+                self.limits.connections,
+            )
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         err = sys.exc_info()[1]
@@ -365,12 +416,17 @@ class _Handler(BaseHTTPRequestHandler):
         if len(body) < length:  # the client hung up mid-body
             self.close_connection = True
             return None
-        delivery = Delivery(self.hook_path[len(PREFIX):], body, self.headers,
-                            self.client_address[0])
+        delivery = Delivery(
+            self.hook_path[len(PREFIX) :], body, self.headers, self.client_address[0]
+        )
         try:
             with self.server.pool.connection() as conn:
-                reply = receive(conn, delivery, open_to_network=self.server.open_to_network,
-                                tolerance=self.server.tolerance)
+                reply = receive(
+                    conn,
+                    delivery,
+                    open_to_network=self.server.open_to_network,
+                    tolerance=self.server.tolerance,
+                )
         except (PoolTimeout, psycopg.OperationalError) as err:
             log.error("database unavailable: %s", err)
             reply = _error(503, "the database is unavailable; retry later")
@@ -420,8 +476,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route != PREFIX:
             return self._method_refusal(route)
         if "Transfer-Encoding" in self.headers:  # even empty: its body's end is unknown
-            return _error(411, "send the body with a Content-Length "
-                               "(chunked bodies are not accepted)")
+            return _error(
+                411, "send the body with a Content-Length (chunked bodies are not accepted)"
+            )
         raw = self.headers.get("Content-Length")
         if raw is None:
             return _error(411, "Content-Length header required")
@@ -467,9 +524,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        log.info("%s %.20r %.200r %d %s", self.client_address[0], getattr(self, "command", "-"),
-                 getattr(self, "path", "-"), reply.status,
-                 reply.body.get("run_id") or reply.body.get("error", ""))
+        log.info(
+            "%s %.20r %.200r %d %s",
+            self.client_address[0],
+            getattr(self, "command", "-"),
+            getattr(self, "path", "-"),
+            reply.status,
+            reply.body.get("run_id") or reply.body.get("error", ""),
+        )
 
     def _body_pending(self) -> bool:
         headers = getattr(self, "headers", None)
@@ -510,22 +572,36 @@ def check_bind(host: str, triggers: list[dict[str, Any]]) -> None:
     if unsigned and not is_loopback(host):
         names = ", ".join(f"{PREFIX}{t['path']} (workflow {t['workflow']})" for t in unsigned)
         where = host or "every interface"
-        raise ValueError(f"refusing to listen on {where}, which is not loopback: "
-                         f"these webhooks have no secret, so anyone who reaches the port could "
-                         f"start their runs: {names}. Give each `secret: env:NAME`, or listen on "
-                         f"127.0.0.1")
+        raise ValueError(
+            f"refusing to listen on {where}, which is not loopback: "
+            f"these webhooks have no secret, so anyone who reaches the port could "
+            f"start their runs: {names}. Give each `secret: env:NAME`, or listen on "
+            f"127.0.0.1"
+        )
 
 
-def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, limits: Limits = Limits(),
-          tolerance: float = TOLERANCE_S, url: str | None = None) -> int:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    limits: Limits = Limits(),
+    tolerance: float = TOLERANCE_S,
+    url: str | None = None,
+) -> int:
     """Run the ingress until SIGTERM or Ctrl-C."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s hooks %(levelname)s %(message)s")
     limits.check()
     if tolerance <= 0:
         raise ValueError("--tolerance must be positive")
-    pool = ConnectionPool(url or database_url("hooks"), min_size=1, max_size=8, open=False,
-                          kwargs={"autocommit": True, "row_factory": dict_row},
-                          check=ConnectionPool.check_connection, name="hooks")
+    pool = ConnectionPool(
+        url or database_url("hooks"),
+        min_size=1,
+        max_size=8,
+        open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+        check=ConnectionPool.check_connection,
+        name="hooks",
+    )
     pool.open(wait=True, timeout=30)
     try:
         with pool.connection() as conn:
@@ -533,17 +609,34 @@ def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, limits: Limits =
             warn_if_superuser(conn, "hooks")
         check_bind(host, triggers)
         try:
-            server = _Server(host, port, pool, limits=limits, tolerance=tolerance,
-                             open_to_network=not is_loopback(host))
+            server = _Server(
+                host,
+                port,
+                pool,
+                limits=limits,
+                tolerance=tolerance,
+                open_to_network=not is_loopback(host),
+            )
         except OSError as err:
             raise ValueError(f"cannot listen on {host}:{port}: {err.strerror}") from None
         shown = f"[{host}]" if ":" in host else host
         print(f"hooks: listening on http://{shown}:{server.server_port}{PREFIX}<path>", flush=True)
-        log.info("limits: bodies up to %d bytes, %gs per request, %gs idle, %d connections",
-                 limits.max_bytes, limits.request_s, limits.idle_s, limits.connections)
+        log.info(
+            "limits: bodies up to %d bytes, %gs per request, %gs idle, %d connections",
+            limits.max_bytes,
+            limits.request_s,
+            limits.idle_s,
+            limits.connections,
+        )
         for t in triggers:
-            log.info("%s%s -> workflow %s (%s%s)", PREFIX, t["path"], t["workflow"],
-                     "signed" if t["signed"] else "unsigned", "" if t["enabled"] else ", disabled")
+            log.info(
+                "%s%s -> workflow %s (%s%s)",
+                PREFIX,
+                t["path"],
+                t["workflow"],
+                "signed" if t["signed"] else "unsigned",
+                "" if t["enabled"] else ", disabled",
+            )
         # shutdown() waits for serve_forever() to return, so it must run on another thread.
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
         try:

@@ -75,8 +75,13 @@ class NotebookEnv:
             work = self.home / "work"
             work.mkdir(mode=0o777)
             work.chmod(0o777)
-            self.procs = harness.ProcessSet(self.url, self.home, on_start=self._reaper.tell_process,
-                                            step_dirs=[work], logins=logins)
+            self.procs = harness.ProcessSet(
+                self.url,
+                self.home,
+                on_start=self._reaper.tell_process,
+                step_dirs=[work],
+                logins=logins,
+            )
             self._stack.callback(self.procs.kill_all)  # runs before the database goes away
             self._point_env_here()
         except BaseException:
@@ -121,8 +126,10 @@ class NotebookEnv:
             with psycopg.connect(server_url, autocommit=True) as admin:
                 admin.execute(f"create database {name}")
         except psycopg.Error as err:
-            raise RuntimeError(f"{DATABASE_URL_ENV} is set, but a throwaway database could not be "
-                               f"created on that server (its user needs CREATEDB): {err}") from err
+            raise RuntimeError(
+                f"{DATABASE_URL_ENV} is set, but a throwaway database could not be "
+                f"created on that server (its user needs CREATEDB): {err}"
+            ) from err
         self._stack.callback(self._drop_database, server_url, name)
         return harness.with_dbname(server_url, name)
 
@@ -179,15 +186,18 @@ class NotebookEnv:
     def spawn(self, slug: str, payload: dict[str, Any] | None = None) -> str:
         return spawn(self.conn, slug, payload).run_id
 
-    def wait(self, run_id: str, states: str | Iterable[str], timeout: float = 60.0) -> dict[str, Any]:
+    def wait(
+        self, run_id: str, states: str | Iterable[str], timeout: float = 60.0
+    ) -> dict[str, Any]:
         """Until the run is in one of states; returns the run view (raises with the thread if not)."""
         return harness.wait_for_state(self.url, run_id, states, timeout)
 
     def show(self, run_id: str) -> dict[str, Any]:
         return show_run(self.conn, run_id)
 
-    def follow(self, run_id: str, timeout: float = 60.0,
-               interval: float = 0.1) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    def follow(
+        self, run_id: str, timeout: float = 60.0, interval: float = 0.1
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """Watch a run: yields (state, entry) for each new thread entry, and (state, None) when
         only the state changed, until the run finishes (TimeoutError after timeout seconds)."""
         seen, last_state = 0, None
@@ -220,9 +230,13 @@ class Reaper:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine_adapter.notebook_env", "--reap"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-            start_new_session=True)  # out of the kernel's process group, which is killed with it
+            [sys.executable, "-m", "engine_adapter.notebook_env", "--reap"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+        )  # out of the kernel's process group, which is killed with it
 
     def tell(self, **item: Any) -> None:
         try:
@@ -260,7 +274,9 @@ def _started(pid: int) -> str | None:
 def reap(items: list[dict[str, Any]]) -> None:
     """Remove what the items name: processes first, then databases and servers, then folders."""
     order = ("pid", "drop", "server_home", "remove")
-    for item in sorted(items, key=lambda item: next(i for i, key in enumerate(order) if key in item)):
+    for item in sorted(
+        items, key=lambda item: next(i for i, key in enumerate(order) if key in item)
+    ):
         for tries_left in (2, 1, 0):  # e.g. a server still starting up, or a connection refused
             try:
                 if "pid" in item:

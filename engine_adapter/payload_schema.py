@@ -24,8 +24,10 @@ _REF_KEYWORDS = ("$ref", "$dynamicRef")
 def check_schema(schema: Any, errors: list[str], path: str = "payload_schema") -> dict | None:
     """The schema if it is a valid Draft 2020-12 schema object; otherwise problems go to errors."""
     if not isinstance(schema, dict):
-        errors.append(f"{path}: must be a JSON Schema object (a mapping such as "
-                      f"{{type: object, properties: {{...}}}}), got {_q(schema)}")
+        errors.append(
+            f"{path}: must be a JSON Schema object (a mapping such as "
+            f"{{type: object, properties: {{...}}}}), got {_q(schema)}"
+        )
         return None
     problems = json_only(schema, path)
     if not problems:
@@ -47,8 +49,9 @@ def payload_problems(schema: dict | None, payload: Any) -> list[str]:
         return []
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     try:
-        found = sorted(validator.iter_errors(payload),
-                       key=lambda e: [str(p) for p in e.absolute_path])
+        found = sorted(
+            validator.iter_errors(payload), key=lambda e: [str(p) for p in e.absolute_path]
+        )
     except Exception as err:  # noqa: BLE001 - a schema stored before a check existed
         why = f"{type(err).__name__}: {str(err)[:200]}"
         return [f"payload: cannot be checked against payload_schema ({why})"]
@@ -64,8 +67,10 @@ def _check_refs(schema: dict, path: str) -> list[str]:
     problems = []
     for where, ref in _refs(schema, path):
         if not ref.startswith("#"):
-            problems.append(f"{where}: {_q(ref)} must be a reference inside the schema "
-                            f"(like #/$defs/name): nothing is fetched")
+            problems.append(
+                f"{where}: {_q(ref)} must be a reference inside the schema "
+                f"(like #/$defs/name): nothing is fetched"
+            )
             continue
         try:
             resolver.lookup(ref)

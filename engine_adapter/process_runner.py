@@ -106,9 +106,14 @@ def run_process(
     """Run argv (its own session and process group) until it exits, times out or is stopped."""
     started = time.monotonic()
     proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.PIPE if stdin_text is not None
-        else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, **(popen_kwargs or {}),
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **(popen_kwargs or {}),
     )
     on_start(proc.pid)
     if stdin_text is not None:
@@ -151,5 +156,6 @@ def run_process(
     exit_code = proc.wait()
     if group_exists(proc.pid):  # the leader exited but left children in its group
         kill_group(proc.pid, grace_s=0.5)
-    return ProcessResult(exit_code, as_text(kept), dropped, timed_out, stopped,
-                         time.monotonic() - started)
+    return ProcessResult(
+        exit_code, as_text(kept), dropped, timed_out, stopped, time.monotonic() - started
+    )

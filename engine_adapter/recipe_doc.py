@@ -35,8 +35,9 @@ def parse_text(text: Any) -> Any:
     if not isinstance(text, str):
         raise DocumentError(f"a recipe is text, not {type(text).__name__}")
     if len(text) > MAX_CHARS:
-        raise DocumentError(f"the document has {len(text)} characters; a recipe has at most "
-                            f"{MAX_CHARS}")
+        raise DocumentError(
+            f"the document has {len(text)} characters; a recipe has at most {MAX_CHARS}"
+        )
     json_error = None
     if text.lstrip().startswith("{"):  # JSON first: YAML rejects tab-indented JSON
         try:
@@ -92,8 +93,10 @@ def check_document(doc: Any) -> list[str]:
             if not math.isfinite(value):
                 errors.append(f"{where}: {value} is not a finite number")
         else:
-            errors.append(f"{where}: a {type(value).__name__} value is not allowed "
-                          f"(only mappings, lists, strings, numbers, booleans and null)")
+            errors.append(
+                f"{where}: a {type(value).__name__} value is not allowed "
+                f"(only mappings, lists, strings, numbers, booleans and null)"
+            )
     return errors
 
 
@@ -174,8 +177,11 @@ class BoundedLoader(yaml.SafeLoader):
             target = self.anchors.get(event.anchor)
             if target is not None and id(target) not in self._size:
                 raise yaml.composer.ComposerError(
-                    None, None, f"alias *{event.anchor} is inside the value it names",
-                    event.start_mark)
+                    None,
+                    None,
+                    f"alias *{event.anchor} is inside the value it names",
+                    event.start_mark,
+                )
             if target is not None:
                 self._count(self._size[id(target)][0], event.start_mark)
             return super().compose_node(parent, index)
@@ -183,8 +189,12 @@ class BoundedLoader(yaml.SafeLoader):
         self._open += 1
         try:
             if self._open > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                                  self.peek_event().start_mark)
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
             node = super().compose_node(parent, index)
         finally:
             self._open -= 1
@@ -192,10 +202,14 @@ class BoundedLoader(yaml.SafeLoader):
         values = 1 + sum(n for n, _ in children)
         height = 1 + max((h for _, h in children), default=0)
         if values > MAX_VALUES or height > MAX_DEPTH:
-            what = (f"more than {MAX_VALUES} values" if values > MAX_VALUES
-                    else f"nesting deeper than {MAX_DEPTH} levels")
+            what = (
+                f"more than {MAX_VALUES} values"
+                if values > MAX_VALUES
+                else f"nesting deeper than {MAX_DEPTH} levels"
+            )
             raise yaml.composer.ComposerError(
-                None, None, f"{what} once aliases are expanded", node.start_mark)
+                None, None, f"{what} once aliases are expanded", node.start_mark
+            )
         self._size[id(node)] = (values, height)
         return node
 
@@ -203,8 +217,11 @@ class BoundedLoader(yaml.SafeLoader):
         self._total += values
         if self._total > MAX_VALUES:
             raise yaml.composer.ComposerError(
-                None, None, f"more than {MAX_VALUES} values (an alias counts as the values it "
-                f"repeats)", mark)
+                None,
+                None,
+                f"more than {MAX_VALUES} values (an alias counts as the values it repeats)",
+                mark,
+            )
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -227,7 +244,8 @@ def _no_duplicates(loader: BoundedLoader, node: yaml.MappingNode) -> dict:
             continue  # unhashable: construct_mapping reports it
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {_show(key)}", key_node.start_mark)
+                None, None, f"duplicate key {_show(key)}", key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node)
 

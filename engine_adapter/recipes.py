@@ -22,8 +22,23 @@ if TYPE_CHECKING:
     from .webhook_spec import Webhook
 
 KINDS = ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
-TOP_KEYS = ("slug", "name", "description", "bot", "schedule", "timezone", "catch_up", "on_event",
-            "max_concurrent_runs", "workdir", "network", "env", "payload_schema", "steps", "webhooks")
+TOP_KEYS = (
+    "slug",
+    "name",
+    "description",
+    "bot",
+    "schedule",
+    "timezone",
+    "catch_up",
+    "on_event",
+    "max_concurrent_runs",
+    "workdir",
+    "network",
+    "env",
+    "payload_schema",
+    "steps",
+    "webhooks",
+)
 _STEP_KEYS = {
     "run_command": {"timeout", "retries", "on_failure"},
     "dispatch_task": {"timeout", "retries", "on_failure"},
@@ -51,6 +66,8 @@ RESERVED_ENV_PREFIXES = ("THREADLINE_", "PG")
 
 def is_reserved_env(name: str) -> bool:
     return name.upper().startswith(RESERVED_ENV_PREFIXES)
+
+
 EVENT_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")  # `on_event` and `threadline emit NAME`
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -79,7 +96,7 @@ def _q(value: Any) -> str:
 
 
 def parse_duration(text: str | float) -> float:
-    """"30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> seconds, whole
+    """ "30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> seconds, whole
     milliseconds, at most MAX_DURATION_S; ValueError saying which rule the text breaks."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         # A huge int would not fit a float; NaN is no duration.
@@ -124,8 +141,10 @@ def check_wake(wake: datetime, now: datetime | None = None) -> str | None:
     except (OverflowError, TypeError) as err:
         return f"{_q(wake.isoformat())} cannot be compared with now ({err})"
     if ahead > timedelta(seconds=MAX_DURATION_S):
-        return (f"{_q(wake.isoformat())} is more than {MAX_DURATION} ahead, the longest a step "
-                f"may sleep")
+        return (
+            f"{_q(wake.isoformat())} is more than {MAX_DURATION} ahead, the longest a step "
+            f"may sleep"
+        )
     return None
 
 
@@ -134,8 +153,9 @@ def _check_command(text: str, path: str, errors: list[str]) -> None:
     matches = list(PLACEHOLDER.finditer(text))
     for match, context in zip(matches, shell_context.contexts(text, [m.span() for m in matches])):
         if context in shell_context.REFUSED:
-            errors.append(f"{path}: {{{{{match.group(1).strip()}}}}} "
-                          f"{shell_context.REFUSED[context]}")
+            errors.append(
+                f"{path}: {{{{{match.group(1).strip()}}}}} {shell_context.REFUSED[context]}"
+            )
 
 
 def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: list[str]) -> None:
@@ -145,8 +165,10 @@ def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: 
             if earlier is not None and m.group(1) not in earlier:
                 errors.append(f"{path}: {{{{{ref}}}}} refers to no earlier step")
         elif not _PAYLOAD_REF.fullmatch(ref):
-            errors.append(f"{path}: {{{{{ref}}}}} is not a known placeholder "
-                          "(use {{payload.<key>}} or {{steps.<id>.output}})")
+            errors.append(
+                f"{path}: {{{{{ref}}}}} is not a known placeholder "
+                "(use {{payload.<key>}} or {{steps.<id>.output}})"
+            )
     if "{{" in PLACEHOLDER.sub("", text):
         errors.append(f'{path}: has an unclosed "{{{{"')
 
@@ -155,8 +177,9 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _choice(d: dict, key: str, where: str, options: tuple[str, ...], default: str | None,
-            errors: list[str]) -> str | None:
+def _choice(
+    d: dict, key: str, where: str, options: tuple[str, ...], default: str | None, errors: list[str]
+) -> str | None:
     """d[key] (or default, also for an explicit null) if it is one of options; `where` is the
     key's path for errors."""
     value = default if d.get(key) is None else d[key]
@@ -255,8 +278,10 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
             elif problem := check_wake(wake):
                 errors.append(f"{path}.sleep_until: {problem}")
         except ValueError:
-            errors.append(f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp "
-                          "or a {{placeholder}}")
+            errors.append(
+                f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp "
+                "or a {{placeholder}}"
+            )
         text = text.strip()
     if kind and kind != "sleep" and isinstance(text, str):
         _check_placeholders(text, f"{path}.{kind}", earlier, errors)
@@ -277,15 +302,19 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
     if kind in ("run_command", "dispatch_task"):
         retries = d.get("retries", 0)
         if not _is_int(retries) or not 0 <= retries <= MAX_RETRIES:
-            errors.append(f"{path}.retries: {_q(retries)} must be an integer "
-                          f"from 0 to {MAX_RETRIES}")
-        on_failure = _choice(d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail",
-                             errors)
+            errors.append(
+                f"{path}.retries: {_q(retries)} must be an integer from 0 to {MAX_RETRIES}"
+            )
+        on_failure = _choice(
+            d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail", errors
+        )
     if kind == "human_gate":
-        accept = _choice(d, "accept", f"{path}.accept", ("decision", "any_reply"), "decision",
-                         errors)
-        on_timeout = _choice(d, "on_timeout", f"{path}.on_timeout", ("deny", "approve"), "deny",
-                             errors)
+        accept = _choice(
+            d, "accept", f"{path}.accept", ("decision", "any_reply"), "decision", errors
+        )
+        on_timeout = _choice(
+            d, "on_timeout", f"{path}.on_timeout", ("deny", "approve"), "deny", errors
+        )
         from_ = d.get("from")
         if from_ is not None and (not isinstance(from_, str) or not from_.strip()):
             errors.append(f"{path}.from: {_q(from_)} must be a non-empty string")
@@ -301,9 +330,19 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
             errors.append(f"{path}.not_by_initiator: {_q(not_by_initiator)} must be true or false")
     if len(errors) > n_before:
         return None
-    return Step(id=sid, kind=kind, text=text, timeout_s=timeout_s, retries=retries,
-                on_failure=on_failure, accept=accept, from_=from_, approvers=approvers,
-                on_timeout=on_timeout, not_by_initiator=not_by_initiator)
+    return Step(
+        id=sid,
+        kind=kind,
+        text=text,
+        timeout_s=timeout_s,
+        retries=retries,
+        on_failure=on_failure,
+        accept=accept,
+        from_=from_,
+        approvers=approvers,
+        on_timeout=on_timeout,
+        not_by_initiator=not_by_initiator,
+    )
 
 
 @dataclass(frozen=True)
@@ -365,8 +404,9 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     if problems:  # nothing below may meet such a value
         raise RecipeError(problems, source)
     if not isinstance(d, dict):
-        raise RecipeError([f"{source}: top level must be a mapping of fields, got {_q(d)[:60]}"],
-                          source)
+        raise RecipeError(
+            [f"{source}: top level must be a mapping of fields, got {_q(d)[:60]}"], source
+        )
     errors: list[str] = [f"{k}: unknown field" for k in d if k not in TOP_KEYS]
 
     slug = d.get("slug")
@@ -391,17 +431,28 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         cron.zone(timezone)
     except cron.CronError as err:
         errors.append(f"timezone: {err}")
-    catch_up = _choice(d, "catch_up", "catch_up", ("latest", "all", "none"),
-                       DEFAULT_CATCH_UP if schedule is not None else None, errors)
+    catch_up = _choice(
+        d,
+        "catch_up",
+        "catch_up",
+        ("latest", "all", "none"),
+        DEFAULT_CATCH_UP if schedule is not None else None,
+        errors,
+    )
     if catch_up is not None and schedule is None:
         errors.append("catch_up: only applies with a schedule")
     on_event = d.get("on_event")
-    if on_event is not None and (not isinstance(on_event, str) or not EVENT_NAME.fullmatch(on_event)):
-        errors.append(f"on_event: {_q(on_event)} must be an event name matching {EVENT_NAME.pattern}")
+    if on_event is not None and (
+        not isinstance(on_event, str) or not EVENT_NAME.fullmatch(on_event)
+    ):
+        errors.append(
+            f"on_event: {_q(on_event)} must be an event name matching {EVENT_NAME.pattern}"
+        )
     mcr = d.get("max_concurrent_runs")
     if mcr is not None and (not _is_int(mcr) or not 1 <= mcr <= MAX_CONCURRENT_RUNS):
-        errors.append(f"max_concurrent_runs: {_q(mcr)} must be an integer from 1 to "
-                      f"{MAX_CONCURRENT_RUNS}")
+        errors.append(
+            f"max_concurrent_runs: {_q(mcr)} must be an integer from 1 to {MAX_CONCURRENT_RUNS}"
+        )
     network = d.get("network", True)
     if not isinstance(network, bool):
         errors.append(f"network: {_q(network)} must be true (the default) or false (no network)")
@@ -419,8 +470,10 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         elif var in env[:i]:
             errors.append(f"env[{i}]: {_q(var)} is listed twice")
         elif is_reserved_env(var):
-            errors.append(f"env[{i}]: {_q(var)} is never passed to a step: THREADLINE_* and PG* "
-                          "variables hold Threadline's own settings and database logins")
+            errors.append(
+                f"env[{i}]: {_q(var)} is never passed to a step: THREADLINE_* and PG* "
+                "variables hold Threadline's own settings and database logins"
+            )
 
     schema = None
     if "payload_schema" in d:
@@ -453,14 +506,29 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     secrets = {w.secret.removeprefix("env:") for w in webhooks if w.secret}
     for i, var in enumerate(env):
         if isinstance(var, str) and var in secrets:
-            errors.append(f"env[{i}]: {_q(var)} holds a webhook's secret (webhooks[].secret), "
-                          "which is never passed to a step")
+            errors.append(
+                f"env[{i}]: {_q(var)} holds a webhook's secret (webhooks[].secret), "
+                "which is never passed to a step"
+            )
     if errors:
         raise RecipeError(errors, source)
-    return Recipe(slug=slug, name=name, description=description, bot=bot, schedule=schedule,
-                  timezone=timezone, catch_up=catch_up, on_event=on_event, max_concurrent_runs=mcr,
-                  workdir=workdir, network=network, env=tuple(env), payload_schema=schema, steps=tuple(steps),
-                  webhooks=webhooks)
+    return Recipe(
+        slug=slug,
+        name=name,
+        description=description,
+        bot=bot,
+        schedule=schedule,
+        timezone=timezone,
+        catch_up=catch_up,
+        on_event=on_event,
+        max_concurrent_runs=mcr,
+        workdir=workdir,
+        network=network,
+        env=tuple(env),
+        payload_schema=schema,
+        steps=tuple(steps),
+        webhooks=webhooks,
+    )
 
 
 def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:

@@ -55,13 +55,15 @@ def render_command(text: str, payload: Any, outputs: dict[str, Any]) -> Command:
         if name not in values:
             values[name] = _env_value(name, path, resolve(path, payload, outputs))
         reference = f'"${name}"' if context == shell_context.BARE else f"${{{name}}}"
-        out += [text[last:match.start()], reference]
+        out += [text[last : match.start()], reference]
         last = match.end()
     out.append(text[last:])
     total = sum(len(n) + len(v.encode()) + 2 for n, v in values.items())
     if total > MAX_VALUES_BYTES:
-        raise RenderError(f"the step's placeholder values come to {total} bytes; a step's "
-                          f"environment takes at most {MAX_VALUES_BYTES} (pass large data in a file)")
+        raise RenderError(
+            f"the step's placeholder values come to {total} bytes; a step's "
+            f"environment takes at most {MAX_VALUES_BYTES} (pass large data in a file)"
+        )
     return Command("".join(out), values)
 
 
@@ -91,14 +93,17 @@ def as_text(value: Any) -> str:
 def _env_value(name: str, path: str, value: Any) -> str:
     text = as_text(value)
     if "\0" in text:
-        raise RenderError(f"{{{{{path}}}}}: the value holds a NUL character, which no environment "
-                          f"variable can")
+        raise RenderError(
+            f"{{{{{path}}}}}: the value holds a NUL character, which no environment variable can"
+        )
     size = len(name) + len(text.encode(errors="replace")) + 2
     if size > MAX_VALUE_BYTES:
         room = MAX_VALUE_BYTES - len(name) - 2
-        raise RenderError(f"{{{{{path}}}}}: the value is {size - len(name) - 2} bytes; an "
-                          f"environment variable of a step holds at most {room} "
-                          f"(pass large data in a file)")
+        raise RenderError(
+            f"{{{{{path}}}}}: the value is {size - len(name) - 2} bytes; an "
+            f"environment variable of a step holds at most {room} "
+            f"(pass large data in a file)"
+        )
     return text
 
 
@@ -109,11 +114,18 @@ def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
         for i, part in enumerate(parts[1:], start=1):
             if isinstance(value, dict) and part in value:
                 value = value[part]
-            elif isinstance(value, list) and part.isascii() and part.isdigit() and len(part) < 10 \
-                    and int(part) < len(value):
+            elif (
+                isinstance(value, list)
+                and part.isascii()
+                and part.isdigit()
+                and len(part) < 10
+                and int(part) < len(value)
+            ):
                 value = value[int(part)]
             else:
-                raise RenderError(f"{{{{{path}}}}}: {'.'.join(parts[: i + 1])} is not in the payload")
+                raise RenderError(
+                    f"{{{{{path}}}}}: {'.'.join(parts[: i + 1])} is not in the payload"
+                )
         return value
     if parts[0] == "steps" and len(parts) == 3 and parts[2] == "output":
         if parts[1] not in outputs:
@@ -121,4 +133,6 @@ def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
         output = outputs[parts[1]]
         # As the shell's $(...) does: "echo hi" outputs "hi\n", and the newline is not part of it.
         return output.rstrip("\n") if isinstance(output, str) else output
-    raise RenderError(f"{{{{{path}}}}}: unknown placeholder (use payload.<path> or steps.<id>.output)")
+    raise RenderError(
+        f"{{{{{path}}}}}: unknown placeholder (use payload.<path> or steps.<id>.output)"
+    )

@@ -39,8 +39,12 @@ def url_with(url: str, **changes: str) -> str:
     host = info.get("host", "127.0.0.1")
     host = f"[{host}]" if ":" in host else host  # an IPv6 address
     port = f":{info['port']}" if info.get("port") else ""
-    extra = {k: v for k, v in info.items() if k not in ("user", "password", "host", "port", "dbname")}
-    query = "?" + "&".join(f"{k}={quote(str(v), safe='')}" for k, v in extra.items()) if extra else ""
+    extra = {
+        k: v for k, v in info.items() if k not in ("user", "password", "host", "port", "dbname")
+    }
+    query = (
+        "?" + "&".join(f"{k}={quote(str(v), safe='')}" for k, v in extra.items()) if extra else ""
+    )
     return f"postgresql://{auth}@{host}{port}/{quote(info.get('dbname', ''), safe='')}{query}"
 
 
@@ -51,7 +55,9 @@ def login_name(conn: psycopg.Connection[Any], kind: str) -> str:
     return f"{db[:40]}.{kind}"
 
 
-def grant_logins(conn: psycopg.Connection[Any], passwords: dict[str, str] | None = None) -> dict[str, str]:
+def grant_logins(
+    conn: psycopg.Connection[Any], passwords: dict[str, str] | None = None
+) -> dict[str, str]:
     """Give every process kind its login in this database, with the password given for it (kept
     across starts) or a new random one. Returns kind -> URL (built from conn's own address).
     Needs the owner (CREATEROLE)."""
@@ -62,11 +68,16 @@ def grant_logins(conn: psycopg.Connection[Any], passwords: dict[str, str] | None
             login = login_name(conn, kind)
             password = given.get(kind) or secrets.token_urlsafe(24)
             exists = conn.execute("select 1 from pg_roles where rolname = %s", (login,)).fetchone()
-            verb = "alter role {} login password {}" if exists else "create role {} login password {}"
+            verb = (
+                "alter role {} login password {}" if exists else "create role {} login password {}"
+            )
             conn.execute(sql.SQL(verb).format(sql.Identifier(login), sql.Literal(password)))
-            conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(group), sql.Identifier(login)))
-            address = psycopg.conninfo.make_conninfo(host=conn.info.host, port=conn.info.port,
-                                                     dbname=conn.info.dbname)
+            conn.execute(
+                sql.SQL("grant {} to {}").format(sql.Identifier(group), sql.Identifier(login))
+            )
+            address = psycopg.conninfo.make_conninfo(
+                host=conn.info.host, port=conn.info.port, dbname=conn.info.dbname
+            )
             urls[kind] = url_with(address, user=login, password=password)
     return urls
 
@@ -74,7 +85,9 @@ def grant_logins(conn: psycopg.Connection[Any], passwords: dict[str, str] | None
 def drop_logins(conn: psycopg.Connection[Any]) -> None:
     """Remove this database's logins (before the database itself is dropped)."""
     for kind in ROLES:
-        conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(login_name(conn, kind))))
+        conn.execute(
+            sql.SQL("drop role if exists {}").format(sql.Identifier(login_name(conn, kind)))
+        )
 
 
 def ensure_logins(conn: psycopg.Connection[Any]) -> dict[str, str]:
@@ -101,5 +114,9 @@ def is_superuser(conn: psycopg.Connection[Any]) -> bool:
 def warn_if_superuser(conn: psycopg.Connection[Any], process: str) -> None:
     """Only `db migrate` should run as the owner: say so when another process does."""
     if is_superuser(conn):
-        log.warning("%s connects as a database superuser: give it its role's login instead "
-                    "(`threadline db url --role %s`)", process, process)
+        log.warning(
+            "%s connects as a database superuser: give it its role's login instead "
+            "(`threadline db url --role %s`)",
+            process,
+            process,
+        )

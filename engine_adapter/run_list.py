@@ -51,9 +51,13 @@ class RunFilters:
         if self.state is not None and self.state not in RUN_STATES:
             raise FilterError(f"state: {self.state!r} is not a run state ({', '.join(RUN_STATES)})")
         if self.trigger is not None and self.trigger not in TRIGGER_KINDS:
-            raise FilterError(f"trigger: {self.trigger!r} is not a trigger ({', '.join(TRIGGER_KINDS)})")
+            raise FilterError(
+                f"trigger: {self.trigger!r} is not a trigger ({', '.join(TRIGGER_KINDS)})"
+            )
         if self.since and self.until and self.since >= self.until:
-            raise FilterError(f"since ({self.since.isoformat()}) must be before until ({self.until.isoformat()})")
+            raise FilterError(
+                f"since ({self.since.isoformat()}) must be before until ({self.until.isoformat()})"
+            )
 
     def to_params(self) -> dict[str, str]:
         out = {}
@@ -78,7 +82,9 @@ def _parse_time(name: str, raw: str) -> datetime:
     try:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise FilterError(f"{name}: {raw!r} is not a date or time (use e.g. 2026-11-23 or 2026-11-23T07:00Z)") from None
+        raise FilterError(
+            f"{name}: {raw!r} is not a date or time (use e.g. 2026-11-23 or 2026-11-23T07:00Z)"
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
@@ -89,6 +95,7 @@ def _escape_like(text: str) -> str:
 @dataclass(frozen=True)
 class Cursor:
     """Where the next page starts: just after this (created_at, run_id)."""
+
     created_at: datetime
     run_id: str
 
@@ -112,8 +119,12 @@ class Page:
     next_cursor: Cursor | None
 
 
-def runs_page(conn: psycopg.Connection[Any], filters: RunFilters, after: Cursor | None = None,
-              limit: int = PAGE_SIZE) -> Page:
+def runs_page(
+    conn: psycopg.Connection[Any],
+    filters: RunFilters,
+    after: Cursor | None = None,
+    limit: int = PAGE_SIZE,
+) -> Page:
     params = filters.sql_params() | {
         "after_at": after.created_at if after else None,
         "after_id": after.run_id if after else None,
@@ -147,14 +158,20 @@ def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
     return since, bucket
 
 
-def chart_data(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str, list[dict[str, Any]]]:
+def chart_data(
+    conn: psycopg.Connection[Any], filters: RunFilters
+) -> dict[str, list[dict[str, Any]]]:
     now = db.fetch_one(conn, "db_now")["now"]
     since, bucket = chart_window(filters, now)
     common = dict(since=since, workflow=filters.workflow)
     return {
         # The window and bucket too: a chart drawn over its window keeps sensible ticks and bar
         # widths even with a single bucket of data.
-        "window": {"since": since, "until": filters.until or now, "bucket_s": BUCKET_SECONDS[bucket]},
+        "window": {
+            "since": since,
+            "until": filters.until or now,
+            "bucket_s": BUCKET_SECONDS[bucket],
+        },
         "over_time": db.fetch_all(conn, "runs_over_time", common | {"bucket": bucket}),
         "durations": db.fetch_all(conn, "step_durations", common | {"limit": 5000}),
         "failures": db.fetch_all(conn, "failures_by_step", common),

@@ -67,10 +67,14 @@ class Sandbox:
         if self.bwrap:
             return "sandboxed: bubblewrap"
         if self.user:
-            return (f"as user {STEP_USER}, without a sandbox (install bubblewrap): steps cannot "
-                    "read Threadline's files or processes, but can read other runs' directories")
-        return ("UNSANDBOXED: steps run as Threadline's own user and can read its credentials "
-                "and secrets; install bubblewrap (Debian: apt-get install bubblewrap)")
+            return (
+                f"as user {STEP_USER}, without a sandbox (install bubblewrap): steps cannot "
+                "read Threadline's files or processes, but can read other runs' directories"
+            )
+        return (
+            "UNSANDBOXED: steps run as Threadline's own user and can read its credentials "
+            "and secrets; install bubblewrap (Debian: apt-get install bubblewrap)"
+        )
 
     def workdir(self, run_id: str, declared: str | None) -> Path:
         """The step's working directory: the recipe's, else the run's own one (made here, 0700,
@@ -92,13 +96,35 @@ class Sandbox:
         if self.setpriv:
             wrap = [self.setpriv]
             if self.user:
-                wrap += ["--reuid", str(self.user[0]), "--regid", str(self.user[1]), "--clear-groups"]
+                wrap += [
+                    "--reuid",
+                    str(self.user[0]),
+                    "--regid",
+                    str(self.user[1]),
+                    "--clear-groups",
+                ]
             wrap += ["--pdeathsig", "KILL", "--"]
         if not self.bwrap:
             return wrap + argv
-        args = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+        args = [
+            self.bwrap,
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/dev/shm",
+        ]
         if not network:
             args.append("--unshare-net")
         # Order matters, later mounts cover earlier ones: the private home, then what is shared,
@@ -119,8 +145,10 @@ class Sandbox:
             return  # a run's own directory (detect() keeps the runs root out of other hidden paths)
         for path in self.hidden:
             if workdir == path or workdir.is_relative_to(path) or path.is_relative_to(workdir):
-                raise SandboxError(f"workdir {workdir} overlaps {path}, which steps may not see: "
-                                   "choose a working directory outside Threadline's own files")
+                raise SandboxError(
+                    f"workdir {workdir} overlaps {path}, which steps may not see: "
+                    "choose a working directory outside Threadline's own files"
+                )
 
     def popen_kwargs(self) -> dict[str, object]:
         """Without setpriv, Python changes the user and sets the death signal (Popen runs
@@ -185,13 +213,26 @@ def step_user_ids() -> tuple[int, int]:
     try:
         pw = pwd.getpwnam(STEP_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                        "--shell", "/usr/sbin/nologin", STEP_USER], capture_output=True, check=False)
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                STEP_USER,
+            ],
+            capture_output=True,
+            check=False,
+        )
         try:
             pw = pwd.getpwnam(STEP_USER)
         except KeyError:
-            raise SandboxError(f"could not create the system user {STEP_USER!r} that steps run "
-                               "as (useradd failed)") from None
+            raise SandboxError(
+                f"could not create the system user {STEP_USER!r} that steps run as (useradd failed)"
+            ) from None
     return pw.pw_uid, pw.pw_gid
 
 
@@ -200,12 +241,20 @@ def _check_reachable(path: Path, user: tuple[int, int]) -> None:
     existing = path
     while not existing.exists():
         existing = existing.parent
-    probe = subprocess.run(["test", "-x", str(existing)], user=user[0], group=user[1],
-                           extra_groups=[], capture_output=True, check=False)
+    probe = subprocess.run(
+        ["test", "-x", str(existing)],
+        user=user[0],
+        group=user[1],
+        extra_groups=[],
+        capture_output=True,
+        check=False,
+    )
     if probe.returncode != 0:
-        raise SandboxError(f"{path} is not reachable by the user {STEP_USER} that steps run as "
-                           f"(a directory on the way to {existing} is not traversable): choose "
-                           f"another place, or make its parents traversable (chmod o+x)")
+        raise SandboxError(
+            f"{path} is not reachable by the user {STEP_USER} that steps run as "
+            f"(a directory on the way to {existing} is not traversable): choose "
+            f"another place, or make its parents traversable (chmod o+x)"
+        )
 
 
 @cache
@@ -216,14 +265,34 @@ def bwrap_works(binary: str, user: tuple[int, int] | None) -> bool:
     if user:
         kwargs = {"user": user[0], "group": user[1], "extra_groups": []}
     try:
-        probe = subprocess.run([binary, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc",
-                                "--dev", "/dev", "--tmpfs", "/tmp", "true"], capture_output=True,
-                               timeout=20, cwd="/", check=False, **kwargs)
+        probe = subprocess.run(
+            [
+                binary,
+                "--ro-bind",
+                "/",
+                "/",
+                "--unshare-pid",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--tmpfs",
+                "/tmp",
+                "true",
+            ],
+            capture_output=True,
+            timeout=20,
+            cwd="/",
+            check=False,
+            **kwargs,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     if probe.returncode != 0:
-        log.warning("bubblewrap is installed but cannot make a sandbox: %s",
-                    probe.stderr.decode(errors="replace").strip())
+        log.warning(
+            "bubblewrap is installed but cannot make a sandbox: %s",
+            probe.stderr.decode(errors="replace").strip(),
+        )
     return probe.returncode == 0
 
 
@@ -236,8 +305,10 @@ def detect() -> Sandbox:
     runs_root = default_runs_root()
     home = threadline_home().expanduser().resolve()
     if runs_root == home or runs_root.is_relative_to(home):
-        raise SandboxError(f"{RUNS_DIR_ENV}={runs_root} lies inside THREADLINE_HOME ({home}), "
-                           "where the credentials are: choose a directory outside it")
+        raise SandboxError(
+            f"{RUNS_DIR_ENV}={runs_root} lies inside THREADLINE_HOME ({home}), "
+            "where the credentials are: choose a directory outside it"
+        )
     user = step_user_ids() if os.geteuid() == 0 and wanted != "none" else None
     if user:
         for path in (runs_root, *_paths(os.environ.get(STEP_DIRS_ENV), STEP_DIRS_ENV)):
@@ -246,21 +317,33 @@ def detect() -> Sandbox:
     if binary and not bwrap_works(binary, user):
         binary = None
     if wanted == "bwrap" and binary is None:
-        raise SandboxError(f"{SANDBOX_ENV}=bwrap, but bubblewrap is not installed or cannot make "
-                           "a sandbox here (user namespaces disabled?)")
+        raise SandboxError(
+            f"{SANDBOX_ENV}=bwrap, but bubblewrap is not installed or cannot make "
+            "a sandbox here (user namespaces disabled?)"
+        )
     if wanted == "user" and user is None:
         raise SandboxError(f"{SANDBOX_ENV}=user needs Threadline to run as root")
     shared = _paths(os.environ.get(STEP_DIRS_ENV), STEP_DIRS_ENV)
     hidden = hidden_paths(runs_root)
     for path in hidden:
         if path != runs_root and runs_root.is_relative_to(path):
-            raise SandboxError(f"{RUNS_DIR_ENV}={runs_root} lies inside {path}, which steps may not "
-                               "see: choose a directory outside Threadline's own files")
+            raise SandboxError(
+                f"{RUNS_DIR_ENV}={runs_root} lies inside {path}, which steps may not "
+                "see: choose a directory outside Threadline's own files"
+            )
     for path in shared:
         if any(path == h or path.is_relative_to(h) for h in hidden):
-            raise SandboxError(f"{STEP_DIRS_ENV}: {path} lies inside Threadline's own files, "
-                               "which steps may not see")
+            raise SandboxError(
+                f"{STEP_DIRS_ENV}: {path} lies inside Threadline's own files, "
+                "which steps may not see"
+            )
     # The account's home (keys, tokens, shell history) is private unless shared explicitly.
     private = [Path.home().resolve()] if Path.home().resolve() != Path("/") else []
-    return Sandbox(bwrap=binary, user=user, runs_root=runs_root, shared=tuple(shared),
-                   hidden=tuple(hidden), private=tuple(private))
+    return Sandbox(
+        bwrap=binary,
+        user=user,
+        runs_root=runs_root,
+        shared=tuple(shared),
+        hidden=tuple(hidden),
+        private=tuple(private),
+    )

@@ -49,8 +49,9 @@ class Fired:
     skipped: int
 
 
-def due_slots(schedule: Schedule, catch_up: str, after: datetime, now: datetime, *,
-              limit: int = ALL_PER_TICK) -> list[Due]:
+def due_slots(
+    schedule: Schedule, catch_up: str, after: datetime, now: datetime, *, limit: int = ALL_PER_TICK
+) -> list[Due]:
     """What to do now with the slots in (after, now], by the catch_up policy (at most `limit`)."""
     first = schedule.next_after(after)
     if first is None or first > now:
@@ -65,8 +66,9 @@ def due_slots(schedule: Schedule, catch_up: str, after: datetime, now: datetime,
     return [Due(latest, True, earlier)]
 
 
-def tick(conn: psycopg.Connection[Any], now: datetime | None = None, *,
-         caller: str = "schedule") -> list[Fired]:
+def tick(
+    conn: psycopg.Connection[Any], now: datetime | None = None, *, caller: str = "schedule"
+) -> list[Fired]:
     """Fire every due slot of every enabled schedule; returns what this call fired or skipped."""
     if now is None:
         now = db.fetch_one(conn, "db_now")["now"]
@@ -79,16 +81,18 @@ def tick(conn: psycopg.Connection[Any], now: datetime | None = None, *,
     return out
 
 
-def _plan(wf: dict[str, Any], last_slot: datetime | None,
-          now: datetime) -> tuple[Schedule, list[Due]]:
+def _plan(
+    wf: dict[str, Any], last_slot: datetime | None, now: datetime
+) -> tuple[Schedule, list[Due]]:
     """The workflow's schedule and the next thing due now after its last handled slot."""
     schedule = Schedule(wf["schedule"], wf["timezone"])
     after = max((t for t in (last_slot, wf["schedule_enabled_at"]) if t is not None), default=now)
     return schedule, due_slots(schedule, wf["catch_up"], after, now, limit=1)
 
 
-def _tick_workflow(conn: psycopg.Connection[Any], wf: dict[str, Any], now: datetime,
-                   caller: str) -> list[Fired]:
+def _tick_workflow(
+    conn: psycopg.Connection[Any], wf: dict[str, Any], now: datetime, caller: str
+) -> list[Fired]:
     """Fire one workflow's due slots, one transaction each (catch_up: all fires several)."""
     try:
         _, due = _plan(wf, wf["last_slot"], now)  # a cheap look without the lock: anything due?
@@ -119,27 +123,42 @@ def _fire(conn: psycopg.Connection[Any], slug: str, now: datetime, caller: str) 
         return _handle(conn, slug, schedule, due[0], caller)
 
 
-def _handle(conn: psycopg.Connection[Any], slug: str, schedule: Schedule, due: Due,
-            caller: str) -> Fired | None:
+def _handle(
+    conn: psycopg.Connection[Any], slug: str, schedule: Schedule, due: Due, caller: str
+) -> Fired | None:
     """Write the slot row and spawn its run (inside the caller's transaction)."""
     slot = due.slot
-    row = db.fetch_one(conn, "insert_schedule_tick",
-                       dict(workflow=slug, slot=slot, skipped=len(due.skipped)))
+    row = db.fetch_one(
+        conn, "insert_schedule_tick", dict(workflow=slug, slot=slot, skipped=len(due.skipped))
+    )
     if row is None:
         return None
     if not due.fire:
         return Fired(slug, slot, None, len(due.skipped) + 1)
-    trigger = {"kind": "schedule", "caller": caller, "slot": slot.isoformat(),
-               "slot_local": schedule.label(slot), "timezone": schedule.tz, "cron": schedule.expr}
+    trigger = {
+        "kind": "schedule",
+        "caller": caller,
+        "slot": slot.isoformat(),
+        "slot_local": schedule.label(slot),
+        "timezone": schedule.tz,
+        "cron": schedule.expr,
+    }
     if due.skipped:
         trigger["skipped"] = len(due.skipped)
     key = f"schedule:{slug}:{slot.isoformat()}"
     run_id = spawn(conn, slug, {}, trigger=trigger, idempotency_key=key).run_id
     conn.execute(db.q("set_schedule_tick_run"), dict(workflow=slug, slot=slot, run_id=run_id))
     if due.skipped:
-        threads.append(conn, run_id, "system", "threadline", "note",
-                       _skipped_note(schedule, slot, due.skipped), dedupe_key="catch-up",
-                       data={"skipped": [s.isoformat() for s in due.skipped]})
+        threads.append(
+            conn,
+            run_id,
+            "system",
+            "threadline",
+            "note",
+            _skipped_note(schedule, slot, due.skipped),
+            dedupe_key="catch-up",
+            data={"skipped": [s.isoformat() for s in due.skipped]},
+        )
     return Fired(slug, slot, run_id, len(due.skipped))
 
 
@@ -147,28 +166,43 @@ def _skipped_note(schedule: Schedule, slot: datetime, skipped: tuple[datetime, .
     listed = skipped[:SKIPPED_LISTED]
     count = f"more than {SKIPPED_LISTED}" if len(skipped) > SKIPPED_LISTED else str(len(skipped))
     shown = ", ".join(schedule.label(s) for s in listed[:20]) + (", …" if len(listed) > 20 else "")
-    return (f"Catch-up after missed slots: this run stands for the latest, {schedule.label(slot)}; "
-            f"skipped {count} earlier slot{'s' if len(skipped) != 1 else ''}: {shown}.")
+    return (
+        f"Catch-up after missed slots: this run stands for the latest, {schedule.label(slot)}; "
+        f"skipped {count} earlier slot{'s' if len(skipped) != 1 else ''}: {shown}."
+    )
 
 
-def schedule_list(conn: psycopg.Connection[Any], now: datetime | None = None, *,
-                  upcoming: int = 3) -> list[dict[str, Any]]:
+def schedule_list(
+    conn: psycopg.Connection[Any], now: datetime | None = None, *, upcoming: int = 3
+) -> list[dict[str, Any]]:
     """Every schedule in words with its next fire times (disabled ones too, marked so)."""
     if now is None:
         now = db.fetch_one(conn, "db_now")["now"]
     out = []
     for wf in db.fetch_all(conn, "scheduled_workflows", dict(all=True)):
-        item: dict[str, Any] = {"workflow": wf["slug"], "schedule": wf["schedule"],
-                                "timezone": wf["timezone"], "catch_up": wf["catch_up"],
-                                "enabled": wf["enabled"],
-                                "last_slot": wf["last_slot"].isoformat() if wf["last_slot"] else None,
-                                "last_run_id": str(wf["last_run_id"]) if wf["last_run_id"] else None}
+        item: dict[str, Any] = {
+            "workflow": wf["slug"],
+            "schedule": wf["schedule"],
+            "timezone": wf["timezone"],
+            "catch_up": wf["catch_up"],
+            "enabled": wf["enabled"],
+            "last_slot": wf["last_slot"].isoformat() if wf["last_slot"] else None,
+            "last_run_id": str(wf["last_run_id"]) if wf["last_run_id"] else None,
+        }
         try:
             schedule = Schedule(wf["schedule"], wf["timezone"])
         except CronError as err:
-            out.append(item | {"description": f"not evaluated: {err}", "next": [], "next_local": []})
+            out.append(
+                item | {"description": f"not evaluated: {err}", "next": [], "next_local": []}
+            )
             continue
         nxt = schedule.next_times(now, upcoming) if wf["enabled"] else []
-        out.append(item | {"description": schedule.describe(), "next": [t.isoformat() for t in nxt],
-                           "next_local": [schedule.label(t) for t in nxt]})
+        out.append(
+            item
+            | {
+                "description": schedule.describe(),
+                "next": [t.isoformat() for t in nxt],
+                "next_local": [schedule.label(t) for t in nxt],
+            }
+        )
     return out

@@ -38,7 +38,9 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
         absurd_name = f"absurd-{ABSURD_VERSION}"
         if absurd_name not in done:
             _apply_absurd(conn)
-            conn.execute("insert into threadline.schema_migrations (name) values (%s)", (absurd_name,))
+            conn.execute(
+                "insert into threadline.schema_migrations (name) values (%s)", (absurd_name,)
+            )
             applied_now.append(absurd_name)
         for name, sql in migration_files():
             if name not in done:

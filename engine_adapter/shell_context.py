@@ -19,14 +19,20 @@ from dataclasses import dataclass, field
 # Where a placeholder sits; REFUSED: where no reference can stand, and why.
 BARE, DOUBLE, HEREDOC, COMMENT = "bare", "double", "heredoc", "comment"
 SINGLE, ANSI, QUOTED_HEREDOC, ARITH, ESCAPED, DELIMITER = (
-    "single", "ansi", "quoted_heredoc", "arith", "escaped", "delimiter")
+    "single",
+    "ansi",
+    "quoted_heredoc",
+    "arith",
+    "escaped",
+    "delimiter",
+)
 REFUSED = {
     SINGLE: "is inside single quotes '…', where a variable does not expand: use double quotes",
     ANSI: "is inside $'…', where a variable does not expand: use double quotes",
     QUOTED_HEREDOC: "is in the body of a quoted heredoc (<<'EOF'), where a variable does not "
-                    "expand: leave the delimiter unquoted (<<EOF)",
+    "expand: leave the delimiter unquoted (<<EOF)",
     ARITH: "is inside arithmetic ($((…)), ((…)), an array subscript or ${var:offset}), which "
-           "would evaluate its value as code",
+    "would evaluate its value as code",
     ESCAPED: "follows a backslash, which would quote its reference: remove the backslash",
     DELIMITER: "is a heredoc delimiter, which cannot come from a value",
 }
@@ -83,7 +89,7 @@ def _scan(scan: _Scan, stack: list[_Frame]) -> None:
             if i + 1 in spans:
                 scan.found[i + 1] = ESCAPED
                 i = spans[i + 1]
-            elif top.kind in ("dq", "hd") and text[i + 1:i + 2] not in _ESCAPABLE[top.kind]:
+            elif top.kind in ("dq", "hd") and text[i + 1 : i + 2] not in _ESCAPABLE[top.kind]:
                 i += 1  # a literal backslash inside "…" or a heredoc body
             else:
                 i += 2
@@ -194,7 +200,7 @@ def _open_param(text: str, i: int, stack: list[_Frame], frame: _Frame) -> int:
     if text.startswith("[", i):
         stack.append(_Frame("arith", closer="]", arith=True))
         return i + 1
-    if text.startswith(":", i) and text[i + 1:i + 2] not in ("-", "=", "?", "+"):
+    if text.startswith(":", i) and text[i + 1 : i + 2] not in ("-", "=", "?", "+"):
         frame.arith = True
     return i
 

@@ -50,8 +50,14 @@ def check_payload(payload: Any) -> dict[str, Any]:
     # its path here, rather than failing as a raw database error.
     problems = recipe_doc.check_document(payload)
     if problems:
-        raise BadPayload("\n".join(f"payload.{p}" if not p.startswith("top level") else
-                                   f"payload{p.removeprefix('top level')}" for p in problems))
+        raise BadPayload(
+            "\n".join(
+                f"payload.{p}"
+                if not p.startswith("top level")
+                else f"payload{p.removeprefix('top level')}"
+                for p in problems
+            )
+        )
     return payload
 
 
@@ -87,7 +93,9 @@ def spawn(
     payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
     if trigger.get("kind") not in TRIGGER_KINDS:
-        raise SpawnError(f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}")
+        raise SpawnError(
+            f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}"
+        )
     with conn.transaction():
         wf = get_workflow(conn, workflow)
         if not wf["enabled"]:
@@ -95,24 +103,53 @@ def spawn(
         problems = payload_schema.payload_problems(wf["recipe"].get("payload_schema"), payload)
         if problems:  # before anything is written
             raise PayloadRejected(workflow, problems)
-        params = {"v": HANDLER_VERSION, "workflow": workflow, "recipe": wf["recipe"], "payload": payload}
+        params = {
+            "v": HANDLER_VERSION,
+            "workflow": workflow,
+            "recipe": wf["recipe"],
+            "payload": payload,
+        }
         limited = wf["recipe"].get("max_concurrent_runs") is not None
         if limited:
             params["admit"] = True  # the handler awaits admission before its first step
-        options: dict[str, Any] = {"max_attempts": CONDUCTOR_MAX_ATTEMPTS, "retry_strategy": CONDUCTOR_RETRY}
+        options: dict[str, Any] = {
+            "max_attempts": CONDUCTOR_MAX_ATTEMPTS,
+            "retry_strategy": CONDUCTOR_RETRY,
+        }
         if idempotency_key:
             options["idempotency_key"] = f"spawn:{idempotency_key}"
-        task = db.fetch_one(conn, "spawn_task", dict(
-            queue=QUEUE, task=HANDLER_NAME, params=Jsonb(params), options=Jsonb(options)))
+        task = db.fetch_one(
+            conn,
+            "spawn_task",
+            dict(queue=QUEUE, task=HANDLER_NAME, params=Jsonb(params), options=Jsonb(options)),
+        )
         run_id = str(task["task_id"])
         if not task["created"]:
             return Spawned(run_id, created=False)
-        conn.execute(db.q("insert_run_thread"), dict(
-            run_id=run_id, workflow=workflow, version=wf["version"], hash=wf["hash"],
-            recipe=Jsonb(wf["recipe"]), payload=Jsonb(payload), bot=wf["bot"],
-            trigger=Jsonb(trigger), idempotency_key=idempotency_key))
-        threads.append(conn, run_id, "system", "threadline", "note", _opening_line(wf, payload, trigger),
-                       dedupe_key="opened", data={"trigger": trigger, "payload": payload})
+        conn.execute(
+            db.q("insert_run_thread"),
+            dict(
+                run_id=run_id,
+                workflow=workflow,
+                version=wf["version"],
+                hash=wf["hash"],
+                recipe=Jsonb(wf["recipe"]),
+                payload=Jsonb(payload),
+                bot=wf["bot"],
+                trigger=Jsonb(trigger),
+                idempotency_key=idempotency_key,
+            ),
+        )
+        threads.append(
+            conn,
+            run_id,
+            "system",
+            "threadline",
+            "note",
+            _opening_line(wf, payload, trigger),
+            dedupe_key="opened",
+            data={"trigger": trigger, "payload": payload},
+        )
         if limited:
             _queue(conn, run_id, workflow, wf["recipe"]["max_concurrent_runs"])
         db.notify(conn, run_id, "spawn")
@@ -126,9 +163,16 @@ def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int
     place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
     if place["state"] == "queued":
         ahead = f", {place['ahead']} ahead of it in line" if place["ahead"] else ""
-        threads.append(conn, run_id, "system", "threadline", "note",
-                       f"Queued: {place['active']} of {limit} runs allowed at once are active{ahead}; "
-                       f"it starts when a place is free (max_concurrent_runs {limit}).", dedupe_key="queued")
+        threads.append(
+            conn,
+            run_id,
+            "system",
+            "threadline",
+            "note",
+            f"Queued: {place['active']} of {limit} runs allowed at once are active{ahead}; "
+            f"it starts when a place is free (max_concurrent_runs {limit}).",
+            dedupe_key="queued",
+        )
 
 
 def describe_trigger(trigger: dict[str, Any]) -> str:
@@ -156,7 +200,9 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
 
 def _opening_line(wf: dict[str, Any], payload: dict[str, Any], trigger: dict[str, Any]) -> str:
     steps = ", ".join(s["id"] for s in wf["recipe"]["steps"])
-    text = f"Run of {wf['slug']} v{wf['version']} started {describe_trigger(trigger)}. Steps: {steps}."
+    text = (
+        f"Run of {wf['slug']} v{wf['version']} started {describe_trigger(trigger)}. Steps: {steps}."
+    )
     if payload:
         text += f"\nPayload: {json.dumps(payload, ensure_ascii=False)}"
     return text

@@ -63,8 +63,9 @@ def ensure_port_free(port: int, what: str = "console", flag: str = "--port") -> 
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
-            raise ValueError(f"{what} port {port} on 127.0.0.1 is in use: pass {flag} N "
-                             f"(or --no-{what})") from None
+            raise ValueError(
+                f"{what} port {port} on 127.0.0.1 is in use: pass {flag} N (or --no-{what})"
+            ) from None
 
 
 def pick_hooks_port(requested: int | None) -> int:
@@ -89,16 +90,31 @@ def announce_console(home: Path, port: int, no_auth: bool) -> None:
     from .identity import os_user
 
     if no_auth:
-        log.warning("console: http://127.0.0.1:%d (sign-in OFF, --no-auth: every account on this machine "
-                    "can use it as %s)", port, os_user())
+        log.warning(
+            "console: http://127.0.0.1:%d (sign-in OFF, --no-auth: every account on this machine "
+            "can use it as %s)",
+            port,
+            os_user(),
+        )
         return
     link = tokens.link(tokens.mint(home, os_user()), port)
-    log.info("console: %s (one-time sign-in link for %s, valid %d minutes; `threadline console link` "
-             "prints another)", link, os_user(), tokens.TTL_S // 60)
+    log.info(
+        "console: %s (one-time sign-in link for %s, valid %d minutes; `threadline console link` "
+        "prints another)",
+        link,
+        os_user(),
+        tokens.TTL_S // 60,
+    )
 
 
-def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
-       hooks_port: int | None = None, no_auth: bool = False) -> int:
+def up(
+    *,
+    console: bool = True,
+    port: int = 5006,
+    hooks: bool = True,
+    hooks_port: int | None = None,
+    no_auth: bool = False,
+) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
     if console:
         ensure_port_free(port)
@@ -138,8 +154,14 @@ def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
     children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
     if console:
         # `up` prints the sign-in link itself (below), so a restarted console does not print another.
-        children.append(Child("console", me + ["console", "--port", str(port), "--no-link"]
-                              + (["--no-auth"] if no_auth else [])))
+        children.append(
+            Child(
+                "console",
+                me
+                + ["console", "--port", str(port), "--no-link"]
+                + (["--no-auth"] if no_auth else []),
+            )
+        )
     if hooks:
         children.append(Child("hooks", me + ["hooks", "--port", str(hooks_port)]))
     for child in children:
@@ -167,7 +189,12 @@ def up(*, console: bool = True, port: int = 5006, hooks: bool = True,
                 code = child.proc.poll() if child.proc else None
                 if code is not None and not stopping:
                     child.restarts += 1
-                    log.warning("%s exited with %s; restarting (restart #%d)", child.name, code, child.restarts)
+                    log.warning(
+                        "%s exited with %s; restarting (restart #%d)",
+                        child.name,
+                        code,
+                        child.restarts,
+                    )
                     child.start(env)
     finally:
         for child in children:

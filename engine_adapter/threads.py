@@ -50,8 +50,14 @@ def append(
         conn,
         "append_entry",
         dict(
-            run_id=run_id, author_kind=author_kind, author=author, kind=kind, step_key=step_key,
-            dedupe_key=dedupe_key, text=text, data=None if data is None else Jsonb(data),
+            run_id=run_id,
+            author_kind=author_kind,
+            author=author,
+            kind=kind,
+            step_key=step_key,
+            dedupe_key=dedupe_key,
+            text=text,
+            data=None if data is None else Jsonb(data),
         ),
     )
     return row["seq"] if row else None
@@ -61,17 +67,38 @@ def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, pa
     """Emit the step's done event (first write wins), clear `awaiting` with a compare-and-set
     on the key and wake the conductor. The database checks that the caller may release it:
     a bot only the bot step the run awaits, a human door only a gate it decided."""
-    db.fetch_one(conn, "emit_step_done",
-                 dict(queue=QUEUE, run_id=run_id, step_key=step_key, payload=Jsonb(payload)))
+    db.fetch_one(
+        conn,
+        "emit_step_done",
+        dict(queue=QUEUE, run_id=run_id, step_key=step_key, payload=Jsonb(payload)),
+    )
 
 
-def set_run_state(conn: psycopg.Connection[Any], run_id: str, state: str, step: str | None,
-                  try_no: int | None, *, await_key: str | None = None, await_kind: str | None = None,
-                  wake_at: datetime | None = None) -> None:
+def set_run_state(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    state: str,
+    step: str | None,
+    try_no: int | None,
+    *,
+    await_key: str | None = None,
+    await_kind: str | None = None,
+    wake_at: datetime | None = None,
+) -> None:
     """Where the run stands; `awaiting` is armed exactly when an await key is given."""
-    conn.execute(db.q("set_run_state"), {
-        "run_id": run_id, "state": state, "step": step, "try": try_no, "await_key": await_key,
-        "await_kind": await_kind, "awaiting": await_key is not None, "wake_at": wake_at})
+    conn.execute(
+        db.q("set_run_state"),
+        {
+            "run_id": run_id,
+            "state": state,
+            "step": step,
+            "try": try_no,
+            "await_key": await_key,
+            "await_kind": await_kind,
+            "awaiting": await_key is not None,
+            "wake_at": wake_at,
+        },
+    )
 
 
 def lock_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
@@ -142,13 +169,25 @@ def decide(
         if gate is None:
             raise GateClosed(f"run {run_id} is not waiting at a gate (state: {run['state']})")
         if gate_key is not None and gate_key != run["await_key"]:
-            raise GateClosed(f"gate {gate_key} is no longer open; run {run_id} waits at {run['await_key']}")
+            raise GateClosed(
+                f"gate {gate_key} is no longer open; run {run_id} waits at {run['await_key']}"
+            )
         refusal = _why_not_decider(gate, run, actor)
         if refusal:
             raise DecisionRefused(refusal)
-        text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (f": {reason}" if reason else "")
-        append(conn, run_id, "human", actor.label, "decision", text, step_key=run["await_key"],
-               data={"decision": decision, "reason": reason, **actor.as_record()})
+        text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (
+            f": {reason}" if reason else ""
+        )
+        append(
+            conn,
+            run_id,
+            "human",
+            actor.label,
+            "decision",
+            text,
+            step_key=run["await_key"],
+            data={"decision": decision, "reason": reason, **actor.as_record()},
+        )
         _record_decision(conn, run, decision, actor, reason)
         return run["await_key"]
 
@@ -160,22 +199,43 @@ def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> 
         gate = current_gate(run)
         if gate is None or run["await_key"] != step_key:
             return False
-        append(conn, run_id, "system", "threadline", "decision",
-               f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
-               step_key=step_key, data={"decision": "timeout"})
+        append(
+            conn,
+            run_id,
+            "system",
+            "threadline",
+            "decision",
+            f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
+            step_key=step_key,
+            data={"decision": "timeout"},
+        )
         _record_decision(conn, run, "timeout", SYSTEM, gate.get("on_timeout", "deny"))
         return True
 
 
-def _record_decision(conn: psycopg.Connection[Any], run: dict[str, Any], decision: str,
-                     actor: Actor, text: str | None) -> None:
+def _record_decision(
+    conn: psycopg.Connection[Any],
+    run: dict[str, Any],
+    decision: str,
+    actor: Actor,
+    text: str | None,
+) -> None:
     key = run["await_key"]
-    row = db.fetch_one(conn, "insert_decision", dict(
-        step_key=key, run_id=run["run_id"], decision=decision, reason=text, **actor.as_record()))
+    row = db.fetch_one(
+        conn,
+        "insert_decision",
+        dict(
+            step_key=key, run_id=run["run_id"], decision=decision, reason=text, **actor.as_record()
+        ),
+    )
     if row is None:
         raise GateClosed(f"gate {key} was decided already")
-    payload = {"decision": decision, "actor": actor.label, "text": text or "",
-               "at": row["created_at"].isoformat()}
+    payload = {
+        "decision": decision,
+        "actor": actor.label,
+        "text": text or "",
+        "at": row["created_at"].isoformat(),
+    }
     emit_step_done(conn, str(run["run_id"]), key, payload)
 
 
@@ -186,8 +246,10 @@ def _why_not_decider(gate: dict[str, Any], run: dict[str, Any], actor: Actor) ->
     approvers = gate.get("approvers") or []
     if approvers and not actor.is_one_of(approvers):
         if actor.on_behalf_of:
-            return (f"{actor.label}: a decision for someone else cannot satisfy gate {gate['id']}'s "
-                    f"approvers ({', '.join(approvers)}); {actor.on_behalf_of} must decide as themselves")
+            return (
+                f"{actor.label}: a decision for someone else cannot satisfy gate {gate['id']}'s "
+                f"approvers ({', '.join(approvers)}); {actor.on_behalf_of} must decide as themselves"
+            )
         return f"{actor.name} is not an approver of gate {gate['id']} (approvers: {', '.join(approvers)})"
     if gate.get("not_by_initiator") and actor.name == (run.get("trigger") or {}).get("caller"):
         return f"{actor.name} started this run; gate {gate['id']} needs someone else's decision"
@@ -215,5 +277,7 @@ def _gate_hint(gate: dict[str, Any], actor: Actor) -> str:
     approvers = gate.get("approvers") or []
     if approvers and not actor.is_one_of(approvers):
         return f"Noted. Only {', '.join(approvers)} can decide gate {gate['id']}."
-    return (f"Noted. Gate {gate['id']} is still waiting: reply starting with 👍 or \"approve\" to "
-            f"continue, 👎 or \"deny\" to stop (or `threadline approve` / `threadline deny`).")
+    return (
+        f'Noted. Gate {gate["id"]} is still waiting: reply starting with 👍 or "approve" to '
+        f'continue, 👎 or "deny" to stop (or `threadline approve` / `threadline deny`).'
+    )

@@ -39,8 +39,15 @@ def signed_headers(secret: str, body: bytes, now: float | None = None) -> dict[s
     return {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(secret, timestamp, body)}
 
 
-def verify(secret: str, timestamp: str | None, signature: str | None, body: bytes, *,
-           now: float | None = None, tolerance: float = TOLERANCE_S) -> str:
+def verify(
+    secret: str,
+    timestamp: str | None,
+    signature: str | None,
+    body: bytes,
+    *,
+    now: float | None = None,
+    tolerance: float = TOLERANCE_S,
+) -> str:
     """Raise SignatureError unless signature signs timestamp and body with secret and timestamp
     is within tolerance seconds of now; returns the signature's hex digest."""
     if not signature:
@@ -58,6 +65,7 @@ def verify(secret: str, timestamp: str | None, signature: str | None, body: byte
     skew = (time.time() if now is None else now) - int(timestamp)
     if abs(skew) > tolerance:
         when = "old" if skew > 0 else "in the future"
-        raise SignatureError(f"{TIMESTAMP_HEADER} is {abs(skew):.0f}s {when}; "
-                             f"accepted within {tolerance:.0f}s")
+        raise SignatureError(
+            f"{TIMESTAMP_HEADER} is {abs(skew):.0f}s {when}; accepted within {tolerance:.0f}s"
+        )
     return match.group(1)

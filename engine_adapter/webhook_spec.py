@@ -66,15 +66,18 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
             errors.append(f"{where}: must be a mapping with a path, got {_q(d)[:60]}")
             continue
         n_before = len(errors)
-        errors += [f"{where}.{k}: unknown field (allowed: {', '.join(KEYS)})"
-                   for k in d if k not in KEYS]
+        errors += [
+            f"{where}.{k}: unknown field (allowed: {', '.join(KEYS)})" for k in d if k not in KEYS
+        ]
         path = d.get("path")
         if path is None:
             errors.append(f"{where}.path: required")
         elif not isinstance(path, str) or len(path) > MAX_PATH or not _PATH.fullmatch(path):
-            errors.append(f"{where}.path: {_q(path)} must be like \"github\" or \"ci/push\": "
-                          f"letters, digits, _ . - in segments joined by /, no leading /, "
-                          f"at most {MAX_PATH} characters (served at POST /hooks/<path>)")
+            errors.append(
+                f'{where}.path: {_q(path)} must be like "github" or "ci/push": '
+                f"letters, digits, _ . - in segments joined by /, no leading /, "
+                f"at most {MAX_PATH} characters (served at POST /hooks/<path>)"
+            )
         elif path in seen:
             errors.append(f"{where}.path: {_q(path)} is used by webhooks[{seen[path]}] too")
         else:
@@ -84,21 +87,27 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
             # A literal is not echoed: it may be the secret itself.
             named = isinstance(secret, str) and secret.startswith("env:")
             got = _q(secret) if named else "a literal"
-            errors.append(f"{where}.secret: must be env:NAME, naming the environment variable of "
-                          f"`threadline hooks` that holds the secret (secrets are not stored in "
-                          f"recipes), got {got}")
+            errors.append(
+                f"{where}.secret: must be env:NAME, naming the environment variable of "
+                f"`threadline hooks` that holds the secret (secrets are not stored in "
+                f"recipes), got {got}"
+            )
         mapping = d.get("map")
         pairs: list[tuple[str, str]] = []
         if mapping is not None and (not isinstance(mapping, dict) or not mapping):
-            errors.append(f"{where}.map: must be a mapping of payload field to an expression "
-                          f"like $.pull_request.number")
+            errors.append(
+                f"{where}.map: must be a mapping of payload field to an expression "
+                f"like $.pull_request.number"
+            )
         elif mapping:
             for field, expr in mapping.items():
                 if not isinstance(field, str) or not _FIELD.fullmatch(field):
                     errors.append(f"{where}.map: field {_q(field)} must match [A-Za-z0-9_-]+")
                 elif not isinstance(expr, str) or not _EXPR.fullmatch(expr.strip()):
-                    errors.append(f"{where}.map.{field}: {_q(expr)} must be an expression like "
-                                  f"$, $.a.b or $.items[0].name")
+                    errors.append(
+                        f"{where}.map.{field}: {_q(expr)} must be an expression like "
+                        f"$, $.a.b or $.items[0].name"
+                    )
                 else:
                     pairs.append((field, expr.strip()))
         if len(errors) == n_before:

@@ -31,9 +31,18 @@ class Worker:
         self.id = f"{kind}-{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._conn = db.connect(url, role=kind)
         warn_if_superuser(self._conn, kind)
-        row = db.fetch_one(self._conn, "register_worker", dict(
-            id=self.id, kind=kind, host=self.host, pid=os.getpid(), version=VERSION,
-            sandbox=sandbox))
+        row = db.fetch_one(
+            self._conn,
+            "register_worker",
+            dict(
+                id=self.id,
+                kind=kind,
+                host=self.host,
+                pid=os.getpid(),
+                version=VERSION,
+                sandbox=sandbox,
+            ),
+        )
         self.lock_key: int = row["lock_key"]
         self._conn.execute("select pg_advisory_lock(%s, %s)", (LOCK_CLASS, self.lock_key))
         self._stop = threading.Event()

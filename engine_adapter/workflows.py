@@ -45,8 +45,13 @@ def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "u
 def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applied:
     doc = recipe.to_dict()
     fields = dict(
-        slug=recipe.slug, name=recipe.name, description=recipe.description, bot=recipe.bot,
-        recipe=Jsonb(doc), schedule=recipe.schedule, timezone=recipe.timezone,
+        slug=recipe.slug,
+        name=recipe.name,
+        description=recipe.description,
+        bot=recipe.bot,
+        recipe=Jsonb(doc),
+        schedule=recipe.schedule,
+        timezone=recipe.timezone,
         hash=recipe.canonical_hash,
     )
     with conn.transaction():
@@ -61,23 +66,36 @@ def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applie
             version = db.fetch_one(conn, "update_workflow", fields)["version"]
             if _more_room(current["recipe"], recipe):
                 db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=recipe.slug))
-        conn.execute(db.q("insert_workflow_version"), dict(
-            slug=recipe.slug, version=version, hash=recipe.canonical_hash, recipe=Jsonb(doc),
-            source=source))
+        conn.execute(
+            db.q("insert_workflow_version"),
+            dict(
+                slug=recipe.slug,
+                version=version,
+                hash=recipe.canonical_hash,
+                recipe=Jsonb(doc),
+                source=source,
+            ),
+        )
     return Applied(recipe.slug, version, changed=True)
 
 
 def _refuse_secret_clashes(conn: psycopg.Connection[Any], recipe: Recipe) -> None:
     """A variable is either a webhook's secret or passed to steps, across all workflows."""
     secrets = [w.secret.removeprefix("env:") for w in recipe.webhooks if w.secret]
-    clashes = db.fetch_all(conn, "secret_clashes", dict(slug=recipe.slug, env=list(recipe.env),
-                                                        secrets=secrets))
+    clashes = db.fetch_all(
+        conn, "secret_clashes", dict(slug=recipe.slug, env=list(recipe.env), secrets=secrets)
+    )
     if clashes:
-        raise RecipeError([
-            f"env: {c['name']} is a webhook secret of workflow {c['other']!r}, and a webhook's "
-            "secret is never passed to a step" if c["held_as"] == "secret" else
-            f"webhooks: {c['name']} is passed to the steps of workflow {c['other']!r} (its env), "
-            "so it cannot be a webhook's secret" for c in clashes])
+        raise RecipeError(
+            [
+                f"env: {c['name']} is a webhook secret of workflow {c['other']!r}, and a webhook's "
+                "secret is never passed to a step"
+                if c["held_as"] == "secret"
+                else f"webhooks: {c['name']} is passed to the steps of workflow {c['other']!r} (its env), "
+                "so it cannot be a webhook's secret"
+                for c in clashes
+            ]
+        )
 
 
 def _more_room(old: dict[str, Any], new: Recipe) -> bool:

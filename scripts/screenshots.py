@@ -72,12 +72,17 @@ def main() -> int:
                 waiting = spawn(conn, "release-check", {"version": "1.5.0"}).run_id
                 harness.wait_for_state(url, waiting, "waiting", timeout=60)
                 base = f"http://127.0.0.1:{port}"
-                harness.wait_for(lambda: harness.answers(base + "/recipes"),
-                                 timeout=90, what="the console")
+                harness.wait_for(
+                    lambda: harness.answers(base + "/recipes"), timeout=90, what="the console"
+                )
                 with sync_playwright() as p:
-                    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+                    browser = p.chromium.launch(
+                        executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+                    )
                     page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                    link = harness.run_cli(url, "console", "link", "--port", str(port), home=home).stdout.strip()
+                    link = harness.run_cli(
+                        url, "console", "link", "--port", str(port), home=home
+                    ).stdout.strip()
                     page.goto(link)  # signs in, then shows the runs page
                     page.wait_for_selector(".tl-counts")
                     time.sleep(2)

@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh test
 .venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet .
 .venv/bin/python -m pytest -q "$@"
 if [ -f bench/run.py ]; then
   .venv/bin/python bench/run.py --smoke

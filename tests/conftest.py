@@ -86,8 +86,9 @@ def conn(db_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def procs(db_url: str, logins: dict[str, str], tmp_path: Path,
-          request: pytest.FixtureRequest) -> Iterator[harness.ProcessSet]:
+def procs(
+    db_url: str, logins: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[harness.ProcessSet]:
     """Conductor and bot processes of one test, each connected as its kind's role; all killed at
     teardown, their logs shown on failure."""
     p = harness.ProcessSet(db_url, tmp_path, step_dirs=[tmp_path], logins=logins)

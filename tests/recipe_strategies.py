@@ -13,41 +13,93 @@ import yaml
 from hypothesis import strategies as st
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "recipes"
-VALID = [yaml.safe_load(p.read_text()) for p in sorted(ASSETS.glob("*.yaml"))] + [{
-    "slug": "fuzz-base", "schedule": "0 7 * * *", "timezone": "Europe/Berlin",
-    "max_concurrent_runs": 2, "env": ["TOKEN"],
-    "payload_schema": {"type": "object", "properties": {"target": {"type": "string",
-                                                                    "pattern": "^[^-]"}}},
-    "webhooks": [{"path": "fuzz/base", "map": {"pr": "$.pull_request.number"}}],
-    "steps": [{"id": "a", "run_command": "pytest -q {{payload.target}}", "timeout": "10m",
-               "retries": 2},
-              {"id": "b", "sleep": "1h"},
-              {"id": "c", "human_gate": "ok {{steps.a.output}}?", "timeout": "1d"},
-              {"id": "d", "sleep_until": "2026-01-01T00:00:00Z"},
-              {"id": "e", "dispatch_task": "summarise {{steps.a.output}}"}],
-}]
+VALID = [yaml.safe_load(p.read_text()) for p in sorted(ASSETS.glob("*.yaml"))] + [
+    {
+        "slug": "fuzz-base",
+        "schedule": "0 7 * * *",
+        "timezone": "Europe/Berlin",
+        "max_concurrent_runs": 2,
+        "env": ["TOKEN"],
+        "payload_schema": {
+            "type": "object",
+            "properties": {"target": {"type": "string", "pattern": "^[^-]"}},
+        },
+        "webhooks": [{"path": "fuzz/base", "map": {"pr": "$.pull_request.number"}}],
+        "steps": [
+            {
+                "id": "a",
+                "run_command": "pytest -q {{payload.target}}",
+                "timeout": "10m",
+                "retries": 2,
+            },
+            {"id": "b", "sleep": "1h"},
+            {"id": "c", "human_gate": "ok {{steps.a.output}}?", "timeout": "1d"},
+            {"id": "d", "sleep_until": "2026-01-01T00:00:00Z"},
+            {"id": "e", "dispatch_task": "summarise {{steps.a.output}}"},
+        ],
+    }
+]
 
 SURROGATES = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 NASTY_TEXT = st.one_of(
     st.text(max_size=30),
     st.text(st.one_of(st.characters(codec=None, exclude_categories=()), SURROGATES), max_size=10),
     st.text(SURROGATES, min_size=1, max_size=3),
-    st.sampled_from(["\0", "a\0b", "America", "Etc", "../../etc/passwd", "zone.tab", "A" * 300,
-                     "366d", "367d", "100000000000000000000d", "0.0001s", "1e999", "-1s", "99" * 40,
-                     "9999-12-31T23:59:59-12:00", "3000-01-01T00:00:00Z", "2026-02-30T00:00:00Z",
-                     "echo '{{payload.x}}'", "echo \"{{payload.x}}\"", "cat <<'E'\n{{payload.x}}\nE",
-                     "echo $(( {{payload.x}} ))", "{{", "}}", "{{payload.}}", "{{steps.zz.output}}",
-                     "* * * * *", "61 * * * *", "$.a[99999999999]", "env:X", "(["]),
+    st.sampled_from(
+        [
+            "\0",
+            "a\0b",
+            "America",
+            "Etc",
+            "../../etc/passwd",
+            "zone.tab",
+            "A" * 300,
+            "366d",
+            "367d",
+            "100000000000000000000d",
+            "0.0001s",
+            "1e999",
+            "-1s",
+            "99" * 40,
+            "9999-12-31T23:59:59-12:00",
+            "3000-01-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "echo '{{payload.x}}'",
+            'echo "{{payload.x}}"',
+            "cat <<'E'\n{{payload.x}}\nE",
+            "echo $(( {{payload.x}} ))",
+            "{{",
+            "}}",
+            "{{payload.}}",
+            "{{steps.zz.output}}",
+            "* * * * *",
+            "61 * * * *",
+            "$.a[99999999999]",
+            "env:X",
+            "([",
+        ]
+    ),
 )
 NASTY_SCALAR = st.one_of(
-    NASTY_TEXT, st.integers(), st.sampled_from([2**31, 2**63, 10**30, -1, 0, 10**4000]),
-    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
-    st.dates(), st.datetimes(timezones=st.sampled_from([None, UTC])),
+    NASTY_TEXT,
+    st.integers(),
+    st.sampled_from([2**31, 2**63, 10**30, -1, 0, 10**4000]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.dates(),
+    st.datetimes(timezones=st.sampled_from([None, UTC])),
 )
-NASTY = st.recursive(NASTY_SCALAR, lambda inner: st.one_of(
-    st.lists(inner, max_size=4),
-    st.dictionaries(st.one_of(NASTY_TEXT, st.integers(), st.booleans(), st.none()), inner,
-                    max_size=4)), max_leaves=12)
+NASTY = st.recursive(
+    NASTY_SCALAR,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.one_of(NASTY_TEXT, st.integers(), st.booleans(), st.none()), inner, max_size=4
+        ),
+    ),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -62,8 +114,9 @@ def mutated_recipes(draw: st.DrawFn) -> Any:
         elif action == "delete" and isinstance(parent, dict):
             parent.pop(key, None)
         elif isinstance(parent, dict):
-            parent[draw(st.one_of(NASTY_TEXT, st.sampled_from(["payload_schema", "timeout"])))] = \
+            parent[draw(st.one_of(NASTY_TEXT, st.sampled_from(["payload_schema", "timeout"])))] = (
                 draw(NASTY)
+            )
     return doc
 
 
@@ -87,8 +140,11 @@ def _pick(draw: st.DrawFn, doc: Any) -> tuple[Any, Any]:
         if not isinstance(child, (dict, list)) or not child or draw(st.booleans()):
             return parent, key
         parent = child
-        key = draw(st.sampled_from(list(child))) if isinstance(child, dict) else \
-            draw(st.integers(0, len(child) - 1))
+        key = (
+            draw(st.sampled_from(list(child)))
+            if isinstance(child, dict)
+            else draw(st.integers(0, len(child) - 1))
+        )
 
 
 def as_text(doc: Any, form: str) -> str:
@@ -107,13 +163,65 @@ def _plain(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-TOKENS = ["slug: x\n", "steps:\n", "  - id: a\n", "    run_command: ", "    sleep: ", "{{payload.x}}",
-          "'", '"', "&a ", "*a", "[", "]", "{", "}", ", ", ": ", "- ", "\n", "  ", "\t", "!!binary ",
-          "!!set ", "!!python/object:os.system ", "!!int ", ".inf", ".nan", "1e999", "9" * 50, "<<: ",
-          "<<EOF\n", "EOF\n", "$(", ")", "`", "\\", "#", "\0", "\ud800", "\ufeff", "%YAML 1.1\n",
-          "---\n", "...\n", "? ", "|\n", ">\n", "timezone: ", "America", "max_concurrent_runs: ",
-          "2147483648", "payload_schema: ", "webhooks: ", "&b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n",
-          '{"slug": "x", ', '"steps": [', '{"id": "a", "sleep": ', "\\ud800", "\\u0000"]
+TOKENS = [
+    "slug: x\n",
+    "steps:\n",
+    "  - id: a\n",
+    "    run_command: ",
+    "    sleep: ",
+    "{{payload.x}}",
+    "'",
+    '"',
+    "&a ",
+    "*a",
+    "[",
+    "]",
+    "{",
+    "}",
+    ", ",
+    ": ",
+    "- ",
+    "\n",
+    "  ",
+    "\t",
+    "!!binary ",
+    "!!set ",
+    "!!python/object:os.system ",
+    "!!int ",
+    ".inf",
+    ".nan",
+    "1e999",
+    "9" * 50,
+    "<<: ",
+    "<<EOF\n",
+    "EOF\n",
+    "$(",
+    ")",
+    "`",
+    "\\",
+    "#",
+    "\0",
+    "\ud800",
+    "\ufeff",
+    "%YAML 1.1\n",
+    "---\n",
+    "...\n",
+    "? ",
+    "|\n",
+    ">\n",
+    "timezone: ",
+    "America",
+    "max_concurrent_runs: ",
+    "2147483648",
+    "payload_schema: ",
+    "webhooks: ",
+    "&b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n",
+    '{"slug": "x", ',
+    '"steps": [',
+    '{"id": "a", "sleep": ',
+    "\\ud800",
+    "\\u0000",
+]
 TOKEN_SOUP = st.lists(st.sampled_from(TOKENS), max_size=40).map("".join)
 RECIPE_TEXT = st.one_of(
     st.builds(as_text, mutated_recipes(), st.sampled_from(["json", "yaml"])),

@@ -44,5 +44,8 @@ def test_a_tiny_chaos_run_loses_nothing_and_leaves_no_process(db_url: str, conn,
     assert (report.completed, report.steps, report.lost) == (4, 12, 0)
     assert report.effects == 12 + report.duplicates.visible
     # The server drops a killed process's liveness lock as soon as it sees the connection close.
-    harness.wait_for(lambda: harness.alive_count(conn, "conductor") + harness.alive_count(conn, "bots")
-                     == 0, timeout=5, what="every conductor and bot process to be gone")
+    harness.wait_for(
+        lambda: harness.alive_count(conn, "conductor") + harness.alive_count(conn, "bots") == 0,
+        timeout=5,
+        what="every conductor and bot process to be gone",
+    )

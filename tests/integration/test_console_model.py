@@ -46,17 +46,23 @@ def test_filters_search_and_counts_agree(conn):
     failed = RunFilters(state="failed", workflow="seed-2")
     rows = run_list.runs_page(conn, failed, limit=500).rows
     assert rows and all(r["state"] == "failed" and r["workflow"] == "seed-2" for r in rows)
-    counts = run_list.state_counts(conn, failed)  # counts ignore the state filter: one pill per state
+    counts = run_list.state_counts(
+        conn, failed
+    )  # counts ignore the state filter: one pill per state
     assert counts["failed"] == len(rows) and counts["completed"] > 0 and sum(counts.values()) == 140
     webhook = run_list.runs_page(conn, RunFilters(trigger="webhook"), limit=500).rows
     assert len(webhook) == 175 and {r["trigger_kind"] for r in webhook} == {"webhook"}
     hit = run_list.runs_page(conn, RunFilters(search='"T-7919"')).rows  # inside the payload
     assert len(hit) == 1
-    by_id = run_list.runs_page(conn, RunFilters(search=hit[0]["run_id"][:18])).rows  # by run id prefix
+    by_id = run_list.runs_page(
+        conn, RunFilters(search=hit[0]["run_id"][:18])
+    ).rows  # by run id prefix
     assert [r["run_id"] for r in by_id] == [hit[0]["run_id"]]
     by_short = run_list.runs_page(conn, RunFilters(search=short_run_id(hit[0]["run_id"]))).rows
     assert [r["run_id"] for r in by_short] == [hit[0]["run_id"]]  # the short form the console shows
-    assert run_list.runs_page(conn, RunFilters(search="100%")).rows == []  # % is a character, not a wildcard
+    assert (
+        run_list.runs_page(conn, RunFilters(search="100%")).rows == []
+    )  # % is a character, not a wildcard
     newest = run_list.runs_page(conn, RunFilters(), limit=1).rows[0]["created_at"]
     recent = run_list.runs_page(conn, RunFilters(since=newest), limit=500).rows
     assert len(recent) == 1
@@ -65,8 +71,10 @@ def test_filters_search_and_counts_agree(conn):
 def test_chart_data_is_bounded_to_its_window(conn):
     seed_runs(conn, 2000, claims=300)
     data = run_list.chart_data(conn, RunFilters())
-    assert sum(r["runs"] for r in data["over_time"]) == 2000 * 7 // 30 + 1 or \
-        abs(sum(r["runs"] for r in data["over_time"]) - 2000 * 7 / 30) < 3  # the last 7 of 30 days
+    assert (
+        sum(r["runs"] for r in data["over_time"]) == 2000 * 7 // 30 + 1
+        or abs(sum(r["runs"] for r in data["over_time"]) - 2000 * 7 / 30) < 3
+    )  # the last 7 of 30 days
     assert 0 < len(data["durations"]) <= 300
     assert {r["workflow"] for r in data["failures"]} <= {f"seed-{i}" for i in range(1, 6)}
     assert all(r["runs"] > 0 for r in data["failures"])
@@ -81,6 +89,7 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         changes.append(change)
         if change.run_ids:
             got.set()
+
     hub.subscribe(listener)
     hub.start()
     try:
@@ -96,27 +105,38 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         harness.wait_for_state(db_url, run_id, "waiting")
 
         gates = read_model.open_gates(conn)
-        assert [(g["run_id"], g["step"], g["question"]) for g in gates] == [(run_id, "ok", "Ship 7?")]
+        assert [(g["run_id"], g["step"], g["question"]) for g in gates] == [
+            (run_id, "ok", "Ship 7?")
+        ]
         assert gates[0]["deadline"] is not None
 
         # The run shows `waiting` once its question is posted; its await follows a moment later.
-        debug = harness.wait_for(lambda: (d := engine_debug.run_debug(conn, run_id))["awaiting"] and d,
-                                 what="the gate's await")
+        debug = harness.wait_for(
+            lambda: (d := engine_debug.run_debug(conn, run_id))["awaiting"] and d,
+            what="the gate's await",
+        )
         names = [c["name"] for c in debug["checkpoints"]]
         assert "send:check:1" in names and "done:check:1" in names and "send:ok:1" in names
         assert [w["event"] for w in debug["awaiting"]] == [f"threadline.step.done:{run_id}:ok:1"]
         assert debug["awaiting"][0]["timeout_at"] is not None
         emitted = {e["name"]: e["emitted"] for e in debug["events"]}
-        assert emitted == {f"threadline.step.done:{run_id}:check:1": True,
-                           f"threadline.step.done:{run_id}:ok:1": False}  # awaited, not yet emitted
-        assert debug["attempts"][0]["attempt"] == 1 and "send:check:1" in debug["attempts"][0]["executed"]
+        assert emitted == {
+            f"threadline.step.done:{run_id}:check:1": True,
+            f"threadline.step.done:{run_id}:ok:1": False,
+        }  # awaited, not yet emitted
+        assert (
+            debug["attempts"][0]["attempt"] == 1
+            and "send:check:1" in debug["attempts"][0]["executed"]
+        )
         assert debug["bot_attempts"][0]["outcome"] == "completed"
 
         threads.decide(conn, run_id, "approve", Actor("ann", "console"))
         harness.wait_for_state(db_url, run_id, "completed")
         assert read_model.open_gates(conn) == []
         run = read_model.show_run(conn, run_id)
-        assert run["gate"] is None and all(s["started_at"] and s["finished_at"] for s in run["steps"])
+        assert run["gate"] is None and all(
+            s["started_at"] and s["finished_at"] for s in run["steps"]
+        )
     finally:
         hub.stop()
 
@@ -142,7 +162,9 @@ steps:
     assert [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[0]["state"] == "failed" and attempts[0]["executed"] == ["send:first:1"]
     assert attempts[1]["replayed"] == ["send:first:1"]
-    assert "send:first:1" not in attempts[1]["executed"] and "send:second:1" in attempts[1]["executed"]
+    assert (
+        "send:first:1" not in attempts[1]["executed"] and "send:second:1" in attempts[1]["executed"]
+    )
 
 
 def test_debug_view_of_a_run_awaiting_its_bot_and_sleep_times(conn, db_url, procs, apply):
@@ -160,15 +182,20 @@ steps:
     procs.start("conductor")
     procs.start("bots")
     run_id = spawn(conn, "slow", {}).run_id
-    harness.wait_for(lambda: conn.execute(
-        "select 1 from threadline.step_claims where step_key = %s", (f"{run_id}:work:1",)).fetchone(),
-        what="the bot to take the step")
-    harness.wait_for(lambda: engine_debug.run_debug(conn, run_id)["awaiting"], what="the run to park")
+    harness.wait_for(
+        lambda: conn.execute(
+            "select 1 from threadline.step_claims where step_key = %s", (f"{run_id}:work:1",)
+        ).fetchone(),
+        what="the bot to take the step",
+    )
+    harness.wait_for(
+        lambda: engine_debug.run_debug(conn, run_id)["awaiting"], what="the run to park"
+    )
     debug = engine_debug.run_debug(conn, run_id)
     assert debug["attempts"][0]["available_at"] is None and debug["sleep_until"] is None
     assert [w["event"] for w in debug["awaiting"]] == [f"threadline.step.done:{run_id}:work:1"]
     nap = read_model.show_run(conn, run_id)["steps"][0]
-    slept = (datetime.fromisoformat(nap["finished_at"]) - datetime.fromisoformat(nap["started_at"]))
+    slept = datetime.fromisoformat(nap["finished_at"]) - datetime.fromisoformat(nap["started_at"])
     # It ends at its planned wake time; it starts when its plan was recorded, a few ms after the
     # clock reading the wake time was computed from (so a little under the full second).
     assert nap["status"] == "completed" and nap["finished_at"] == nap["output"]
@@ -176,10 +203,12 @@ steps:
 
 
 def test_a_starting_conductor_forgets_processes_dead_for_a_day(conn, procs):
-    conn.execute("insert into threadline.workers (id, kind, host, pid, lock_key, last_beat_at, version) "
-                 "values ('old-bot', 'bots', 'h', 1, nextval('threadline.worker_lock_keys'), "
-                 "now() - interval '2 days', 'x'), ('recent-bot', 'bots', 'h', 2, "
-                 "nextval('threadline.worker_lock_keys'), now() - interval '2 hours', 'x')")
+    conn.execute(
+        "insert into threadline.workers (id, kind, host, pid, lock_key, last_beat_at, version) "
+        "values ('old-bot', 'bots', 'h', 1, nextval('threadline.worker_lock_keys'), "
+        "now() - interval '2 days', 'x'), ('recent-bot', 'bots', 'h', 2, "
+        "nextval('threadline.worker_lock_keys'), now() - interval '2 hours', 'x')"
+    )
     procs.start("conductor", wait=True)
     ids = lambda: {w["id"] for w in read_model.workers_overview(conn)}  # noqa: E731
     harness.wait_for(lambda: "old-bot" not in ids(), what="the old process to be forgotten")

@@ -18,27 +18,50 @@ import pytest
 from engine_adapter import harness
 from engine_adapter.spawn import spawn
 
-PAGES = ["/", "/run?id=01a20640-0000-7000-8000-000000000000", "/needs-you", "/recipes", "/recipe?slug=x",
-         "/conductors"]
+PAGES = [
+    "/",
+    "/run?id=01a20640-0000-7000-8000-000000000000",
+    "/needs-you",
+    "/recipes",
+    "/recipe?slug=x",
+    "/conductors",
+]
 INTRUDER = "tl-intruder"
-GATE = "slug: acc-gate\nbot: local\nsteps:\n  - id: ask\n    human_gate: \"Go?\"\n    timeout: 1h\n"
+GATE = 'slug: acc-gate\nbot: local\nsteps:\n  - id: ask\n    human_gate: "Go?"\n    timeout: 1h\n'
 
 
 class Console:
     """One console process and an HTTP client for it that never follows redirects."""
 
-    def __init__(self, procs: harness.ProcessSet, env: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        procs: harness.ProcessSet,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> None:
         self.procs, self.port = procs, harness.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         procs.start("console", args=["--port", str(self.port), *(args or [])], env=env)
         ready = "/recipes" if "--no-auth" in (args or []) else "/login"
-        harness.wait_for(lambda: harness.answers(self.base + ready), timeout=90, interval=0.3,
-                         what="the console to serve")
+        harness.wait_for(
+            lambda: harness.answers(self.base + ready),
+            timeout=90,
+            interval=0.3,
+            what="the console to serve",
+        )
 
-    def request(self, method: str, path: str, cookie: str | None = None, body: dict[str, str] | None = None,
-                source: str = "127.0.0.1", headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(source, 0))
+    def request(
+        self,
+        method: str,
+        path: str,
+        cookie: str | None = None,
+        body: dict[str, str] | None = None,
+        source: str = "127.0.0.1",
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], str]:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=30, source_address=(source, 0)
+        )
         hdrs = dict(headers or {})
         if cookie:
             hdrs["Cookie"] = cookie
@@ -55,7 +78,14 @@ class Console:
 
     def link(self) -> str:
         """A fresh sign-in link, minted by the CLI as the account running the tests."""
-        done = harness.run_cli(self.procs.url, "console", "link", "--port", str(self.port), home=self.procs.threadline_home)
+        done = harness.run_cli(
+            self.procs.url,
+            "console",
+            "link",
+            "--port",
+            str(self.port),
+            home=self.procs.threadline_home,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
@@ -67,15 +97,30 @@ class Console:
         assert status == 302 and headers["location"] == "/", (status, headers)
         return cookie_of(headers)
 
-    def sign_in(self, name: str, password: str, source: str = "127.0.0.1") -> tuple[int, dict[str, str], str]:
-        return self.request("POST", "/login", body={"username": name, "password": password, "next": "/"},
-                            source=source)
+    def sign_in(
+        self, name: str, password: str, source: str = "127.0.0.1"
+    ) -> tuple[int, dict[str, str], str]:
+        return self.request(
+            "POST",
+            "/login",
+            body={"username": name, "password": password, "next": "/"},
+            source=source,
+        )
 
     def websocket(self, page: str, cookie: str | None, bokeh_token: str) -> int:
-        status, _, _ = self.request("GET", page.split("?")[0].rstrip("/") + "/ws", cookie=cookie, headers={
-            "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": self.base,
-            "Sec-WebSocket-Protocol": f"bokeh, {bokeh_token}"})
+        status, _, _ = self.request(
+            "GET",
+            page.split("?")[0].rstrip("/") + "/ws",
+            cookie=cookie,
+            headers={
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Sec-WebSocket-Version": "13",
+                "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                "Origin": self.base,
+                "Sec-WebSocket-Protocol": f"bokeh, {bokeh_token}",
+            },
+        )
         return status
 
 
@@ -86,16 +131,35 @@ def cookie_of(headers: dict[str, str]) -> str:
 
 
 def bokeh_token(page_html: str) -> str:
-    match = re.search(r'"token":\s*"([^"]+)"', page_html) or re.search(r"token=([\w.-]+)", page_html)
+    match = re.search(r'"token":\s*"([^"]+)"', page_html) or re.search(
+        r"token=([\w.-]+)", page_html
+    )
     assert match, page_html[:500]
     return match.group(1)
 
 
 def write_users(path: Path, users: dict[str, tuple[str, list[str]]]) -> None:
     for name, (password, roles) in users.items():
-        done = subprocess.run([sys.executable, "-m", "engine_adapter.cli", "console", "user", "add", name,
-                               "--file", str(path), "--password-stdin", *[a for r in roles for a in ("--role", r)]],
-                              check=False, input=password + "\n", capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "engine_adapter.cli",
+                "console",
+                "user",
+                "add",
+                name,
+                "--file",
+                str(path),
+                "--password-stdin",
+                *[a for r in roles for a in ("--role", r)],
+            ],
+            check=False,
+            input=password + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
 
 
@@ -105,14 +169,21 @@ def test_every_page_and_the_websocket_need_a_session_also_on_loopback(procs):
         status, headers, body = console.request("GET", page)
         assert status == 302, (page, status, body[:200])
         assert headers["location"].startswith("./login?next="), headers
-    for embed in ("/autoload.js", "/recipes/autoload.js"):  # a page embedded elsewhere: no session either
-        status, _, body = console.request("GET", embed + "?bokeh-autoload-element=x&bokeh-absolute-url=/")
+    for embed in (
+        "/autoload.js",
+        "/recipes/autoload.js",
+    ):  # a page embedded elsewhere: no session either
+        status, _, body = console.request(
+            "GET", embed + "?bokeh-autoload-element=x&bokeh-absolute-url=/"
+        )
         assert status == 404 and "bokeh" not in body.lower(), (embed, status, body[:200])
     cookie = console.sign_in_with_link()
     status, _, body = console.request("GET", "/recipes", cookie=cookie)
     assert status == 200 and "bokeh" in body.lower()
     token = bokeh_token(body)
-    assert console.websocket("/recipes", cookie, token) == 101  # the same upgrade, signed in, is accepted
+    assert (
+        console.websocket("/recipes", cookie, token) == 101
+    )  # the same upgrade, signed in, is accepted
     assert console.websocket("/recipes", None, token) != 101
     assert console.websocket("/recipes", "threadline_session=forged", token) != 101
 
@@ -122,23 +193,31 @@ def test_a_sign_in_link_works_once(procs):
     path = console.link().split(str(console.port), 1)[1]
     assert path.startswith("/?token=")
     status, headers, _ = console.request("GET", path.replace("/?", "/run?id=abc&"))
-    assert status == 302 and headers["location"].startswith("./login?next=")  # trade the token first
+    assert status == 302 and headers["location"].startswith(
+        "./login?next="
+    )  # trade the token first
     status, headers, _ = console.request("GET", headers["location"][1:])
-    assert status == 302 and headers["location"] == "/run?id=abc"  # the same page, without the token
+    assert (
+        status == 302 and headers["location"] == "/run?id=abc"
+    )  # the same page, without the token
     cookie = cookie_of(headers)
     assert console.request("GET", "/run?id=abc", cookie=cookie)[0] == 200
     status, headers, _ = console.request("GET", path)  # the same link again
     assert status == 302
     status, _, body = console.request("GET", headers["location"][1:])
     assert status == 401 and "used up or expired" in body
-    assert "threadline_session" not in console.request("GET", "/login" + path[1:])[1].get("set-cookie", "")
+    assert "threadline_session" not in console.request("GET", "/login" + path[1:])[1].get(
+        "set-cookie", ""
+    )
 
 
 @pytest.fixture(scope="module")
 def intruder() -> str:
     """Another local OS account (made here if missing)."""
     if subprocess.run(["id", INTRUDER], capture_output=True, check=False).returncode != 0:
-        subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
+        )
     return INTRUDER
 
 
@@ -174,7 +253,9 @@ for name, mode in [("console-cookie-secret", "r"), ("console-tokens.json", "r"),
 """
 
 
-def test_another_local_account_cannot_see_a_run_spawn_one_or_mint_a_link(db_url, conn, apply, intruder):
+def test_another_local_account_cannot_see_a_run_spawn_one_or_mint_a_link(
+    db_url, conn, apply, intruder
+):
     apply(GATE)
     run_id = spawn(conn, "acc-gate", {}).run_id
     runs_before = conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
@@ -187,19 +268,38 @@ def test_another_local_account_cannot_see_a_run_spawn_one_or_mint_a_link(db_url,
     try:
         console = Console(procs)
         console.link()
-        done = subprocess.run(["/usr/bin/python3", "-c", INTRUDER_SCRIPT, str(console.port), run_id],
-                              check=False, user=intruder, capture_output=True, text=True, timeout=60, cwd="/")
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", INTRUDER_SCRIPT, str(console.port), run_id],
+            check=False,
+            user=intruder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         assert done.returncode == 0, done.stderr
         seen = json.loads(done.stdout)
         for path in ["/run?id=" + run_id, "/recipe?slug=acc-gate", "/?token=guessed"]:
             status, location, saw_run = seen[path]
-            assert status == 302 and location.startswith("./login") and not saw_run, (path, seen[path])
+            assert status == 302 and location.startswith("./login") and not saw_run, (
+                path,
+                seen[path],
+            )
         assert seen["ws"][0] != 101
-        done = subprocess.run(["/usr/bin/python3", "-c", MINT_SCRIPT, str(procs.threadline_home)],
-                              user=intruder, check=False,
-                              capture_output=True, text=True, timeout=60, cwd="/")
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", MINT_SCRIPT, str(procs.threadline_home)],
+            user=intruder,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         assert done.returncode == 0 and done.stdout == "", (done.stdout, done.stderr)
-        assert conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == runs_before
+        assert (
+            conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
+            == runs_before
+        )
     finally:
         procs.kill_all()
         shutil.rmtree(home, ignore_errors=True)
@@ -207,14 +307,21 @@ def test_another_local_account_cannot_see_a_run_spawn_one_or_mint_a_link(db_url,
 
 def test_failed_sign_ins_are_limited_per_user_name_and_per_address(procs, tmp_path):
     users = tmp_path / "users.json"
-    write_users(users, {"ann": ("ann's long password", ["viewer"]), "bob": ("bob's long password", ["viewer"])})
+    write_users(
+        users,
+        {"ann": ("ann's long password", ["viewer"]), "bob": ("bob's long password", ["viewer"])},
+    )
     console = Console(procs, env={"THREADLINE_CONSOLE_USERS": str(users)})
     for _ in range(5):
         status, _, body = console.sign_in("ann", "wrong", source="127.0.0.2")
         assert status == 401 and "Invalid user name or password" in body
-    status, _, body = console.sign_in("ann", "ann's long password", source="127.0.0.3")  # the name is locked
+    status, _, body = console.sign_in(
+        "ann", "ann's long password", source="127.0.0.3"
+    )  # the name is locked
     assert status == 429 and "Too many failed sign-ins" in body
-    status, _, body = console.sign_in("bob", "bob's long password", source="127.0.0.2")  # so is the address
+    status, _, body = console.sign_in(
+        "bob", "bob's long password", source="127.0.0.2"
+    )  # so is the address
     assert status == 429
     status, headers, _ = console.sign_in("bob", "bob's long password", source="127.0.0.4")
     assert status == 302 and cookie_of(headers)
@@ -243,8 +350,16 @@ def test_a_vanished_users_file_locks_everyone_out(procs, tmp_path):
 
 
 def test_no_auth_is_refused_off_loopback_and_warns_on_it(procs, db_url):
-    done = harness.run_cli(db_url, "console", "--address", "0.0.0.0", "--no-auth", "--port",
-                           str(harness.free_port()), home=procs.threadline_home)
+    done = harness.run_cli(
+        db_url,
+        "console",
+        "--address",
+        "0.0.0.0",
+        "--no-auth",
+        "--port",
+        str(harness.free_port()),
+        home=procs.threadline_home,
+    )
     assert done.returncode == 2 and "--no-auth: refused on 0.0.0.0" in done.stderr
     console = Console(procs, args=["--no-auth"])
     assert console.request("GET", "/recipes")[0] == 200  # the header's warning: tests/ui
@@ -254,7 +369,14 @@ def test_no_auth_is_refused_off_loopback_and_warns_on_it(procs, db_url):
 def test_the_old_users_file_form_is_refused_with_the_new_one_shown(procs, db_url, tmp_path):
     users = tmp_path / "users.json"
     users.write_text('{"ann": "s3cret"}')
-    done = harness.run_cli(db_url, "console", "--port", str(harness.free_port()), home=procs.threadline_home,
-                           env={"THREADLINE_CONSOLE_USERS": str(users)}, timeout=90)
+    done = harness.run_cli(
+        db_url,
+        "console",
+        "--port",
+        str(harness.free_port()),
+        home=procs.threadline_home,
+        env={"THREADLINE_CONSOLE_USERS": str(users)},
+        timeout=90,
+    )
     assert done.returncode == 2
     assert "the old form" in done.stderr and '"roles": ["operator", "approver"]' in done.stderr

@@ -44,17 +44,29 @@ def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_p
     procs.start("bots")
     run_id = spawn(conn, "three", {"dir": str(tmp_path), "nap": 2}).run_id
     key = f"{run_id}:one:1"
-    harness.wait_for(lambda: conn.execute("select 1 from threadline.step_claims where step_key = %s",
-                                          (key,)).fetchone(), what="bot to claim step one")
+    harness.wait_for(
+        lambda: conn.execute(
+            "select 1 from threadline.step_claims where step_key = %s", (key,)
+        ).fetchone(),
+        what="bot to claim step one",
+    )
     harness.kill(conductor)
-    harness.wait_for(lambda: harness.alive_count(conn, "conductor") == 0, timeout=1.0,
-                     what="the killed conductor to show as dead")
+    harness.wait_for(
+        lambda: harness.alive_count(conn, "conductor") == 0,
+        timeout=1.0,
+        what="the killed conductor to show as dead",
+    )
     # The bot finishes the step and emits its done event while no conductor is alive.
-    event = harness.wait_for(lambda: conn.execute(
-        "select emitted_at from absurd.e_threadline where event_name = %s and payload is not null",
-        (f"threadline.step.done:{key}",)).fetchone(), what="done event with no conductor")
-    last_beat = conn.execute("select max(last_beat_at) as t from threadline.workers where kind = 'conductor'"
-                             ).fetchone()["t"]
+    event = harness.wait_for(
+        lambda: conn.execute(
+            "select emitted_at from absurd.e_threadline where event_name = %s and payload is not null",
+            (f"threadline.step.done:{key}",),
+        ).fetchone(),
+        what="done event with no conductor",
+    )
+    last_beat = conn.execute(
+        "select max(last_beat_at) as t from threadline.workers where kind = 'conductor'"
+    ).fetchone()["t"]
     assert event["emitted_at"] > last_beat
     assert harness.alive_count(conn, "conductor") == 0
     procs.start("conductor")
@@ -64,15 +76,18 @@ def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_p
     assert_clean_thread(view)
 
 
-@pytest.mark.parametrize("kind, point, attempts, effects", [
-    # The conductor dies right after its instruction commits, or after its SEND checkpoint.
-    ("conductor", "after_send_commit", 1, ["one", "two", "three"]),
-    ("conductor", "after_send_checkpoint", 1, ["one", "two", "three"]),
-    ("bots", "bot_after_claim", 2, ["one", "two", "three"]),
-    ("bots", "bot_after_terminal", 1, ["one", "two", "three"]),
-    # The command ran but the bot died before it could say so: attempt 2 runs it again, visibly.
-    ("bots", "bot_before_terminal", 2, ["one", "one", "two", "three"]),
-])
+@pytest.mark.parametrize(
+    "kind, point, attempts, effects",
+    [
+        # The conductor dies right after its instruction commits, or after its SEND checkpoint.
+        ("conductor", "after_send_commit", 1, ["one", "two", "three"]),
+        ("conductor", "after_send_checkpoint", 1, ["one", "two", "three"]),
+        ("bots", "bot_after_claim", 2, ["one", "two", "three"]),
+        ("bots", "bot_after_terminal", 1, ["one", "two", "three"]),
+        # The command ran but the bot died before it could say so: attempt 2 runs it again, visibly.
+        ("bots", "bot_before_terminal", 2, ["one", "one", "two", "three"]),
+    ],
+)
 def test_crash_points(conn, apply, procs, tmp_path, kind, point, attempts, effects):
     apply(THREE_STEPS)
     procs.start("bots" if kind == "conductor" else "conductor")
@@ -108,7 +123,9 @@ def host_pids(marker: str) -> list[int]:
     return found
 
 
-def test_bot_killed_mid_command_retried_as_attempt_2_with_old_group_gone(conn, apply, procs, tmp_path):
+def test_bot_killed_mid_command_retried_as_attempt_2_with_old_group_gone(
+    conn, apply, procs, tmp_path
+):
     # The first attempt's child holds a lock until it dies: the second attempt sees it free only
     # if the successor bot killed the old process group before starting it.
     apply("""
@@ -154,13 +171,25 @@ steps:
     procs.start("conductor")
     procs.start("bots")
     run_id = spawn(conn, "sleeper", {"dir": str(tmp_path)}).run_id
-    children = harness.wait_for(lambda: host_pids(f"{tmp_path}/child.lock"), what="the command to start")
+    children = harness.wait_for(
+        lambda: host_pids(f"{tmp_path}/child.lock"), what="the command to start"
+    )
     cancel_run(conn, run_id, Actor("tester", "console"), "changed my mind")
     view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=10)
-    harness.wait_for(lambda: all(_gone(c) for c in children), timeout=15,
-                     what="the cancelled command's processes to die")
-    harness.wait_for(lambda: conn.execute("select outcome from threadline.step_claims where run_id = %s",
-                                          (run_id,)).fetchone()["outcome"] == "cancelled", what="claim closed")
+    harness.wait_for(
+        lambda: all(_gone(c) for c in children),
+        timeout=15,
+        what="the cancelled command's processes to die",
+    )
+    harness.wait_for(
+        lambda: (
+            conn.execute(
+                "select outcome from threadline.step_claims where run_id = %s", (run_id,)
+            ).fetchone()["outcome"]
+            == "cancelled"
+        ),
+        what="claim closed",
+    )
     assert not (tmp_path / "never").exists()
     assert [s["status"] for s in view["steps"]] == ["skipped", "skipped"]
     assert view["thread"][-1]["text"] == "Run cancelled by tester: changed my mind"

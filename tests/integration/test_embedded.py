@@ -46,19 +46,27 @@ def _mode(path: Path) -> int:
 def test_credentials_and_connect(pg: EmbeddedPostgres) -> None:
     creds = pg.credentials()
     assert set(creds) == {"user", "password", "port", "database", "url"}
-    assert creds["url"] == (f"postgresql://{creds['user']}:{creds['password']}"
-                            f"@127.0.0.1:{creds['port']}/threadline")
+    assert creds["url"] == (
+        f"postgresql://{creds['user']}:{creds['password']}@127.0.0.1:{creds['port']}/threadline"
+    )
     assert _mode(pg.credentials_file) == 0o600
     assert pg.credentials_file.stat().st_uid == os.geteuid()
     assert _mode(pg.data_dir) == 0o700
     with psycopg.connect(creds["url"]) as conn:
         assert conn.execute("select current_user, current_database()").fetchone() == (
-            "threadline", "threadline")
+            "threadline",
+            "threadline",
+        )
         # The server listens on the port chosen at init, which is recorded, not a default.
         assert int(conn.execute("show port").fetchone()[0]) == creds["port"]
     with pytest.raises(psycopg.OperationalError):  # password auth is really enforced
-        psycopg.connect(host="127.0.0.1", port=creds["port"], user="threadline",
-                        password="wrong", dbname="threadline").close()
+        psycopg.connect(
+            host="127.0.0.1",
+            port=creds["port"],
+            user="threadline",
+            password="wrong",
+            dbname="threadline",
+        ).close()
 
 
 def test_start_twice_returns_same_url_and_server(pg: EmbeddedPostgres) -> None:

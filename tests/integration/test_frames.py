@@ -61,8 +61,15 @@ def test_frames_of_a_run_through_every_step_kind(conn, apply, procs):
     timeline = frames.timeline_frame(conn, run_id)
     assert list(timeline.columns) == frames.TIMELINE_COLUMNS
     assert list(timeline["lane"]) == [
-        f"conductor 1 (pid {procs.procs[0].pid})", f"bots 1 (pid {procs.procs[1].pid})",
-        "step build", "step build · attempt 1", "step nap", "step ask", "step after", "step after · attempt 1"]
+        f"conductor 1 (pid {procs.procs[0].pid})",
+        f"bots 1 (pid {procs.procs[1].pid})",
+        "step build",
+        "step build · attempt 1",
+        "step nap",
+        "step ask",
+        "step after",
+        "step after · attempt 1",
+    ]
     assert (timeline["finish"] >= timeline["start"]).all()
     assert timeline["start"].dt.tz is not None
 
@@ -86,18 +93,24 @@ steps:
     run_id = spawn(conn, "long-step", {"dir": str(tmp_path)}).run_id
     harness.wait_for(lambda: (tmp_path / "started").exists(), what="the step's command to start")
     # While the run awaits the bot, the engine stores its wake-up as infinity: read as empty.
-    awaiting = harness.wait_for(lambda: frames.engine_frame(conn, run_id).query("state == 'sleeping'")
-                                .to_dict("records"), what="the engine run to await the step")[0]
+    awaiting = harness.wait_for(
+        lambda: frames.engine_frame(conn, run_id).query("state == 'sleeping'").to_dict("records"),
+        what="the engine run to await the step",
+    )[0]
     assert pd.isna(awaiting["available_at"]) and pd.isna(awaiting["claimed_by"])
     harness.kill(conductor)
-    harness.wait_for(lambda: harness.alive_count(conn, "conductor") == 0, what="the conductor to show as dead")
+    harness.wait_for(
+        lambda: harness.alive_count(conn, "conductor") == 0, what="the conductor to show as dead"
+    )
 
     workers = frames.workers_frame(conn, run_id).set_index("kind")
     assert not workers.loc["conductor", "alive"] and workers.loc["bots", "alive"]
     timeline = frames.timeline_frame(conn, run_id).set_index("lane")
     dead = timeline.loc[f"conductor 1 (pid {conductor.pid})"]
     assert dead["outcome"] == "dead"
-    assert dead["finish"] == pd.Timestamp(workers.loc["conductor", "last_beat_at"])  # its last heartbeat
+    assert dead["finish"] == pd.Timestamp(
+        workers.loc["conductor", "last_beat_at"]
+    )  # its last heartbeat
     assert timeline.loc["step work", "outcome"] == "open"
     assert timeline.loc["step work · attempt 1", "outcome"] == "running"
     assert frames.events_frame(conn, run_id).empty
@@ -113,8 +126,10 @@ steps:
     procs.start("conductor")
     run_id = spawn(conn, "sleeper").run_id
     harness.wait_for_state(procs.url, run_id, "sleeping")
-    row = harness.wait_for(lambda: frames.engine_frame(conn, run_id).query("state == 'sleeping'")
-                           .to_dict("records"), what="the engine run to sleep")[0]
+    row = harness.wait_for(
+        lambda: frames.engine_frame(conn, run_id).query("state == 'sleeping'").to_dict("records"),
+        what="the engine run to sleep",
+    )[0]
     assert pd.isna(row["claimed_by"]) and pd.isna(row["claim_expires_at"])
     wake = frames.step_tries_frame(conn, run_id)
     assert wake["outcome"].isna().all() and wake["ended_at"].isna().all()  # not woken yet
@@ -135,9 +150,14 @@ steps:
     run_command: echo stamp
 """)
     assert frames.schedule_slots_frame(conn, slug).empty
-    first = Schedule("* * * * *").next_after(workflows.get_workflow(conn, slug)["schedule_enabled_at"])
-    fired = [f for at in (first, first + timedelta(minutes=1), first + timedelta(minutes=1, seconds=5))
-             for f in schedules.tick(conn, at + timedelta(seconds=1))]
+    first = Schedule("* * * * *").next_after(
+        workflows.get_workflow(conn, slug)["schedule_enabled_at"]
+    )
+    fired = [
+        f
+        for at in (first, first + timedelta(minutes=1), first + timedelta(minutes=1, seconds=5))
+        for f in schedules.tick(conn, at + timedelta(seconds=1))
+    ]
     slots = frames.schedule_slots_frame(conn, slug)
     assert list(slots.columns) == ["slot", "run_id", "skipped"]
     assert list(slots["slot"]) == [first, first + timedelta(minutes=1)]

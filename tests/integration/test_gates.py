@@ -33,8 +33,9 @@ def start(procs) -> None:
 
 
 def decisions(conn, run_id: str) -> list[dict]:
-    return conn.execute("select decision, actor, reason from threadline.decisions where run_id = %s",
-                        (run_id,)).fetchall()
+    return conn.execute(
+        "select decision, actor, reason from threadline.decisions where run_id = %s", (run_id,)
+    ).fetchall()
 
 
 def test_reply_with_thumbs_up_releases_the_gate(conn, apply, procs):
@@ -52,7 +53,9 @@ def test_reply_with_thumbs_up_releases_the_gate(conn, apply, procs):
     assert outcome.decision == "approve"
     view = harness.wait_for_state(procs.url, run_id, "completed")
     assert view["steps"][1]["output"].strip() == "after approve, ship it"
-    assert decisions(conn, run_id) == [{"decision": "approve", "actor": "bob", "reason": "approve, ship it"}]
+    assert decisions(conn, run_id) == [
+        {"decision": "approve", "actor": "bob", "reason": "approve, ship it"}
+    ]
 
 
 def test_approve_command_and_stale_decision_refused(conn, apply, procs):
@@ -61,16 +64,20 @@ def test_approve_command_and_stale_decision_refused(conn, apply, procs):
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
     with pytest.raises(threads.GateClosed):
-        threads.decide(conn, run_id, "approve", Actor("alice", "console"), gate_key=f"{run_id}:other:1")
+        threads.decide(
+            conn, run_id, "approve", Actor("alice", "console"), gate_key=f"{run_id}:other:1"
+        )
     key = threads.decide(conn, run_id, "approve", Actor("alice", "console"), "lgtm")
     assert key == f"{run_id}:ask:1"
     harness.wait_for_state(procs.url, run_id, "completed")
-    entries_before = conn.execute("select count(*) as n from threadline.thread_entries where run_id = %s",
-                                  (run_id,)).fetchone()["n"]
+    entries_before = conn.execute(
+        "select count(*) as n from threadline.thread_entries where run_id = %s", (run_id,)
+    ).fetchone()["n"]
     with pytest.raises(threads.GateClosed, match="not waiting at a gate"):
         threads.decide(conn, run_id, "deny", Actor("alice", "console"), gate_key=key)
-    entries_after = conn.execute("select count(*) as n from threadline.thread_entries where run_id = %s",
-                                 (run_id,)).fetchone()["n"]
+    entries_after = conn.execute(
+        "select count(*) as n from threadline.thread_entries where run_id = %s", (run_id,)
+    ).fetchone()["n"]
     assert entries_after == entries_before  # a refused decision writes nothing
 
 
@@ -104,7 +111,10 @@ def test_any_reply_gate_from_one_person(conn, apply, procs):
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
     assert threads.reply(conn, run_id, "me first", Actor("eve", "console")).decision is None
-    assert threads.reply(conn, run_id, "here are the numbers", Actor("dana", "console")).decision == "reply"
+    assert (
+        threads.reply(conn, run_id, "here are the numbers", Actor("dana", "console")).decision
+        == "reply"
+    )
     view = harness.wait_for_state(procs.url, run_id, "completed")
     assert "here are the numbers" in view["steps"][1]["output"]
 
@@ -127,8 +137,11 @@ def test_late_approval_racing_a_timeout_has_one_winner(conn, apply, procs):
     for offset in (1.9, 2.0, 2.1, 2.3):
         run_id = spawn(conn, "gated", {"what": "race"}).run_id
         view = harness.wait_for_state(procs.url, run_id, "waiting")
-        opened = conn.execute("select created_at from threadline.thread_entries where run_id = %s "
-                              "and kind = 'question'", (run_id,)).fetchone()["created_at"]
+        opened = conn.execute(
+            "select created_at from threadline.thread_entries where run_id = %s "
+            "and kind = 'question'",
+            (run_id,),
+        ).fetchone()["created_at"]
         now = conn.execute("select now() as n").fetchone()["n"]
         time.sleep(max(0.0, offset - (now - opened).total_seconds()))
         try:
@@ -153,10 +166,16 @@ def test_gate_release_latency_from_the_reply_commit(conn, apply, procs):
         run_id = spawn(conn, "gated", {"what": "x"}).run_id
         harness.wait_for_state(procs.url, run_id, "waiting")
         threads.reply(conn, run_id, "👍", Actor("alice", "console"))
-        reply_at = conn.execute("select max(created_at) as t from threadline.thread_entries where run_id = %s "
-                                "and author_kind = 'human'", (run_id,)).fetchone()["t"]
+        reply_at = conn.execute(
+            "select max(created_at) as t from threadline.thread_entries where run_id = %s "
+            "and author_kind = 'human'",
+            (run_id,),
+        ).fetchone()["t"]
         harness.wait_for_state(procs.url, run_id, "completed")
-        next_at = conn.execute("select created_at from threadline.thread_entries where run_id = %s "
-                               "and kind = 'instruction'", (run_id,)).fetchone()["created_at"]
+        next_at = conn.execute(
+            "select created_at from threadline.thread_entries where run_id = %s "
+            "and kind = 'instruction'",
+            (run_id,),
+        ).fetchone()["created_at"]
         samples.append((next_at - reply_at).total_seconds())
     assert statistics.median(samples) < 1.0, samples

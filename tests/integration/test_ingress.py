@@ -32,8 +32,13 @@ def port_of(base: str) -> int:
     return urllib.parse.urlsplit(base).port or 0
 
 
-def raw_request(target: str = "/hooks/greet", headers: list[tuple[str, str]] | None = None,
-                body: bytes = GOOD, method: str = "POST", length: bool = True) -> bytes:
+def raw_request(
+    target: str = "/hooks/greet",
+    headers: list[tuple[str, str]] | None = None,
+    body: bytes = GOOD,
+    method: str = "POST",
+    length: bool = True,
+) -> bytes:
     """A request as bytes, headers in order and verbatim (duplicates and all)."""
     lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1"]
     lines += [f"{name}: {value}" for name, value in headers or []]
@@ -42,8 +47,12 @@ def raw_request(target: str = "/hooks/greet", headers: list[tuple[str, str]] | N
     return "\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body
 
 
-def signed_request(body: bytes = GOOD, extra: list[tuple[str, str]] | None = None,
-                   content_type: str = "application/json", **kwargs: Any) -> bytes:
+def signed_request(
+    body: bytes = GOOD,
+    extra: list[tuple[str, str]] | None = None,
+    content_type: str = "application/json",
+    **kwargs: Any,
+) -> bytes:
     headers = [("Content-Type", content_type), *signed(body).items(), *(extra or [])]
     return raw_request(headers=headers, body=body, **kwargs)
 
@@ -88,7 +97,7 @@ def first_answer(raw: bytes) -> tuple[int, dict[str, Any]]:
     assert match, raw[:300]
     length = int(re.search(rb"(?im)^content-length: *(\d+)", match.group(2)).group(1))
     start = match.end()
-    return int(match.group(1)), json.loads(raw[start:start + length])
+    return int(match.group(1)), json.loads(raw[start : start + length])
 
 
 def is_closed(sock: socket.socket, wait: float) -> bool:
@@ -104,9 +113,13 @@ def is_closed(sock: socket.socket, wait: float) -> bool:
 
 # -- framing, paths, content types -----------------------------------------------------------------
 FRAMING = {
-    "identical duplicate Content-Length": signed_request(extra=[("Content-Length", str(len(GOOD)))]),
+    "identical duplicate Content-Length": signed_request(
+        extra=[("Content-Length", str(len(GOOD)))]
+    ),
     "conflicting Content-Length": signed_request(extra=[("Content-Length", "50")]),
-    "Content-Length and Transfer-Encoding": signed_request(extra=[("Transfer-Encoding", "chunked")]),
+    "Content-Length and Transfer-Encoding": signed_request(
+        extra=[("Transfer-Encoding", "chunked")]
+    ),
     "a folded header (obs-fold)": signed_request(extra=[("X-Note", "a\r\n b")]),
     "a bare CR in a header": signed_request(extra=[("X-Note", "a\rb")]),
     "a header line without a colon": signed_request(extra=[("X-Note", "a\r\nnocolon")]),
@@ -165,10 +178,19 @@ def test_a_percent_encoded_path_reaches_its_webhook(conn, apply, hooks):
     assert status == 202, answer
 
 
-@pytest.mark.parametrize("content_type", [
-    "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
-    "multipart/form-data; boundary=x", "application/json; charset=latin-1", "application/jsonx",
-    None, "application/json, text/plain"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=latin-1",
+        "application/jsonx",
+        None,
+        "application/json, text/plain",
+    ],
+)
 def test_only_json_bodies_are_accepted(conn, apply, hooks, content_type):
     """A browser may send a cross-site "simple" POST (text/plain, a form, a typeless body) without
     asking first; on an unsigned loopback webhook that would start a run for any web page."""
@@ -180,27 +202,35 @@ def test_only_json_bodies_are_accepted(conn, apply, hooks, content_type):
     assert status == 415, answer
     assert "application/json" in answer["error"]
     assert created(conn) == before
-    for accepted in ("application/json", "Application/JSON; charset=UTF-8",
-                     'application/json;charset="utf-8"'):
+    for accepted in (
+        "application/json",
+        "Application/JSON; charset=UTF-8",
+        'application/json;charset="utf-8"',
+    ):
         body = json.dumps({"type": accepted}).encode()
-        status, answer = first_answer(exchange(base, raw_request(
-            "/hooks/open", [("Content-Type", accepted)], body)))
+        status, answer = first_answer(
+            exchange(base, raw_request("/hooks/open", [("Content-Type", accepted)], body))
+        )
         assert status == 202, (accepted, answer)
 
 
-@pytest.mark.parametrize(("body", "says"), [
-    (b'{"a": "\\ud800"}', "cannot be stored"),  # a lone surrogate: jsonb refuses it
-    (b'{"a": 1e999}', "cannot be stored"),  # infinity is no JSON number
-    (b'{"a": ' + b"1" * 5000 + b"}", "a number of 5000 digits (at most 4300)"),
-    (b"[" * 100_000, "nested too deeply"),
-    (b'{"a": "\xff"}', "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"a": "\\ud800"}', "cannot be stored"),  # a lone surrogate: jsonb refuses it
+        (b'{"a": 1e999}', "cannot be stored"),  # infinity is no JSON number
+        (b'{"a": ' + b"1" * 5000 + b"}", "a number of 5000 digits (at most 4300)"),
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"a": "\xff"}', "not UTF-8"),
+    ],
+)
 def test_bodies_that_cannot_be_stored_are_a_400(conn, apply, hooks, body, says):
     apply(UNSIGNED)
     base = hooks()
     before = created(conn)
-    status, answer = first_answer(exchange(base, raw_request(
-        "/hooks/open", [("Content-Type", "application/json")], body)))
+    status, answer = first_answer(
+        exchange(base, raw_request("/hooks/open", [("Content-Type", "application/json")], body))
+    )
     assert (status, says in answer["error"]) == (400, True), answer
     assert created(conn) == before
 
@@ -209,11 +239,14 @@ def test_two_content_types_are_refused(conn, apply, hooks):
     apply(UNSIGNED)
     base = hooks()
     before = created(conn)
-    data = raw_request("/hooks/open", [("Content-Type", "application/json"),
-                                       ("Content-Type", "text/plain")])
+    data = raw_request(
+        "/hooks/open", [("Content-Type", "application/json"), ("Content-Type", "text/plain")]
+    )
     status, answer = first_answer(exchange(base, data))
-    assert (status, answer) == (415, {"error": "send the body with one Content-Type: "
-                                               "application/json header (got 2)"})
+    assert (status, answer) == (
+        415,
+        {"error": "send the body with one Content-Type: application/json header (got 2)"},
+    )
     assert created(conn) == before
 
 
@@ -295,12 +328,19 @@ def _answers(base: str) -> bool:
     return first_answer(exchange(base, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))[0] == 200
 
 
-@pytest.mark.parametrize(("flag", "value", "says"), [
-    ("--request-timeout", "nan", "--request-timeout must be more than 0 and at most 3600 seconds"),
-    ("--request-timeout", "0", "--request-timeout must be more than 0"),
-    ("--idle-timeout", "inf", "--idle-timeout must be more than 0 and at most 3600 seconds"),
-    ("--max-connections", "0", "--max-connections must be positive"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        (
+            "--request-timeout",
+            "nan",
+            "--request-timeout must be more than 0 and at most 3600 seconds",
+        ),
+        ("--request-timeout", "0", "--request-timeout must be more than 0"),
+        ("--idle-timeout", "inf", "--idle-timeout must be more than 0 and at most 3600 seconds"),
+        ("--max-connections", "0", "--max-connections must be positive"),
+    ],
+)
 def test_limits_that_would_not_hold_are_refused_at_start(db_url, flag, value, says):
     result = cli(db_url, "hooks", "--port", "0", flag, value)
     assert result.returncode == 2

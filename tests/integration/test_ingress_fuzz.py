@@ -28,39 +28,108 @@ hooks = test_webhooks.hooks  # the fixture that starts `threadline hooks` on a f
 UNSIGNED = "slug: open\nwebhooks:\n  - path: open\nsteps:\n  - id: s\n    run_command: echo\n"
 REQUEST_TIMEOUT_S = 3.0
 EXCHANGE_LIMIT_S = REQUEST_TIMEOUT_S + 15.0  # generous: a hang, not a slow machine, must fail
-FUZZ = settings(max_examples=400, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 LATIN1 = st.characters(codec="latin-1")
 METHODS = st.sampled_from(["POST", "GET", "HEAD", "PUT", "OPTIONS", "BREW", "post"]) | st.text(
-    LATIN1, max_size=8)
-TARGETS = st.sampled_from(["/hooks/greet", "/hooks/open", "/healthz", "/hooks/", "/", "*",
-                           "http://x/hooks/open", "//hooks/open"]) | st.builds(
-    lambda stem, tail: stem + tail, st.sampled_from(["/hooks/greet", "/hooks/open", "/hooks/", "/"]),
-    st.text(LATIN1, max_size=40))
-VERSIONS = st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/0.9", "HTTP/1.1 x", "",
-                            "HTTP/1", "http/1.1"]) | st.text(LATIN1, max_size=10)
-NAMES = st.sampled_from(["Content-Length", "content-length", "Transfer-Encoding", "Content-Type",
-                         TIMESTAMP_HEADER, SIGNATURE_HEADER, DELIVERY_HEADER, "Expect",
-                         "Connection", "Host"]) | st.text(LATIN1, max_size=16)
-VALUES = st.sampled_from(["0", "2", "13", "-1", "99999999999999999", " 13", "1e3", "chunked",
-                          "gzip, chunked", "application/json", "text/plain", "100-continue",
-                          "close", "keep-alive", "sha256=" + "0" * 64]) | st.text(LATIN1, max_size=60)
+    LATIN1, max_size=8
+)
+TARGETS = st.sampled_from(
+    [
+        "/hooks/greet",
+        "/hooks/open",
+        "/healthz",
+        "/hooks/",
+        "/",
+        "*",
+        "http://x/hooks/open",
+        "//hooks/open",
+    ]
+) | st.builds(
+    lambda stem, tail: stem + tail,
+    st.sampled_from(["/hooks/greet", "/hooks/open", "/hooks/", "/"]),
+    st.text(LATIN1, max_size=40),
+)
+VERSIONS = st.sampled_from(
+    ["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/0.9", "HTTP/1.1 x", "", "HTTP/1", "http/1.1"]
+) | st.text(LATIN1, max_size=10)
+NAMES = st.sampled_from(
+    [
+        "Content-Length",
+        "content-length",
+        "Transfer-Encoding",
+        "Content-Type",
+        TIMESTAMP_HEADER,
+        SIGNATURE_HEADER,
+        DELIVERY_HEADER,
+        "Expect",
+        "Connection",
+        "Host",
+    ]
+) | st.text(LATIN1, max_size=16)
+VALUES = st.sampled_from(
+    [
+        "0",
+        "2",
+        "13",
+        "-1",
+        "99999999999999999",
+        " 13",
+        "1e3",
+        "chunked",
+        "gzip, chunked",
+        "application/json",
+        "text/plain",
+        "100-continue",
+        "close",
+        "keep-alive",
+        "sha256=" + "0" * 64,
+    ]
+) | st.text(LATIN1, max_size=60)
 EOLS = st.sampled_from([b"\r\n", b"\n", b"\r", b"\r\r\n"])
-BODIES = st.binary(max_size=200) | st.sampled_from([
-    b'{"name": "x"}', b"", b"{}", b"[]", b'{"a": "\\ud800"}', b'{"a": "\\u0000"}',
-    b'{"a": ' + b"1" * 5000 + b"}", b"[" * 5000, b'{"a": 1e999}', b'{"a": NaN}'])
-INSERTS = st.binary(min_size=1, max_size=10) | st.sampled_from([
-    b"\r\n", b"\x00", b" ", b":", b"\r\nContent-Length: 5", b"\r\nTransfer-Encoding: chunked",
-    b"\r\n Content-Length: 2", b"%00", b"/..", b"\r\n\r\n", b"\r\nContent-Type: text/plain"])
+BODIES = st.binary(max_size=200) | st.sampled_from(
+    [
+        b'{"name": "x"}',
+        b"",
+        b"{}",
+        b"[]",
+        b'{"a": "\\ud800"}',
+        b'{"a": "\\u0000"}',
+        b'{"a": ' + b"1" * 5000 + b"}",
+        b"[" * 5000,
+        b'{"a": 1e999}',
+        b'{"a": NaN}',
+    ]
+)
+INSERTS = st.binary(min_size=1, max_size=10) | st.sampled_from(
+    [
+        b"\r\n",
+        b"\x00",
+        b" ",
+        b":",
+        b"\r\nContent-Length: 5",
+        b"\r\nTransfer-Encoding: chunked",
+        b"\r\n Content-Length: 2",
+        b"%00",
+        b"/..",
+        b"\r\n\r\n",
+        b"\r\nContent-Type: text/plain",
+    ]
+)
 
 
 @st.composite
 def random_requests(draw: Any) -> bytes:
     eol = draw(EOLS)
     lines = [f"{draw(METHODS)} {draw(TARGETS)} {draw(VERSIONS)}"]
-    lines += [f"{name}: {value}" for name, value in draw(st.lists(st.tuples(NAMES, VALUES),
-                                                                 max_size=8))]
+    lines += [
+        f"{name}: {value}" for name, value in draw(st.lists(st.tuples(NAMES, VALUES), max_size=8))
+    ]
     return eol.join(line.encode("latin-1") for line in lines) + eol + eol + draw(BODIES)
 
 
@@ -69,42 +138,56 @@ def mutated_requests(draw: Any, signed_bodies: list[Any]) -> bytes:
     """A valid request (to the signed webhook, or to the unsigned one), then damaged."""
     payload = {"name": draw(st.text(max_size=20)), "n": draw(st.integers())}
     body = json.dumps(payload).encode()
-    headers = [("Host", "x"), ("Content-Type", "application/json"),
-               ("Content-Length", str(len(body)))]
+    headers = [
+        ("Host", "x"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+    ]
     path = draw(st.sampled_from(["greet", "open"]))
     if path == "greet":
         timestamp = str(int(time.time()))
-        headers += [(TIMESTAMP_HEADER, timestamp), (SIGNATURE_HEADER, sign(SECRET, timestamp, body))]
+        headers += [
+            (TIMESTAMP_HEADER, timestamp),
+            (SIGNATURE_HEADER, sign(SECRET, timestamp, body)),
+        ]
         signed_bodies.append(payload)
     if draw(st.booleans()):
         headers.append((DELIVERY_HEADER, draw(st.text(LATIN1, min_size=1, max_size=20))))
-    data = bytearray(f"POST /hooks/{path} HTTP/1.1\r\n".encode()
-                     + b"".join(f"{n}: {v}\r\n".encode("latin-1") for n, v in headers)
-                     + b"\r\n" + body)
+    data = bytearray(
+        f"POST /hooks/{path} HTTP/1.1\r\n".encode()
+        + b"".join(f"{n}: {v}\r\n".encode("latin-1") for n, v in headers)
+        + b"\r\n"
+        + body
+    )
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(0, len(data)))
         match draw(st.sampled_from(["flip", "delete", "insert", "repeat line", "truncate"])):
             case "flip" if at < len(data):
                 data[at] ^= draw(st.integers(1, 255))
             case "delete":
-                del data[at:at + draw(st.integers(1, 12))]
+                del data[at : at + draw(st.integers(1, 12))]
             case "insert":
                 data[at:at] = draw(INSERTS)
             case "repeat line":
                 lines = bytes(data).split(b"\r\n")
                 k = draw(st.integers(0, len(lines) - 1))
-                data = bytearray(b"\r\n".join(lines[:k + 1] + lines[k:]))
+                data = bytearray(b"\r\n".join(lines[: k + 1] + lines[k:]))
             case "truncate":
                 del data[at:]
     return bytes(data)
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(
-        st.characters(codec=None, exclude_categories=()), max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                 max_size=4),
-    max_leaves=12)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(st.characters(codec=None, exclude_categories=()), max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -112,8 +195,10 @@ def json_requests(draw: Any) -> bytes:
     """Well-framed deliveries to the unsigned webhook with any JSON-ish body: what reaches the
     parser and the database (surrogates, NaN, huge numbers, NUL, deep nesting)."""
     body = json.dumps(draw(JSON)).encode("utf-8", "surrogatepass")
-    return (f"POST /hooks/open HTTP/1.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"POST /hooks/open HTTP/1.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 # -- the exchange and what it may leave behind -----------------------------------------------------
@@ -161,10 +246,14 @@ class Ledger:
         self.accepted += answers.count(202)
         runs = self.conn.execute("select workflow, payload from threadline.run_threads").fetchall()
         deliveries = self.conn.execute(
-            "select count(*) as n from threadline.webhook_deliveries").fetchone()["n"]
+            "select count(*) as n from threadline.webhook_deliveries"
+        ).fetchone()["n"]
         assert len(runs) == deliveries == self.accepted, (answers, data[:300])
-        forged = [r["payload"] for r in runs
-                  if r["workflow"] == "greet" and r["payload"] not in self.signed_bodies]
+        forged = [
+            r["payload"]
+            for r in runs
+            if r["workflow"] == "greet" and r["payload"] not in self.signed_bodies
+        ]
         assert not forged, f"a run of the signed webhook with a body nobody signed: {forged}"
 
 

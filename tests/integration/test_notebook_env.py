@@ -53,7 +53,9 @@ def test_env_on_the_given_server_uses_a_database_of_its_own(server_url, monkeypa
     assert conductor.poll() is not None and bots.poll() is not None
     assert name not in databases(server_url)
     assert not home.exists()
-    assert os.environ[DATABASE_URL_ENV] == server_url and os.environ[HOME_ENV] == str(tmp_path / "users-home")
+    assert os.environ[DATABASE_URL_ENV] == server_url and os.environ[HOME_ENV] == str(
+        tmp_path / "users-home"
+    )
     env.close()  # a second close is harmless
 
 
@@ -61,7 +63,12 @@ def test_env_without_a_url_starts_and_removes_its_own_server(monkeypatch):
     monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
     with NotebookEnv() as env:
         url, home = env.url, env.home
-        assert env.conn.execute("select count(*) as n from threadline.schema_migrations").fetchone()["n"] > 0
+        assert (
+            env.conn.execute("select count(*) as n from threadline.schema_migrations").fetchone()[
+                "n"
+            ]
+            > 0
+        )
         env.start_conductor()
         assert env.alive("conductor") == 1
     assert DATABASE_URL_ENV not in os.environ
@@ -134,8 +141,11 @@ def test_process_set_start_waits_for_that_process_and_fails_early_if_it_exits(db
     try:
         conductor = procs.start("conductor", wait=True)
         with db.connect(db_url) as conn:
-            live = db.fetch_one(conn, "live_worker_by_pid", dict(kind="conductor", pid=conductor.pid,
-                                                                   host=socket.gethostname()))
+            live = db.fetch_one(
+                conn,
+                "live_worker_by_pid",
+                dict(kind="conductor", pid=conductor.pid, host=socket.gethostname()),
+            )
         assert live["alive"]
         # It exits at once (a bad flag): the wait says so with its log, long before its timeout.
         with pytest.raises(RuntimeError, match="(?s)bots process exited with 2.*no-such-flag"):

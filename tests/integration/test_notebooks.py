@@ -22,40 +22,59 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.i
 NOTEBOOK_TIMEOUT_S = 300  # the whole notebook, every cell included
 
 
-def execute(nb: nbformat.NotebookNode, workdir: Path, timeout_s: float = NOTEBOOK_TIMEOUT_S,
-            shutdown: str = "graceful") -> None:
+def execute(
+    nb: nbformat.NotebookNode,
+    workdir: Path,
+    timeout_s: float = NOTEBOOK_TIMEOUT_S,
+    shutdown: str = "graceful",
+) -> None:
     """Run every cell in order in a new kernel, within one budget for the whole notebook. The
     kernel is then shut down as nbclient does (graceful: asked, SIGTERM and SIGKILL seconds later;
     immediate: SIGKILL to its process group)."""
-    client = NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(workdir)}},
-                            shutdown_kernel=shutdown)
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir)}},
+        shutdown_kernel=shutdown,
+    )
     deadline = time.monotonic() + timeout_s
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
-            client.timeout = max(1, int(deadline - time.monotonic()))  # nbclient's limit is per cell
+            client.timeout = max(
+                1, int(deadline - time.monotonic())
+            )  # nbclient's limit is per cell
             client.execute_cell(cell, index)
 
 
 def notebook_databases(server_url: str) -> set[str]:
     with psycopg.connect(server_url, autocommit=True) as admin:
-        rows = admin.execute("select datname from pg_database where datname like 'tl_nb_%'").fetchall()
+        rows = admin.execute(
+            "select datname from pg_database where datname like 'tl_nb_%'"
+        ).fetchall()
     return {r[0] for r in rows}
 
 
 def test_the_notebooks_are_there_and_committed_without_outputs():
-    assert {p.name for p in NOTEBOOKS} >= {"01_quickstart.ipynb", "02_kill_mid_run.ipynb",
-                                           "03_human_gate.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {
+        "01_quickstart.ipynb",
+        "02_kill_mid_run.ipynb",
+        "03_human_gate.ipynb",
+    }
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
         code = [c for c in nb.cells if c.cell_type == "code"]
-        assert all(c.outputs == [] and c.execution_count is None for c in code), f"{path.name} has outputs"
+        assert all(c.outputs == [] and c.execution_count is None for c in code), (
+            f"{path.name} has outputs"
+        )
         assert any("assert " in c.source for c in code), f"{path.name} asserts nothing"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_and_its_claims_hold(path: Path, server_url: str, monkeypatch: pytest.MonkeyPatch):
+def test_notebook_runs_and_its_claims_hold(
+    path: Path, server_url: str, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setenv(DATABASE_URL_ENV, server_url)  # the kernel inherits it
     before = notebook_databases(server_url)
     nb = nbformat.read(path, as_version=4)
@@ -64,11 +83,13 @@ def test_notebook_runs_and_its_claims_hold(path: Path, server_url: str, monkeypa
 
 
 def test_a_failing_assert_cell_fails_the_notebook(tmp_path: Path):
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("claim = 1 + 1"),
-        nbformat.v4.new_code_cell("assert claim == 3, 'the claim does not hold'"),
-        nbformat.v4.new_code_cell("open('after-the-failure', 'w').close()"),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("claim = 1 + 1"),
+            nbformat.v4.new_code_cell("assert claim == 3, 'the claim does not hold'"),
+            nbformat.v4.new_code_cell("open('after-the-failure', 'w').close()"),
+        ]
+    )
     with pytest.raises(CellExecutionError, match="the claim does not hold"):
         execute(nb, tmp_path)
     assert not (tmp_path / "after-the-failure").exists()  # execution stopped at the failing cell
@@ -100,11 +121,18 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("database, shutdown", [("server", "graceful"), ("server", "immediate"),
-                                                ("embedded", "immediate")])
-def test_a_notebook_that_fails_leaves_nothing_behind(database: str, shutdown: str, server_url: str,
-                                                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                     request: pytest.FixtureRequest):
+@pytest.mark.parametrize(
+    "database, shutdown",
+    [("server", "graceful"), ("server", "immediate"), ("embedded", "immediate")],
+)
+def test_a_notebook_that_fails_leaves_nothing_behind(
+    database: str,
+    shutdown: str,
+    server_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+):
     """The kernel dies seconds after the failing cell, or at once: too soon for atexit. What the
     notebook made must still go: its processes, its database or embedded server, its folders."""
     if database == "server":
@@ -118,11 +146,13 @@ def test_a_notebook_that_fails_leaves_nothing_behind(database: str, shutdown: st
     request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(temp))
     before = notebook_databases(server_url)
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(LEAVE_A_TRACE),
-        nbformat.v4.new_code_cell("assert False, 'the claim does not hold'"),
-        nbformat.v4.new_code_cell("env.close()"),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(LEAVE_A_TRACE),
+            nbformat.v4.new_code_cell("assert False, 'the claim does not hold'"),
+            nbformat.v4.new_code_cell("env.close()"),
+        ]
+    )
     with pytest.raises(CellExecutionError, match="the claim does not hold"):
         execute(nb, tmp_path, shutdown=shutdown)
     trace = json.loads((tmp_path / "trace.json").read_text())

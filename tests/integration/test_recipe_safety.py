@@ -53,8 +53,9 @@ def test_no_payload_value_runs_in_any_quoting_context(conn, apply, procs, tmp_pa
     apply(INJECTION.format(work=work))
     procs.start("conductor")
     procs.start("bots")
-    run_ids = [spawn(conn, "injection", {"x": attack, "i": i}).run_id
-               for i, attack in enumerate(ATTACKS)]
+    run_ids = [
+        spawn(conn, "injection", {"x": attack, "i": i}).run_id for i, attack in enumerate(ATTACKS)
+    ]
     for run_id in run_ids:
         view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
         instructions = [e["text"] for e in view["thread"] if e["kind"] == "instruction"]
@@ -67,7 +68,7 @@ def test_no_payload_value_runs_in_any_quoting_context(conn, apply, procs, tmp_pa
 
 
 def test_a_value_no_environment_holds_fails_its_step_with_a_message(conn, apply, procs):
-    apply("slug: big-value\nsteps:\n  - id: one\n    run_command: echo \"{{payload.blob}}\"\n")
+    apply('slug: big-value\nsteps:\n  - id: one\n    run_command: echo "{{payload.blob}}"\n')
     procs.start("conductor")
     run_id = spawn(conn, "big-value", {"blob": "x" * 200_000}).run_id
     view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
@@ -94,8 +95,10 @@ def test_a_payload_the_schema_refuses_writes_nothing(conn, apply):
     tables = ("threadline.run_threads", "threadline.thread_entries", "absurd.t_threadline")
     with pytest.raises(PayloadRejected) as err:
         spawn(conn, "checks", {"target": "--basetemp=/x"})
-    assert str(err.value) == ("workflow 'checks' refuses the payload: "
-                              'payload.target: "--basetemp=/x" does not match "^[^-]"')
+    assert str(err.value) == (
+        "workflow 'checks' refuses the payload: "
+        'payload.target: "--basetemp=/x" does not match "^[^-]"'
+    )
     with pytest.raises(PayloadRejected, match="payload: 'target' is a required property"):
         spawn(conn, "checks", {})
     with pytest.raises(PayloadRejected, match='payload.target: 5 is not of type "string"'):
@@ -103,17 +106,29 @@ def test_a_payload_the_schema_refuses_writes_nothing(conn, apply):
     assert all(count(conn, t) == 0 for t in tables)
 
     run_id = spawn(conn, "checks", {"target": "tests/unit"}).run_id
-    snapshot = conn.execute("select recipe from threadline.run_threads where run_id = %s",
-                            (run_id,)).fetchone()["recipe"]
+    snapshot = conn.execute(
+        "select recipe from threadline.run_threads where run_id = %s", (run_id,)
+    ).fetchone()["recipe"]
     assert snapshot["payload_schema"]["properties"]["target"]["pattern"] == "^[^-]"
 
 
 def test_stored_out_of_range_durations_fail_the_step_not_the_conductor(conn, procs):
     # Stored before the bounds existed: built directly, as validation no longer lets them in.
     huge = 10**20 * 86_400.0
-    for slug, step in (("huge-sleep", Step(id="nap", kind="sleep", text="100000000000000000000d")),
-                       ("huge-gate", Step(id="ok", kind="human_gate", text="ok?", timeout_s=huge,
-                                          accept="decision", on_timeout="deny"))):
+    for slug, step in (
+        ("huge-sleep", Step(id="nap", kind="sleep", text="100000000000000000000d")),
+        (
+            "huge-gate",
+            Step(
+                id="ok",
+                kind="human_gate",
+                text="ok?",
+                timeout_s=huge,
+                accept="decision",
+                on_timeout="deny",
+            ),
+        ),
+    ):
         apply_recipe(conn, Recipe(slug=slug, name=slug, steps=(step,)))
     conductor = procs.start("conductor")
     runs = [spawn(conn, slug).run_id for slug in ("huge-sleep", "huge-gate")]
@@ -127,8 +142,11 @@ def test_stored_out_of_range_durations_fail_the_step_not_the_conductor(conn, pro
     assert conductor.poll() is None  # it never crashed
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(text=RECIPE_TEXT)
 def test_a_refused_recipe_writes_no_row(conn, text):
     tables = ("threadline.workflows", "threadline.workflow_versions", "threadline.webhook_triggers")
@@ -140,6 +158,7 @@ def test_a_refused_recipe_writes_no_row(conn, text):
         assert {t: count(conn, t) for t in tables} == before
         return
     event("applied")
-    stored = conn.execute("select recipe from threadline.workflows where slug = %s",
-                          (applied.slug,)).fetchone()["recipe"]
+    stored = conn.execute(
+        "select recipe from threadline.workflows where slug = %s", (applied.slug,)
+    ).fetchone()["recipe"]
     assert Recipe.from_dict(json.loads(json.dumps(stored))).slug == applied.slug

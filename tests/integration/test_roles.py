@@ -45,8 +45,10 @@ def awaiting_bot(conn, apply, procs) -> str:
     apply(GATED)
     procs.start("conductor")
     run_id = spawn(conn, "gated").run_id
-    harness.wait_for(lambda: db.fetch_one(conn, "get_run", dict(run_id=run_id))["awaiting"],
-                     what="the instruction")
+    harness.wait_for(
+        lambda: db.fetch_one(conn, "get_run", dict(run_id=run_id))["awaiting"],
+        what="the instruction",
+    )
     return run_id
 
 
@@ -57,9 +59,13 @@ def test_every_process_connects_as_its_own_role(conn, apply, procs, logins):
     wanted = {login["conductor"], login["bots"]}
 
     def users() -> set[str]:
-        return {r["usename"] for r in conn.execute(
-            "select usename from pg_stat_activity where datname = current_database() "
-            "and backend_type = 'client backend' and pid <> pg_backend_pid()")}
+        return {
+            r["usename"]
+            for r in conn.execute(
+                "select usename from pg_stat_activity where datname = current_database() "
+                "and backend_type = 'client backend' and pid <> pg_backend_pid()"
+            )
+        }
 
     # A connection the test harness just closed lingers for a moment while its backend exits;
     # the processes' own connections are long-lived, so a wrong one would never leave the set.
@@ -91,8 +97,12 @@ def test_the_viewer_reads_and_writes_nothing(conn, apply, logins):
     with as_role(logins, "viewer") as v:
         assert v.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == 1
         refused(v, "update threadline.run_threads set state = 'completed'")
-        refused(v, "insert into threadline.decisions (step_key, run_id, decision, actor) "
-                   "values ('k', %s, 'approve', 'v')", (run_id,))
+        refused(
+            v,
+            "insert into threadline.decisions (step_key, run_id, decision, actor) "
+            "values ('k', %s, 'approve', 'v')",
+            (run_id,),
+        )
         refused(v, "delete from threadline.workflows")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             threads.append(v, run_id, "human", "someone", "message", "hello")
@@ -110,15 +120,28 @@ def test_bots_cannot_release_a_gate_or_speak_for_people(conn, apply, procs, logi
     with as_role(logins, "bots") as b:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="releasing step"):
             threads.emit_step_done(b, run_id, key, decision)
-        refused(b, "select absurd.emit_event(%s, %s, %s)",
-                (QUEUE, names.done_event(key), Jsonb(decision)))
-        refused(b, "insert into threadline.decisions (step_key, run_id, decision, actor) "
-                   "values (%s, %s, 'approve', 'alice')", (key, run_id))
+        refused(
+            b,
+            "select absurd.emit_event(%s, %s, %s)",
+            (QUEUE, names.done_event(key), Jsonb(decision)),
+        )
+        refused(
+            b,
+            "insert into threadline.decisions (step_key, run_id, decision, actor) "
+            "values (%s, %s, 'approve', 'alice')",
+            (key, run_id),
+        )
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="writing a human entry"):
             threads.append(b, run_id, "human", "alice", "message", "👍")
-        refused(b, "insert into threadline.thread_entries (run_id, seq, author_kind, author, kind, text) "
-                   "values (%s, 99, 'human', 'alice', 'message', 'x')", (run_id,))
-        refused(b, "update threadline.run_threads set state = 'completed' where run_id = %s", (run_id,))
+        refused(
+            b,
+            "insert into threadline.thread_entries (run_id, seq, author_kind, author, kind, text) "
+            "values (%s, 99, 'human', 'alice', 'message', 'x')",
+            (run_id,),
+        )
+        refused(
+            b, "update threadline.run_threads set state = 'completed' where run_id = %s", (run_id,)
+        )
         refused(b, "select * from absurd.t_threadline")
     assert conn.execute("select count(*) as n from threadline.decisions").fetchone()["n"] == 0
     assert harness.wait_for_state(procs.url, run_id, "waiting")
@@ -128,25 +151,35 @@ def test_a_bot_releases_only_the_bot_step_awaited(conn, logins, awaiting_bot):
     run_id = awaiting_bot
     with as_role(logins, "bots") as b:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            threads.emit_step_done(b, run_id, names.step_key(run_id, "ask", 1), {"status": "completed"})
-        threads.emit_step_done(b, run_id, names.step_key(run_id, "work", 1),
-                               {"status": "completed", "output": "ok"})
+            threads.emit_step_done(
+                b, run_id, names.step_key(run_id, "ask", 1), {"status": "completed"}
+            )
+        threads.emit_step_done(
+            b, run_id, names.step_key(run_id, "work", 1), {"status": "completed", "output": "ok"}
+        )
     row = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     assert row["last_emitted_key"] == names.step_key(run_id, "work", 1) and not row["awaiting"]
 
 
-def test_people_doors_cannot_fake_a_step_result_or_emit_threadline_events(conn, logins, awaiting_bot):
+def test_people_doors_cannot_fake_a_step_result_or_emit_threadline_events(
+    conn, logins, awaiting_bot
+):
     run_id = awaiting_bot
     key = names.step_key(run_id, "work", 1)
     with as_role(logins, "console") as c:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="releasing step"):
             threads.emit_step_done(c, run_id, key, {"status": "completed", "output": "forged"})
         refused(c, "select absurd.emit_event(%s, %s, '{}'::jsonb)", (QUEUE, names.done_event(key)))
-        refused(c, "select threadline.emit_debug_event(%s, %s, '{}'::jsonb)",
-                (QUEUE, " THREADLINE.step.done:" + key))
+        refused(
+            c,
+            "select threadline.emit_debug_event(%s, %s, '{}'::jsonb)",
+            (QUEUE, " THREADLINE.step.done:" + key),
+        )
         with pytest.raises(psycopg.errors.RaiseException, match="not failed"):
             with c.transaction():
-                c.execute("select threadline.emit_retry(%s, %s, %s, '{}'::jsonb)", (QUEUE, run_id, key))
+                c.execute(
+                    "select threadline.emit_retry(%s, %s, %s, '{}'::jsonb)", (QUEUE, run_id, key)
+                )
         c.execute("select threadline.emit_debug_event(%s, 'custom.nudge', '{}'::jsonb)", (QUEUE,))
     assert db.fetch_one(conn, "get_run", dict(run_id=run_id))["awaiting"]
 

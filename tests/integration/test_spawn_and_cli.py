@@ -35,8 +35,9 @@ def test_idempotent_spawn_returns_the_existing_run(conn, apply):
     assert first.created and not again.created and other.created
     assert again.run_id == first.run_id != other.run_id
     assert count(conn, "run_threads") == 2
-    payload = conn.execute("select payload from threadline.run_threads where run_id = %s",
-                           (first.run_id,)).fetchone()["payload"]
+    payload = conn.execute(
+        "select payload from threadline.run_threads where run_id = %s", (first.run_id,)
+    ).fetchone()["payload"]
     assert payload == {"name": "a"}
 
 
@@ -44,11 +45,14 @@ def test_editing_a_recipe_never_changes_a_run_in_flight(conn, apply):
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id
     apply(HELLO.read_text().replace("echo done", "echo changed"))
-    versions = conn.execute("select version, source from threadline.workflow_versions where slug = 'hello' "
-                            "order by version").fetchall()
+    versions = conn.execute(
+        "select version, source from threadline.workflow_versions where slug = 'hello' "
+        "order by version"
+    ).fetchall()
     assert [(v["version"], v["source"]) for v in versions] == [(1, "create"), (2, "update")]
-    snapshot = conn.execute("select recipe, workflow_version from threadline.run_threads where run_id = %s",
-                            (run_id,)).fetchone()
+    snapshot = conn.execute(
+        "select recipe, workflow_version from threadline.run_threads where run_id = %s", (run_id,)
+    ).fetchone()
     assert snapshot["workflow_version"] == 1
     assert snapshot["recipe"]["steps"][1]["run_command"] == "echo done"
 
@@ -87,8 +91,18 @@ def test_cli_end_to_end(db_url, procs, tmp_path):
     assert "(unchanged)" in cli(db_url, "recipe", "apply", str(HELLO)).stdout
     procs.start("conductor")
     procs.start("bots")
-    out = json.loads(cli(db_url, "spawn", "hello", "--payload", '{"name": "cli"}', "--idempotency-key", "x",
-                         "--json").stdout)
+    out = json.loads(
+        cli(
+            db_url,
+            "spawn",
+            "hello",
+            "--payload",
+            '{"name": "cli"}',
+            "--idempotency-key",
+            "x",
+            "--json",
+        ).stdout
+    )
     assert out["created"] is True
     again = json.loads(cli(db_url, "spawn", "hello", "--idempotency-key", "x", "--json").stdout)
     assert again == {"run_id": out["run_id"], "created": False}
@@ -96,9 +110,19 @@ def test_cli_end_to_end(db_url, procs, tmp_path):
     shown = json.loads(cli(db_url, "show", out["run_id"], "--json").stdout)
     assert set(shown) >= {"run_id", "workflow", "state", "steps", "thread"}
     assert [(s["id"], s["kind"], s["status"], s["attempts"]) for s in shown["steps"]] == [
-        ("greet", "run_command", "completed", 1), ("done", "run_command", "completed", 1)]
+        ("greet", "run_command", "completed", 1),
+        ("done", "run_command", "completed", 1),
+    ]
     assert shown["steps"][0]["output"].strip() == "hello cli"
-    assert set(shown["thread"][0]) == {"seq", "author_kind", "author", "kind", "step_key", "text", "created_at"}
+    assert set(shown["thread"][0]) == {
+        "seq",
+        "author_kind",
+        "author",
+        "kind",
+        "step_key",
+        "text",
+        "created_at",
+    }
     runs = json.loads(cli(db_url, "runs", "--json", "--workflow", "hello").stdout)
     assert runs["health"] == "ok" and runs["runs"][0]["run_id"] == out["run_id"]
     bad = cli(db_url, "runs", "--state", "bogus")
@@ -116,7 +140,9 @@ def test_health_turns_down_the_moment_the_conductor_is_killed(conn, procs):
     harness.wait_for(lambda: health(conn)["status"] == "ok", what="health ok")
     harness.kill(conductor)
     # The server drops the liveness lock as soon as it sees the socket close: well within a second.
-    h = harness.wait_for(lambda: (h := health(conn))["status"] == "down" and h, timeout=1.0, what="health down")
+    h = harness.wait_for(
+        lambda: (h := health(conn))["status"] == "down" and h, timeout=1.0, what="health down"
+    )
     assert not any(c["alive"] for c in h["conductors"])
 
 
@@ -126,13 +152,22 @@ def test_on_a_fresh_home_commands_start_the_embedded_server_themselves(tmp_path)
     env["THREADLINE_HOME"] = str(home)
 
     def threadline(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "engine_adapter.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     try:
         migrated = threadline("db", "migrate")
         assert migrated.returncode == 0, migrated.stderr
-        assert "starting the embedded PostgreSQL" in migrated.stderr and "applied: absurd-" in migrated.stdout
+        assert (
+            "starting the embedded PostgreSQL" in migrated.stderr
+            and "applied: absurd-" in migrated.stdout
+        )
         assert threadline("db", "migrate").stdout.startswith("up to date")
         EmbeddedPostgres(home).stop()
         listed = threadline("runs", "--json")  # a stopped server is started again
@@ -180,7 +215,12 @@ def test_one_bot_per_thread(conn, apply):
 
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id
-    assert conn.execute("select bot from threadline.run_threads where run_id = %s", (run_id,)).fetchone()["bot"] == "shell"
+    assert (
+        conn.execute(
+            "select bot from threadline.run_threads where run_id = %s", (run_id,)
+        ).fetchone()["bot"]
+        == "shell"
+    )
     with pytest.raises(psycopg.errors.RaiseException, match='thread is bound to bot "shell"'):
         with conn.transaction():
             threads.append(conn, run_id, "bot", "intruder", "message", "hi")
@@ -192,8 +232,11 @@ def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, pr
     procs.start("conductor")
     harness.wait_for(lambda: health(conn)["status"] == "ok", what="health ok")
     spawn(conn, "hello", {"name": "nobody home"})
-    h = harness.wait_for(lambda: (h := health(conn))["status"] == "degraded" and h, timeout=10,
-                         what="health degraded")
+    h = harness.wait_for(
+        lambda: (h := health(conn))["status"] == "degraded" and h,
+        timeout=10,
+        what="health degraded",
+    )
     assert h["instructions_waiting"] == 1 and h["bots"] == []
     procs.start("bots")
     harness.wait_for(lambda: health(conn)["status"] == "ok", timeout=30, what="health ok again")
@@ -208,7 +251,14 @@ def test_show_into_a_closed_pipe_ends_quietly(conn, apply, db_url):
         for i in range(400):  # more than a pipe holds, so the writer meets the closed end
             threads.append(conn, run_id, "system", "threadline", "note", f"line {i} " + "x" * 300)
     env = dict(os.environ, THREADLINE_DATABASE_URL=db_url)
-    done = subprocess.run(f"{sys.executable} -m engine_adapter.cli show {run_id} | head -n 1",
-                          shell=True, env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        f"{sys.executable} -m engine_adapter.cli show {run_id} | head -n 1",
+        shell=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.stdout.startswith(f"run {run_id}")
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

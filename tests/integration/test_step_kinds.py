@@ -29,13 +29,20 @@ def test_every_step_kind_runs_to_completion(conn, apply, procs):
     # Steps run as an unprivileged user: a system interpreter, not the test's own (under /root).
     agent = "python3 -c \"import sys; print('AGENT SAYS: ' + sys.stdin.read().upper())\""
     procs.start("conductor")
-    procs.start("bots", env={"GREETING": "hello", "THREADLINE_AGENT_CMD": agent, "SECRET_NOT_PASSED": "x"})
+    procs.start(
+        "bots", env={"GREETING": "hello", "THREADLINE_AGENT_CMD": agent, "SECRET_NOT_PASSED": "x"}
+    )
     run_id = spawn(conn, "every-kind", {"who": "o'brien; rm -rf /"}).run_id
 
     view = harness.wait_for_state(procs.url, run_id, "waiting", timeout=30)
     statuses = {s["id"]: s["status"] for s in view["steps"]}
-    assert statuses == {"build": "completed", "ask-agent": "completed", "nap": "completed",
-                        "ok": "gate", "after": "pending"}
+    assert statuses == {
+        "build": "completed",
+        "ask-agent": "completed",
+        "nap": "completed",
+        "ok": "gate",
+        "after": "pending",
+    }
     build = view["steps"][0]["output"]
     assert "hello o'brien; rm -rf /" in build  # a variable reference: the value was one argument
     assert f"run={run_id} key={run_id}:build:1" in build
@@ -143,14 +150,19 @@ steps:
     procs.start("bots")
     run_id = spawn(conn, "streaming").run_id
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
-    progress = {key: [e["text"] for e in view["thread"] if e["kind"] == "progress" and e["step_key"] == key]
-                for key in (f"{run_id}:quick:1", f"{run_id}:slow:1")}
+    progress = {
+        key: [e["text"] for e in view["thread"] if e["kind"] == "progress" and e["step_key"] == key]
+        for key in (f"{run_id}:quick:1", f"{run_id}:slow:1")
+    }
     assert progress[f"{run_id}:quick:1"] == []
     streamed = "".join(progress[f"{run_id}:slow:1"])
     assert streamed.split() == ["first", "second"]
     first_seq = next(e["seq"] for e in view["thread"] if e["kind"] == "progress")
-    terminal_seq = next(e["seq"] for e in view["thread"]
-                        if e["kind"].startswith("signal.") and e["step_key"] == f"{run_id}:slow:1")
+    terminal_seq = next(
+        e["seq"]
+        for e in view["thread"]
+        if e["kind"].startswith("signal.") and e["step_key"] == f"{run_id}:slow:1"
+    )
     assert first_seq < terminal_seq
 
 

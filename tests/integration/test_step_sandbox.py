@@ -63,7 +63,8 @@ def test_a_step_cannot_steal_credentials_or_secrets(needs_bwrap, conn, apply, pr
     creds.write_text(json.dumps({"url": f"postgresql://threadline:{MARK}@127.0.0.1/x"}))
     creds.chmod(0o600)
     info = psycopg.conninfo.conninfo_to_dict(procs.url)
-    apply("""
+    apply(
+        """
 slug: attack
 env: [TARGET_HOME, DB_PORT, DB_NAME, TL_CLI, OTHER_RUN]
 webhooks:
@@ -72,10 +73,13 @@ webhooks:
 steps:
   - id: steal
     run_command: |
-""" + "\n".join("      " + line for line in ATTACK.strip().splitlines()) + """
+"""
+        + "\n".join("      " + line for line in ATTACK.strip().splitlines())
+        + """
   - id: ask
     human_gate: "Ship it?"
-""")
+"""
+    )
     # Validation refuses such env names (tests/unit/test_recipe_env.py); a recipe stored before
     # that rule still cannot have them passed.
     conn.execute("""update threadline.workflows set recipe = jsonb_set(recipe, '{env}',
@@ -86,9 +90,18 @@ steps:
     victim = spawn(conn, "victim").run_id
     harness.wait_for_state(procs.url, victim, "waiting")
     cli = shutil.which("threadline") or str(Path(sys.executable).with_name("threadline"))
-    procs.start("bots", env={"HOOK_SECRET": MARK, "PGPASSWORD": MARK, "TL_CLI": cli,
-                             "OTHER_RUN": victim, "TARGET_HOME": str(home),
-                             "DB_PORT": str(info["port"]), "DB_NAME": info["dbname"]})
+    procs.start(
+        "bots",
+        env={
+            "HOOK_SECRET": MARK,
+            "PGPASSWORD": MARK,
+            "TL_CLI": cli,
+            "OTHER_RUN": victim,
+            "TARGET_HOME": str(home),
+            "DB_PORT": str(info["port"]),
+            "DB_NAME": info["dbname"],
+        },
+    )
     run_id = spawn(conn, "attack").run_id
     view = harness.wait_for_state(procs.url, run_id, "waiting", timeout=60)
     out = view["steps"][0]["output"]
@@ -132,7 +145,10 @@ def test_health_says_plainly_when_steps_run_unsandboxed(conn, procs):
     procs.start("conductor", wait=True)
     procs.start("bots", env={"THREADLINE_SANDBOX": "none"}, wait=True)
     out = harness.run_cli(procs.url, "health")
-    assert "UNSANDBOXED" in out.stdout and "WARNING: 1 bot process(es) run steps UNSANDBOXED" in out.stdout
+    assert (
+        "UNSANDBOXED" in out.stdout
+        and "WARNING: 1 bot process(es) run steps UNSANDBOXED" in out.stdout
+    )
     health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
     assert len(health["unsandboxed_bots"]) == 1
 
@@ -151,15 +167,21 @@ def test_an_unprivileged_threadline_sandboxes_with_bubblewrap(needs_bwrap, tmp_p
     if os.geteuid() != 0:
         pytest.skip("needs root to run the check as another account")
     account = "threadline-owner-test"
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                    account], capture_output=True, check=False)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", account],
+        capture_output=True,
+        check=False,
+    )
     import pwd
 
     pw = pwd.getpwnam(account)
     base = tmp_path / "owner"
     code = base / "code"
-    shutil.copytree(Path(__file__).resolve().parents[2] / "engine_adapter", code / "engine_adapter",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(__file__).resolve().parents[2] / "engine_adapter",
+        code / "engine_adapter",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     home = base / "home"
     (home / ".threadline").mkdir(parents=True)
     (home / ".threadline" / "credentials.json").write_text(MARK)
@@ -182,11 +204,23 @@ print(box.describe())
 print(out.stderr)
 print(out.stdout)
 """
-    result = subprocess.run(["/usr/bin/python3", "-c", script], user=pw.pw_uid, group=pw.pw_gid,
-                            extra_groups=[], cwd=str(base),
-                            env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(code),
-                                 "THREADLINE_SECRET_FOR_TEST": MARK},
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        ["/usr/bin/python3", "-c", script],
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        extra_groups=[],
+        cwd=str(base),
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(home),
+            "PYTHONPATH": str(code),
+            "THREADLINE_SECRET_FOR_TEST": MARK,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "sandboxed: bubblewrap" in result.stdout
     assert MARK not in result.stdout
@@ -203,20 +237,26 @@ def test_a_recipe_workdir_cannot_expose_threadline_files(tmp_path, monkeypatch):
         with pytest.raises(SandboxError, match="overlaps"):
             box.check_workdir(bad)
     box.check_workdir(tmp_path / "runs" / "some-run")  # a run's own directory
-    box.check_workdir(Path(sys.prefix) if not Path(sys.prefix).is_relative_to(tmp_path) else Path("/srv"))
+    box.check_workdir(
+        Path(sys.prefix) if not Path(sys.prefix).is_relative_to(tmp_path) else Path("/srv")
+    )
 
 
 def test_no_workflow_may_pass_another_workflows_webhook_secret(conn, apply):
     from engine_adapter.recipes import RecipeError
 
-    apply("slug: hooked\nwebhooks:\n  - {path: in, secret: 'env:HOOK_KEY'}\n"
-          "steps:\n  - {id: a, run_command: ls}\n")
+    apply(
+        "slug: hooked\nwebhooks:\n  - {path: in, secret: 'env:HOOK_KEY'}\n"
+        "steps:\n  - {id: a, run_command: ls}\n"
+    )
     with pytest.raises(RecipeError, match="HOOK_KEY is a webhook secret of workflow 'hooked'"):
         apply("slug: thief\nenv: [HOOK_KEY]\nsteps:\n  - {id: a, run_command: env}\n")
     apply("slug: passer\nenv: [API_TOKEN]\nsteps:\n  - {id: a, run_command: env}\n")
     with pytest.raises(RecipeError, match="API_TOKEN is passed to the steps of workflow 'passer'"):
-        apply("slug: hooked2\nwebhooks:\n  - {path: in2, secret: 'env:API_TOKEN'}\n"
-              "steps:\n  - {id: a, run_command: ls}\n")
+        apply(
+            "slug: hooked2\nwebhooks:\n  - {path: in2, secret: 'env:API_TOKEN'}\n"
+            "steps:\n  - {id: a, run_command: ls}\n"
+        )
     slugs = {r["slug"] for r in conn.execute("select slug from threadline.workflows")}
     assert slugs == {"hooked", "passer"}
 
@@ -230,8 +270,14 @@ def test_network_false_leaves_a_step_no_network(needs_bwrap, conn, apply, procs)
     procs.start("bots")
     online = spawn(conn, "online").run_id
     offline = spawn(conn, "offline").run_id
-    assert "reached" == harness.wait_for_state(procs.url, online, "completed")["steps"][0]["output"].strip()
-    assert "unreachable" == harness.wait_for_state(procs.url, offline, "completed")["steps"][0]["output"].strip()
+    assert (
+        "reached"
+        == harness.wait_for_state(procs.url, online, "completed")["steps"][0]["output"].strip()
+    )
+    assert (
+        "unreachable"
+        == harness.wait_for_state(procs.url, offline, "completed")["steps"][0]["output"].strip()
+    )
 
 
 def test_network_false_without_bubblewrap_fails_the_step_rather_than_run_online(conn, apply, procs):
@@ -262,15 +308,25 @@ def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
     monkeypatch.setenv("THREADLINE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("THREADLINE_RUNS_DIR", str(tmp_path / "runs"))
     tmp_path.chmod(0o711)
-    bot = subprocess.Popen([sys.executable, "-c", KILLED_BOT, way], stdout=subprocess.PIPE, text=True)
+    bot = subprocess.Popen(
+        [sys.executable, "-c", KILLED_BOT, way], stdout=subprocess.PIPE, text=True
+    )
     try:
         step = int(bot.stdout.readline())
         # Kill the bot once the step is under way: the wrapper has set its death signal by the time
         # it started what it wraps (a bot killed in that first instant is covered instead by the
         # next bot, which kills the lost attempt's process group before it starts another).
-        harness.wait_for(lambda: any(Path(f"/proc/{step}/task").glob("*/children")) and any(
-            t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children"))
-            or way == "python", timeout=10, what="the step to be under way")
+        harness.wait_for(
+            lambda: (
+                any(Path(f"/proc/{step}/task").glob("*/children"))
+                and any(
+                    t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children")
+                )
+                or way == "python"
+            ),
+            timeout=10,
+            what="the step to be under way",
+        )
     finally:
         harness.kill(bot)
 

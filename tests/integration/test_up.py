@@ -21,16 +21,25 @@ from engine_adapter.sandbox import detect
 def threadline(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
     env["THREADLINE_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "engine_adapter.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "engine_adapter.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def start_up(home: Path, port: int) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}
     env["THREADLINE_HOME"] = str(home)
     log = open(home / "up.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "engine_adapter.cli", "up", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine_adapter.cli", "up", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def test_up_runs_everything_and_restarts_what_dies(tmp_path):
@@ -39,32 +48,55 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
     port = harness.free_port()
     up = start_up(home, port)
     try:
-        harness.wait_for(lambda: "Threadline is up" in (home / "up.log").read_text(), timeout=90,
-                         what="threadline up")
+        harness.wait_for(
+            lambda: "Threadline is up" in (home / "up.log").read_text(),
+            timeout=90,
+            what="threadline up",
+        )
         creds = json.loads((home / "credentials.json").read_text())
         assert oct((home / "credentials.json").stat().st_mode & 0o777) == "0o600"
         assert oct(home.stat().st_mode & 0o777) == "0o700"  # it was made 0755 above
         assert f"steps run {detect().describe()}" in (home / "up.log").read_text()
         assert set(creds["roles"]) == {"conductor", "bots", "console", "hooks", "viewer"}
-        assert "hello" in threadline(home, "recipe", "list").stdout  # examples installed on first start
-        run_id = threadline(home, "spawn", "hello", "--payload", '{"name": "new user"}').stdout.strip()
+        assert (
+            "hello" in threadline(home, "recipe", "list").stdout
+        )  # examples installed on first start
+        run_id = threadline(
+            home, "spawn", "hello", "--payload", '{"name": "new user"}'
+        ).stdout.strip()
         view = harness.wait_for_state(creds["url"], run_id, "completed", timeout=60)
         assert view["steps"][0]["output"].strip() == "hello new user"
 
         with db.connect(creds["url"]) as conn:
-            users = {r["usename"] for r in conn.execute(
-                "select usename from pg_stat_activity where backend_type = 'client backend' "
-                "and pid <> pg_backend_pid()")}
-            assert {"threadline.conductor", "threadline.bots"} <= users and "threadline" not in users
-            conductor = conn.execute("select pid from threadline.live_workers where kind = 'conductor'").fetchone()
+            users = {
+                r["usename"]
+                for r in conn.execute(
+                    "select usename from pg_stat_activity where backend_type = 'client backend' "
+                    "and pid <> pg_backend_pid()"
+                )
+            }
+            assert {
+                "threadline.conductor",
+                "threadline.bots",
+            } <= users and "threadline" not in users
+            conductor = conn.execute(
+                "select pid from threadline.live_workers where kind = 'conductor'"
+            ).fetchone()
             os.kill(conductor["pid"], signal.SIGKILL)
-            restarted = harness.wait_for(lambda: conn.execute(
-                "select pid from threadline.live_workers where kind = 'conductor' and pid <> %s",
-                (conductor["pid"],)).fetchone(), timeout=15, what="the supervisor to restart the conductor")
+            restarted = harness.wait_for(
+                lambda: conn.execute(
+                    "select pid from threadline.live_workers where kind = 'conductor' and pid <> %s",
+                    (conductor["pid"],),
+                ).fetchone(),
+                timeout=15,
+                what="the supervisor to restart the conductor",
+            )
             assert restarted["pid"] != conductor["pid"]
         assert "conductor exited with -9; restarting" in (home / "up.log").read_text()
 
-        page = harness.wait_for(lambda: _get(f"http://127.0.0.1:{port}/"), timeout=60, what="the console")
+        page = harness.wait_for(
+            lambda: _get(f"http://127.0.0.1:{port}/"), timeout=60, what="the console"
+        )
         assert "Threadline" in page
     finally:
         up.send_signal(signal.SIGINT)
@@ -75,8 +107,11 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
     # Starting again finds everything intact.
     up = start_up(home, harness.free_port())
     try:
-        harness.wait_for(lambda: (home / "up.log").read_text().count("Threadline is up") == 2, timeout=90,
-                         what="second start")
+        harness.wait_for(
+            lambda: (home / "up.log").read_text().count("Threadline is up") == 2,
+            timeout=90,
+            what="second start",
+        )
         shown = json.loads(threadline(home, "show", run_id, "--json").stdout)
         assert shown["state"] == "completed"
     finally:

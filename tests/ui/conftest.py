@@ -27,8 +27,10 @@ LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
 @pytest.fixture(scope="session")
 def chromium_path() -> str:
     if shutil.which(CHROMIUM) is None:
-        message = (f"UI TESTS NOT RUN: no Chromium at {CHROMIUM} (install Debian's chromium, "
-                   f"as .ci/run does)")
+        message = (
+            f"UI TESTS NOT RUN: no Chromium at {CHROMIUM} (install Debian's chromium, "
+            f"as .ci/run does)"
+        )
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(message + f"; {REQUIRE_ENV}=1 requires them")
         pytest.skip(message)
@@ -51,15 +53,28 @@ class Stack:
         self.base = f"http://127.0.0.1:{self.port}"
         self.conductor = self.procs.start("conductor")
         self.procs.start("bots")
-        self.procs.start("console", env={"THREADLINE_PLAYGROUND": "1"}, args=["--port", str(self.port)])
-        harness.wait_for(lambda: harness.answers(self.base + "/recipes"), timeout=90, interval=0.3,
-                         what="the console to serve")
+        self.procs.start(
+            "console", env={"THREADLINE_PLAYGROUND": "1"}, args=["--port", str(self.port)]
+        )
+        harness.wait_for(
+            lambda: harness.answers(self.base + "/recipes"),
+            timeout=90,
+            interval=0.3,
+            what="the console to serve",
+        )
         self.procs.wait_alive("conductor")
 
     def link(self, base: str | None = None) -> str:
         """A fresh one-time sign-in link (for base's console: the stack's by default)."""
         base = base or self.base
-        done = harness.run_cli(self.url, "console", "link", "--port", base.rsplit(":", 1)[1], home=self.procs.threadline_home)
+        done = harness.run_cli(
+            self.url,
+            "console",
+            "link",
+            "--port",
+            base.rsplit(":", 1)[1],
+            home=self.procs.threadline_home,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
@@ -69,7 +84,9 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(chromium_path: str, ui_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    chromium_path: str, ui_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     s = Stack(ui_db, tmp_path_factory.mktemp("ui-stack"))
     yield s
     s.procs.kill_all()
@@ -80,9 +97,17 @@ def browser(chromium_path: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium_path, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
+        b = p.chromium.launch(
+            executable_path=chromium_path,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
         yield b
         b.close()
 

@@ -53,8 +53,12 @@ def stepper_status(page: Any, step: str) -> str:
 
 
 def wait_status(page: Any, step: str, status: str) -> None:
-    harness.wait_for(lambda: status in stepper_status(page, step), timeout=30, interval=0.1,
-                     what=f"step {step} to show {status}")
+    harness.wait_for(
+        lambda: status in stepper_status(page, step),
+        timeout=30,
+        interval=0.1,
+        what=f"step {step} to show {status}",
+    )
 
 
 def test_create_recipe_in_editor_spawn_it_and_answer_its_gate(page, stack):
@@ -94,8 +98,9 @@ def test_create_recipe_in_editor_spawn_it_and_answer_its_gate(page, stack):
 def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
-        before = conn.execute("select count(*) as n from threadline.run_threads where workflow = 'ui-gate'"
-                              ).fetchone()["n"]
+        before = conn.execute(
+            "select count(*) as n from threadline.run_threads where workflow = 'ui-gate'"
+        ).fetchone()["n"]
         page.goto(stack.base + "/?workflow=ui-gate")
         page.wait_for_selector(f".tl-counts :text('all {before}')")
         run_id = spawn(conn, "ui-gate", {"batch": 1}).run_id
@@ -133,8 +138,9 @@ def test_needs_you_lists_open_gates_and_approves_in_place(page, stack):
         card.locator("button:has-text('Approve')").click()
         card.wait_for(state="detached")  # removed in place once decided
         view = harness.wait_for_state(stack.url, run_id, "completed")
-        decision = conn.execute("select actor, reason from threadline.decisions where run_id = %s",
-                                (run_id,)).fetchone()
+        decision = conn.execute(
+            "select actor, reason from threadline.decisions where run_id = %s", (run_id,)
+        ).fetchone()
         assert decision["reason"] == "batch looks right" and decision["actor"]
         assert view["steps"][1]["output"].strip() == "released"
 
@@ -169,9 +175,12 @@ def test_debug_pane_shows_the_engine_side_of_a_run(page, stack):
 def test_double_clicked_spawn_makes_one_run(page, stack):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
+
         def count() -> int:
-            return conn.execute("select count(*) as n from threadline.run_threads "
-                                "where workflow = 'ui-gate'").fetchone()["n"]
+            return conn.execute(
+                "select count(*) as n from threadline.run_threads where workflow = 'ui-gate'"
+            ).fetchone()["n"]
+
         before = count()
         page.goto(stack.base + "/recipe?slug=ui-gate")
         page.wait_for_selector("button:has-text('Spawn a run')")
@@ -179,7 +188,9 @@ def test_double_clicked_spawn_makes_one_run(page, stack):
         page.wait_for_selector("#tl-spawned:has-text('the same run')")  # the second click arrived
         assert count() == before + 1
         page.wait_for_timeout(1200)
-        page.locator("button:has-text('Spawn a run')").click()  # a deliberate click later: a new run
+        page.locator(
+            "button:has-text('Spawn a run')"
+        ).click()  # a deliberate click later: a new run
         harness.wait_for(lambda: count() == before + 2, what="a second, deliberate spawn")
 
 
@@ -202,9 +213,15 @@ def users_console(stack, users_file) -> str:
     for name, roles in USERS.items():
         add_user(users, name, f"{name}'s password", roles)
     port = harness.free_port()
-    stack.procs.start("console", args=["--port", str(port), "--no-link"], env={"THREADLINE_CONSOLE_USERS": str(users)})
+    stack.procs.start(
+        "console",
+        args=["--port", str(port), "--no-link"],
+        env={"THREADLINE_CONSOLE_USERS": str(users)},
+    )
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the users console")
+    harness.wait_for(
+        lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the users console"
+    )
     return base
 
 
@@ -242,7 +259,9 @@ def human_entries(url: str, run_id: str) -> list[str]:
     return [e["author"] for e in view["thread"] if e["author_kind"] == "human"]
 
 
-def test_a_wrong_password_is_refused_and_a_reply_carries_the_signed_in_user(browser, stack, users_console):
+def test_a_wrong_password_is_refused_and_a_reply_carries_the_signed_in_user(
+    browser, stack, users_console
+):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
         run_id = spawn(conn, "ui-gate", {"batch": 11}).run_id
@@ -263,7 +282,9 @@ def test_a_wrong_password_is_refused_and_a_reply_carries_the_signed_in_user(brow
     page.context.close()
 
 
-def test_a_viewer_cannot_reply_cancel_or_spawn_even_with_the_buttons_forced(browser, stack, users_console):
+def test_a_viewer_cannot_reply_cancel_or_spawn_even_with_the_buttons_forced(
+    browser, stack, users_console
+):
     with db.connect(stack.url) as conn:
         harness_apply(conn, GATE)
         run_id = spawn(conn, "ui-gate", {"batch": 12}).run_id
@@ -271,29 +292,48 @@ def test_a_viewer_cannot_reply_cancel_or_spawn_even_with_the_buttons_forced(brow
     page = sign_in_as(browser, users_console, "vic")
     page.goto(f"{users_console}/run?id={run_id}")
     page.wait_for_selector("#tl-run-state:text-is('waiting')")
-    page.wait_for_selector("#tl-permissions:has-text('vic (viewer) may not reply, cancel, retry or emit')")
+    page.wait_for_selector(
+        "#tl-permissions:has-text('vic (viewer) may not reply, cancel, retry or emit')"
+    )
     assert page.locator("button:has-text('Send')").is_disabled()
     page.click(".card-header:has-text('Actions')")
     assert page.locator("button:has-text('Cancel run')").is_disabled()
     page.fill("textarea[placeholder^='Reply in the thread']", "approve")
-    force_click(page, "button:has-text('Send')",
-                ".tl-error:has-text('vic (viewer) may not reply: that needs the operator or approver')")
-    force_click(page, "button:has-text('Cancel run')",
-                ".tl-error:has-text('vic (viewer) may not cancel a run')")
-    force_click(page, "button:has-text('Approve')",
-                ".tl-error:has-text('vic (viewer) may not approve a gate')")
+    force_click(
+        page,
+        "button:has-text('Send')",
+        ".tl-error:has-text('vic (viewer) may not reply: that needs the operator or approver')",
+    )
+    force_click(
+        page,
+        "button:has-text('Cancel run')",
+        ".tl-error:has-text('vic (viewer) may not cancel a run')",
+    )
+    force_click(
+        page,
+        "button:has-text('Approve')",
+        ".tl-error:has-text('vic (viewer) may not approve a gate')",
+    )
     assert human_entries(stack.url, run_id) == []
     assert harness.wait_for_state(stack.url, run_id, "waiting")["state"] == "waiting"
 
     with db.connect(stack.url) as conn:
         before = conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
     page.goto(f"{users_console}/recipe?slug=ui-gate")
-    page.wait_for_selector("#tl-permissions:has-text('vic (viewer) may not save, roll back or spawn')")
+    page.wait_for_selector(
+        "#tl-permissions:has-text('vic (viewer) may not save, roll back or spawn')"
+    )
     assert page.locator("button:has-text('Spawn a run')").is_disabled()
-    force_click(page, "button:has-text('Spawn a run')",
-                ".tl-error:has-text('vic (viewer) may not spawn a run')")
+    force_click(
+        page,
+        "button:has-text('Spawn a run')",
+        ".tl-error:has-text('vic (viewer) may not spawn a run')",
+    )
     with db.connect(stack.url) as conn:
-        assert conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == before
+        assert (
+            conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
+            == before
+        )
     page.context.close()
 
 
@@ -306,8 +346,11 @@ def test_an_operator_cannot_approve_and_an_approver_can(browser, stack, users_co
     page.goto(f"{users_console}/run?id={run_id}")
     page.wait_for_selector("#tl-permissions:has-text('otto (operator) may not approve or deny')")
     assert page.locator("button:has-text('Approve')").is_disabled()
-    force_click(page, "button:has-text('Approve')",
-                ".tl-error:has-text('otto (operator) may not approve a gate: that needs the approver role')")
+    force_click(
+        page,
+        "button:has-text('Approve')",
+        ".tl-error:has-text('otto (operator) may not approve a gate: that needs the approver role')",
+    )
     assert harness.wait_for_state(stack.url, run_id, "waiting")["state"] == "waiting"
     page.goto(f"{users_console}/needs-you")
     page.wait_for_selector("#tl-permissions:has-text('otto (operator) may not approve or deny')")
@@ -334,14 +377,19 @@ def test_the_header_says_who_is_signed_in_and_signing_out_ends_the_session(page,
 
 def test_long_output_arrives_folded_and_loads_in_full_on_demand(page, stack):
     with db.connect(stack.url) as conn:
-        harness_apply(conn, "slug: ui-long\nbot: local\nsteps:\n  - id: talk\n"
-                            "    run_command: python3 -c \"print('x' * 5000 + 'THE' + '-END')\"\n")
+        harness_apply(
+            conn,
+            "slug: ui-long\nbot: local\nsteps:\n  - id: talk\n"
+            "    run_command: python3 -c \"print('x' * 5000 + 'THE' + '-END')\"\n",
+        )
         run_id = spawn(conn, "ui-long", {}).run_id
         harness.wait_for_state(stack.url, run_id, "completed")
     page.goto(stack.base + f"/run?id={run_id}")
     button = page.locator("button:has-text('Show all (5008 chars)')")
     button.wait_for()
-    assert page.locator(".tl-entry:has-text('THE-END')").count() == 0  # only the first part was sent
+    assert (
+        page.locator(".tl-entry:has-text('THE-END')").count() == 0
+    )  # only the first part was sent
     button.click()
     page.wait_for_selector(".tl-entry:has-text('THE-END')")
 
@@ -359,25 +407,38 @@ def test_bad_links_say_what_is_wrong(page, stack):
 
 def test_editor_refuses_a_webhook_path_another_workflow_holds(page, stack):
     with db.connect(stack.url) as conn:
-        harness_apply(conn, "slug: ui-hook-a\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
-                            "  - id: s\n    run_command: echo a\n")
+        harness_apply(
+            conn,
+            "slug: ui-hook-a\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
+            "  - id: s\n    run_command: echo a\n",
+        )
         before = conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"]
     page.goto(stack.base + "/recipe?new=1")
     page.wait_for_selector(".ace_content")
-    set_editor(page, "slug: ui-hook-b\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
-                     "  - id: s\n    run_command: echo b\n")
+    set_editor(
+        page,
+        "slug: ui-hook-b\nbot: local\nwebhooks:\n  - path: ui/shared\nsteps:\n"
+        "  - id: s\n    run_command: echo b\n",
+    )
     page.wait_for_selector("#tl-validation:has-text('Valid')")
     page.click("button:has-text('Create')")
     page.wait_for_selector(".tl-error:has-text('webhooks[0].path')")
     with db.connect(stack.url) as conn:
-        assert conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"] == before
+        assert (
+            conn.execute("select count(*) as n from threadline.workflows").fetchone()["n"] == before
+        )
 
 
 def test_without_sign_in_every_page_warns(browser, stack):
     port = harness.free_port()
     stack.procs.start("console", args=["--port", str(port), "--no-auth"])
     base = f"http://127.0.0.1:{port}"
-    harness.wait_for(lambda: harness.answers(base + "/recipes"), timeout=90, interval=0.3, what="the --no-auth console")
+    harness.wait_for(
+        lambda: harness.answers(base + "/recipes"),
+        timeout=90,
+        interval=0.3,
+        what="the --no-auth console",
+    )
     page = browser.new_context().new_page()
     for path in ("/", "/recipes"):
         page.goto(base + path)
@@ -396,5 +457,7 @@ def test_an_open_page_ends_when_the_users_file_vanishes(browser, users_console, 
     finally:
         users_file.write_bytes(kept)
     page.reload()
-    page.wait_for_selector(".tl-user:has-text('otto')")  # the file back: the same session holds again
+    page.wait_for_selector(
+        ".tl-user:has-text('otto')"
+    )  # the file back: the same session holds again
     page.context.close()

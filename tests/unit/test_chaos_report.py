@@ -28,7 +28,9 @@ def test_a_repeat_beyond_the_attempts_shown_is_invisible():
 
 
 def test_a_completed_step_without_its_line_is_missing():
-    assert classify([tally(1, 0), tally(2, 0, completed=False)]) == Duplicates(visible=0, invisible=0, missing=1)
+    assert classify([tally(1, 0), tally(2, 0, completed=False)]) == Duplicates(
+        visible=0, invisible=0, missing=1
+    )
 
 
 def test_effects_are_counted_per_step_key(tmp_path: Path):

@@ -40,14 +40,29 @@ def test_passwords_are_kept_as_scrypt_hashes_and_checked(tmp_path):
     assert set(load_users(users)) == {"ann", "bob"}  # the refused user changed nothing
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"ann": "s3cret"}', 'the old form .*"roles": \\["operator", "approver"\\].*console user add ann'),
-    ('{"ann": {"password": "s3cret", "roles": ["viewer"]}}', "ann.password: must be a scrypt hash"),
-    ('{"ann": {"password": "scrypt$1$1$1$a$b", "roles": []}}', "ann.roles: must be a non-empty list"),
-    ('{"ann": {"password": "scrypt$1$1$1$a$b", "roles": ["root"]}}', r"ann.roles: unknown \['root'\]"),
-    ('["ann"]', "must hold a JSON object of users"),
-    ("{nope", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"ann": "s3cret"}',
+            'the old form .*"roles": \\["operator", "approver"\\].*console user add ann',
+        ),
+        (
+            '{"ann": {"password": "s3cret", "roles": ["viewer"]}}',
+            "ann.password: must be a scrypt hash",
+        ),
+        (
+            '{"ann": {"password": "scrypt$1$1$1$a$b", "roles": []}}',
+            "ann.roles: must be a non-empty list",
+        ),
+        (
+            '{"ann": {"password": "scrypt$1$1$1$a$b", "roles": ["root"]}}',
+            r"ann.roles: unknown \['root'\]",
+        ),
+        ('["ann"]', "must hold a JSON object of users"),
+        ("{nope", "not valid JSON"),
+    ],
+)
 def test_a_bad_users_file_is_refused_naming_the_problem(tmp_path, text, message):
     users = tmp_path / "users.json"
     users.write_text(text)
@@ -93,12 +108,19 @@ def test_start_up_checks(tmp_path):
     add_user(users, "ann", "pw", ["viewer"])
     with pytest.raises(access.AccessError, match="THREADLINE_COOKIE_SECRET must be set"):
         access.configure("0.0.0.0", env={USERS_ENV: str(users)}, home=home)
-    public = access.configure("0.0.0.0", env={USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}, home=home)
+    public = access.configure(
+        "0.0.0.0", env={USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}, home=home
+    )
     assert public.secret == "x" * 32 and public.users_path == users
     local = access.configure("127.0.0.1", env={}, home=home)  # loopback: a secret kept in the home
     secret_file = home / access.SECRET_FILE
-    assert local.secret == secret_file.read_text().strip() and stat.S_IMODE(secret_file.stat().st_mode) == 0o600
-    assert access.configure("localhost", env={}, home=home).secret == local.secret  # the same one, kept
+    assert (
+        local.secret == secret_file.read_text().strip()
+        and stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    )
+    assert (
+        access.configure("localhost", env={}, home=home).secret == local.secret
+    )  # the same one, kept
     secret_file.chmod(0o644)
     with pytest.raises(access.AccessError, match="readable by others"):
         access.configure("127.0.0.1", env={}, home=home)
@@ -110,31 +132,48 @@ def test_start_up_checks(tmp_path):
 def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path):
     users = tmp_path / "users.json"
     add_user(users, "ann", "pw", ["viewer"])
-    cfg = access.configure("127.0.0.1", env={USERS_ENV: str(users), access.SECRET_ENV: "s" * 32}, home=tmp_path)
+    cfg = access.configure(
+        "127.0.0.1", env={USERS_ENV: str(users), access.SECRET_ENV: "s" * 32}, home=tmp_path
+    )
     ann = access.session_cookie(cfg, "ann", "password")
     owner = access.session_cookie(cfg, os_user(), "token")
-    assert access.session_from_cookie(cfg, ann) == access.Session("ann", frozenset({"viewer"}), "password")
+    assert access.session_from_cookie(cfg, ann) == access.Session(
+        "ann", frozenset({"viewer"}), "password"
+    )
     assert access.session_from_cookie(cfg, owner).roles == access.ALL_ROLES
     other = access.Access(tmp_path, users_path=users, secret="t" * 32)
     assert access.session_from_cookie(other, ann) is None  # signed with another secret
     bob_claims = base64.b64encode(json.dumps({"user": "bob", "via": "token"}).encode())
     fields = ann.split(b"|")
     forged = b"|".join([*fields[:4], b"%d:%s" % (len(bob_claims), bob_claims), fields[5]])
-    assert access.session_from_cookie(cfg, forged) is None  # the claims changed under ann's signature
-    assert access.session_from_cookie(cfg, access.session_cookie(cfg, "bob", "password")) is None  # not a user
+    assert (
+        access.session_from_cookie(cfg, forged) is None
+    )  # the claims changed under ann's signature
+    assert (
+        access.session_from_cookie(cfg, access.session_cookie(cfg, "bob", "password")) is None
+    )  # not a user
     users.unlink()
-    assert access.session_from_cookie(cfg, ann) is None and access.session_from_cookie(cfg, owner) is None
+    assert (
+        access.session_from_cookie(cfg, ann) is None
+        and access.session_from_cookie(cfg, owner) is None
+    )
     no_auth = access.configure("127.0.0.1", no_auth=True, env={}, home=tmp_path)
-    assert access.session_from_cookie(no_auth, None) == access.Session(os_user(), access.ALL_ROLES, "no-auth")
+    assert access.session_from_cookie(no_auth, None) == access.Session(
+        os_user(), access.ALL_ROLES, "no-auth"
+    )
 
 
 def test_each_write_needs_its_role():
     viewer = access.Session("vic", frozenset({"viewer"}), "password")
     operator = access.Session("otto", frozenset({"operator"}), "password")
     approver = access.Session("abe", frozenset({"approver"}), "password")
-    with pytest.raises(access.NotAllowed, match=r"vic \(viewer\) may not spawn a run: that needs the operator role"):
+    with pytest.raises(
+        access.NotAllowed, match=r"vic \(viewer\) may not spawn a run: that needs the operator role"
+    ):
         access.actor_of(viewer, "spawn a run", access.OPERATE)
-    with pytest.raises(access.NotAllowed, match="otto .* may not approve a gate: that needs the approver role"):
+    with pytest.raises(
+        access.NotAllowed, match="otto .* may not approve a gate: that needs the approver role"
+    ):
         access.actor_of(operator, "approve a gate", access.DECIDE)
     with pytest.raises(access.NotAllowed, match="Not signed in"):
         access.actor_of(None, "reply", access.OPERATE)

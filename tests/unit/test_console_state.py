@@ -17,17 +17,36 @@ def beat(status: str, **extra) -> dict:
 
 
 def test_badge_colours_follow_health_and_show_the_beat_age():
-    assert state.badge(beat("ok"), NOW) == state.Badge("green", "Conductor live", "last beat 3 s ago")
+    assert state.badge(beat("ok"), NOW) == state.Badge(
+        "green", "Conductor live", "last beat 3 s ago"
+    )
     red = state.badge(beat("down"), NOW)
     assert (red.color, red.label) == ("red", "Conductor down")
     amber = state.badge(beat("degraded", runnable_unclaimed=2, instructions_waiting=1), NOW)
     assert amber.color == "amber"
-    assert "2 runnable run(s) unclaimed" in amber.detail and "1 step(s) waiting with no live bot" in amber.detail
-    assert state.badge({"status": "down", "last_beat_at": None}, NOW).detail == "no conductor has ever run"
+    assert (
+        "2 runnable run(s) unclaimed" in amber.detail
+        and "1 step(s) waiting with no live bot" in amber.detail
+    )
+    assert (
+        state.badge({"status": "down", "last_beat_at": None}, NOW).detail
+        == "no conductor has ever run"
+    )
 
 
-@pytest.mark.parametrize("seconds,text", [(0, "0 s"), (59.9, "59 s"), (61, "1 min 1 s"), (700, "11 min"),
-                                          (3725, "1 h 2 min"), (90000, "1 d 1 h"), (None, "never"), (-5, "0 s")])
+@pytest.mark.parametrize(
+    "seconds,text",
+    [
+        (0, "0 s"),
+        (59.9, "59 s"),
+        (61, "1 min 1 s"),
+        (700, "11 min"),
+        (3725, "1 h 2 min"),
+        (90000, "1 d 1 h"),
+        (None, "never"),
+        (-5, "0 s"),
+    ],
+)
 def test_age_text(seconds, text):
     assert state.age_text(seconds) == text
 
@@ -37,50 +56,128 @@ def run_with(steps: list[dict], **run) -> dict:
 
 
 def step(id_: str, kind: str, status: str, **extra) -> dict:
-    return {"id": id_, "kind": kind, "status": status, "attempts": 0, "tries": 0, "output": None,
-            "started_at": None, "finished_at": None, **extra}
+    return {
+        "id": id_,
+        "kind": kind,
+        "status": status,
+        "attempts": 0,
+        "tries": 0,
+        "output": None,
+        "started_at": None,
+        "finished_at": None,
+        **extra,
+    }
 
 
 def test_stepper_counts_down_to_a_wake_time_and_previews_the_last_output_line():
-    run = run_with([
-        step("check", "run_command", "completed", attempts=1, tries=1, output="line 1\nall good\n",
-             started_at=(NOW - timedelta(seconds=5)).isoformat(), finished_at=(NOW - timedelta(seconds=3)).isoformat()),
-        step("nap", "sleep", "sleeping", started_at=(NOW - timedelta(seconds=1)).isoformat()),
-        step("ask", "human_gate", "pending"),
-    ], wake_at=(NOW + timedelta(seconds=90)).isoformat())
+    run = run_with(
+        [
+            step(
+                "check",
+                "run_command",
+                "completed",
+                attempts=1,
+                tries=1,
+                output="line 1\nall good\n",
+                started_at=(NOW - timedelta(seconds=5)).isoformat(),
+                finished_at=(NOW - timedelta(seconds=3)).isoformat(),
+            ),
+            step("nap", "sleep", "sleeping", started_at=(NOW - timedelta(seconds=1)).isoformat()),
+            step("ask", "human_gate", "pending"),
+        ],
+        wake_at=(NOW + timedelta(seconds=90)).isoformat(),
+    )
     rows = state.stepper_rows(run, NOW, highlight="nap")
     assert [r["status"] for r in rows] == ["✓ completed", "☾ sleeping", "○ pending"]
     assert [r["step"] for r in rows] == ["check", "▶ nap", "ask"]  # /run?id=…&step=nap points at it
-    assert rows[0]["output"] == "all good" and rows[0]["duration"] == "2.0 s" and rows[0]["attempts"] == 1
+    assert (
+        rows[0]["output"] == "all good"
+        and rows[0]["duration"] == "2.0 s"
+        and rows[0]["attempts"] == 1
+    )
     assert rows[1]["detail"] == "wakes in 1 min 30 s"
     assert rows[1]["duration"] == "1.0 s"  # still running: measured to now
     assert rows[2]["kind"] == "human gate"
 
 
 def test_thread_entries_are_styled_by_author_and_long_ones_fold():
-    short = state.entry_view({"seq": 3, "author_kind": "bot", "author": "local", "kind": "signal.dispatch.completed",
-                              "text": "done", "length": 4, "created_at": NOW})
+    short = state.entry_view(
+        {
+            "seq": 3,
+            "author_kind": "bot",
+            "author": "local",
+            "kind": "signal.dispatch.completed",
+            "text": "done",
+            "length": 4,
+            "created_at": NOW,
+        }
+    )
     assert short.who == "local (bot) · completed" and "tl-bot" in short.css and not short.collapsed
-    cut = state.entry_view({"seq": 4, "author_kind": "system", "author": "threadline", "kind": "instruction",
-                            "text": "x" * 10, "length": 5000, "created_at": NOW})
+    cut = state.entry_view(
+        {
+            "seq": 4,
+            "author_kind": "system",
+            "author": "threadline",
+            "kind": "instruction",
+            "text": "x" * 10,
+            "length": 5000,
+            "created_at": NOW,
+        }
+    )
     assert cut.truncated and cut.collapsed
-    many = state.entry_view({"seq": 5, "author_kind": "human", "author": "ann", "kind": "message",
-                             "text": "\n".join(f"l{i}" for i in range(40)), "created_at": NOW})
+    many = state.entry_view(
+        {
+            "seq": 5,
+            "author_kind": "human",
+            "author": "ann",
+            "kind": "message",
+            "text": "\n".join(f"l{i}" for i in range(40)),
+            "created_at": NOW,
+        }
+    )
     assert many.collapsed and not many.truncated and many.who == "ann"
     folded = state.entry_html(many)
     assert "l11" in folded and "l12" not in folded and "…" in folded
     assert "l39" in state.entry_html(many, expanded=True)
-    hostile = state.entry_view({"seq": 6, "author_kind": "human", "author": "<b>x</b>", "kind": "message",
-                                "text": "<script>alert(1)</script>", "created_at": NOW})
-    assert "<script>" not in state.entry_html(hostile) and "<b>x</b>" not in state.entry_html(hostile)
+    hostile = state.entry_view(
+        {
+            "seq": 6,
+            "author_kind": "human",
+            "author": "<b>x</b>",
+            "kind": "message",
+            "text": "<script>alert(1)</script>",
+            "created_at": NOW,
+        }
+    )
+    assert "<script>" not in state.entry_html(hostile) and "<b>x</b>" not in state.entry_html(
+        hostile
+    )
 
 
 def test_needs_you_rows_show_waiting_time_and_timeout_countdown():
-    rows = state.needs_you_rows([{
-        "run_id": "r1", "workflow": "deploy", "step": "ok", "gate_key": "r1:ok:1", "question": " Ship it? ",
-        "waiting_since": NOW - timedelta(minutes=5), "deadline": (NOW + timedelta(hours=2)).isoformat()},
-        {"run_id": "r2", "workflow": "deploy", "step": "ok", "gate_key": "r2:ok:1", "question": None,
-         "waiting_since": NOW, "deadline": None}], NOW)
+    rows = state.needs_you_rows(
+        [
+            {
+                "run_id": "r1",
+                "workflow": "deploy",
+                "step": "ok",
+                "gate_key": "r1:ok:1",
+                "question": " Ship it? ",
+                "waiting_since": NOW - timedelta(minutes=5),
+                "deadline": (NOW + timedelta(hours=2)).isoformat(),
+            },
+            {
+                "run_id": "r2",
+                "workflow": "deploy",
+                "step": "ok",
+                "gate_key": "r2:ok:1",
+                "question": None,
+                "waiting_since": NOW,
+                "deadline": None,
+            },
+        ],
+        NOW,
+    )
     assert rows[0]["waiting"] == "5 min 0 s" and rows[0]["timeout"] == "times out in 2 h 0 min"
     assert rows[0]["question"] == "Ship it?"
     assert rows[1]["timeout"] == "no timeout" and rows[1]["question"] == ""
@@ -95,13 +192,21 @@ def test_version_diff_shows_what_changed():
 
 
 def test_filters_round_trip_through_the_url_and_bad_ones_name_the_field():
-    f = RunFilters.from_params({"workflow": "hello", "state": "failed", "since": "2026-11-01", "junk": "x",
-                                "search": " "})
-    assert f.to_params() == {"workflow": "hello", "state": "failed", "since": "2026-11-01T00:00:00+00:00"}
+    f = RunFilters.from_params(
+        {"workflow": "hello", "state": "failed", "since": "2026-11-01", "junk": "x", "search": " "}
+    )
+    assert f.to_params() == {
+        "workflow": "hello",
+        "state": "failed",
+        "since": "2026-11-01T00:00:00+00:00",
+    }
     assert RunFilters.from_params(f.to_params()) == f
-    for params, field in [({"state": "exploded"}, "state:"), ({"since": "last tuesday"}, "since:"),
-                          ({"trigger": "cron"}, "trigger:"),
-                          ({"since": "2026-11-02", "until": "2026-11-01"}, r"since \(")]:
+    for params, field in [
+        ({"state": "exploded"}, "state:"),
+        ({"since": "last tuesday"}, "since:"),
+        ({"trigger": "cron"}, "trigger:"),
+        ({"since": "2026-11-02", "until": "2026-11-01"}, r"since \("),
+    ]:
         with pytest.raises(FilterError, match=field):
             RunFilters.from_params(params)
     assert RunFilters(search="50%_x").sql_params()["search_any"] == "%50\\%\\_x%"
@@ -132,8 +237,10 @@ def test_throttle_coalesces_a_burst_and_loses_no_change():
 def test_stored_recipes_read_back_in_writing_order_and_load_unchanged():
     from engine_adapter.recipes import load_recipe_text
 
-    text = ("slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n    human_gate: |\n      line one\n      line two\n"
-            "    timeout: 1h\n")
+    text = (
+        "slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n    human_gate: |\n      line one\n      line two\n"
+        "    timeout: 1h\n"
+    )
     stored = load_recipe_text(text).to_dict()
     shown = state.recipe_yaml(dict(sorted(stored.items())))  # as JSONB hands it back: keys sorted
     assert shown.index("slug:") < shown.index("name:") < shown.index("bot:") < shown.index("steps:")
@@ -165,10 +272,14 @@ def test_short_run_ids_tell_runs_of_the_same_moment_apart():
 
     # UUIDv7: 48 bits of milliseconds first, so ids made together share their head.
     ms = 0x01A209B9ABF8
-    ids = [str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62) | uuid.uuid4().int % (1 << 62)))
-           for _ in range(200)]
+    ids = [
+        str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0x2 << 62) | uuid.uuid4().int % (1 << 62)))
+        for _ in range(200)
+    ]
     assert len({i[:8] for i in ids}) == 1
-    assert len({short_run_id(i) for i in ids}) == 200 and all(i.endswith(short_run_id(i)) for i in ids)
+    assert len({short_run_id(i) for i in ids}) == 200 and all(
+        i.endswith(short_run_id(i)) for i in ids
+    )
 
 
 def test_charts_say_so_when_empty_and_keep_their_window_with_one_bucket():
@@ -181,7 +292,9 @@ def test_charts_say_so_when_empty_and_keep_their_window_with_one_bucket():
     assert over_time_figure([]).layout.annotations[0].text.startswith("No runs")
     until = datetime(2026, 11, 23, 12, tzinfo=timezone.utc)
     window = {"since": until - timedelta(days=7), "until": until, "bucket_s": 86400}
-    one = over_time_figure([{"bucket": until - timedelta(days=1), "state": "completed", "runs": 1}], window)
+    one = over_time_figure(
+        [{"bucket": until - timedelta(days=1), "state": "completed", "runs": 1}], window
+    )
     assert tuple(one.layout.xaxis.range) == (window["since"], until)  # days, not 23:59:59.9996
     assert one.data[0].width == 86400 * 1000 * 0.9 and one.layout.yaxis.tickformat == "d"
     assert not failures_figure([{"workflow": "w", "step": "s", "runs": 2}]).layout.annotations

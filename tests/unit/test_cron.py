@@ -24,11 +24,17 @@ def local(s: Schedule, times: list[datetime]) -> list[str]:
 def test_spring_forward_skips_a_local_time_that_does_not_exist():
     s = Schedule("30 2 * * *", "America/New_York")  # 2026-03-08 02:00 -> 03:00
     assert local(s, s.next_times(utc(2026, 3, 6, 12), 3)) == [
-        "2026-03-07 02:30 EST", "2026-03-09 02:30 EDT", "2026-03-10 02:30 EDT"]
+        "2026-03-07 02:30 EST",
+        "2026-03-09 02:30 EDT",
+        "2026-03-10 02:30 EDT",
+    ]
     # A minutely schedule has no 02:xx that day either: 01:59 EST is followed by 03:00 EDT.
     m = Schedule("* * * * *", "America/New_York")
     assert local(m, m.slots(utc(2026, 3, 8, 6, 58), utc(2026, 3, 8, 7, 1), 10)) == [
-        "2026-03-08 01:59 EST", "2026-03-08 03:00 EDT", "2026-03-08 03:01 EDT"]
+        "2026-03-08 01:59 EST",
+        "2026-03-08 03:00 EDT",
+        "2026-03-08 03:01 EDT",
+    ]
 
 
 def test_fall_back_fires_a_repeated_local_time_once_at_its_first_occurrence():
@@ -54,19 +60,35 @@ def test_fall_back_minutely_and_latest_inside_the_repeated_hour():
 def test_berlin_spring_forward_and_a_plain_day():
     s = Schedule("30 2 * * *", "Europe/Berlin")  # 2026-03-29 02:00 CET -> 03:00 CEST
     assert local(s, s.next_times(utc(2026, 3, 27, 12), 3)) == [
-        "2026-03-28 02:30 CET", "2026-03-30 02:30 CEST", "2026-03-31 02:30 CEST"]
-    assert Schedule("0 7 * * *", "Europe/Berlin").next_after(utc(2026, 11, 23, 5)) == utc(2026, 11, 23, 6)
+        "2026-03-28 02:30 CET",
+        "2026-03-30 02:30 CEST",
+        "2026-03-31 02:30 CEST",
+    ]
+    assert Schedule("0 7 * * *", "Europe/Berlin").next_after(utc(2026, 11, 23, 5)) == utc(
+        2026, 11, 23, 6
+    )
 
 
 def test_lists_ranges_steps_and_names():
     s = Schedule("0,30 9-10 * * mon-fri", "UTC")
     week = s.slots(utc(2026, 11, 20, 0), utc(2026, 11, 24, 0), 50)  # Fri 20th .. Mon 23rd
     assert [t.strftime("%a %H:%M") for t in week] == [
-        "Fri 09:00", "Fri 09:30", "Fri 10:00", "Fri 10:30",
-        "Mon 09:00", "Mon 09:30", "Mon 10:00", "Mon 10:30"]
+        "Fri 09:00",
+        "Fri 09:30",
+        "Fri 10:00",
+        "Fri 10:30",
+        "Mon 09:00",
+        "Mon 09:30",
+        "Mon 10:00",
+        "Mon 10:30",
+    ]
     every = Schedule("*/15 * * * *")
     assert every.slots(utc(2026, 1, 1, 0, 0), utc(2026, 1, 1, 1, 0), 10) == [
-        utc(2026, 1, 1, 0, 15), utc(2026, 1, 1, 0, 30), utc(2026, 1, 1, 0, 45), utc(2026, 1, 1, 1, 0)]
+        utc(2026, 1, 1, 0, 15),
+        utc(2026, 1, 1, 0, 30),
+        utc(2026, 1, 1, 0, 45),
+        utc(2026, 1, 1, 1, 0),
+    ]
 
 
 def test_words_and_labels():
@@ -122,7 +144,9 @@ def test_all_fires_every_missed_slot_oldest_first():
 def test_none_fires_only_a_slot_still_on_time():
     [late] = due_slots(HOURLY, "none", ENABLED, utc(2026, 11, 23, 4, 10))
     assert not late.fire and late.slot == utc(2026, 11, 23, 4) and len(late.skipped) == 3
-    [on_time] = due_slots(HOURLY, "none", ENABLED, utc(2026, 11, 23, 4) + timedelta(seconds=ON_TIME_S - 1))
+    [on_time] = due_slots(
+        HOURLY, "none", ENABLED, utc(2026, 11, 23, 4) + timedelta(seconds=ON_TIME_S - 1)
+    )
     assert on_time.fire and on_time.slot == utc(2026, 11, 23, 4)
 
 
@@ -135,4 +159,5 @@ def test_recipe_trigger_fields():
         load_recipe_text(base + "on_event: 'has space'\ncatch_up: all\n")
     assert info.value.errors == [
         "catch_up: only applies with a schedule",
-        'on_event: "has space" must be an event name matching [A-Za-z0-9_.:/-]{1,200}']
+        'on_event: "has space" must be an event name matching [A-Za-z0-9_.:/-]{1,200}',
+    ]

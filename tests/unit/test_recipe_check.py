@@ -9,7 +9,7 @@ import os
 from console import recipe_check
 from console.recipe_check import check_recipe, check_recipe_async
 
-VALID = "slug: x\nsteps:\n  - id: a\n    run_command: echo \"{{payload.x}}\"\n"
+VALID = 'slug: x\nsteps:\n  - id: a\n    run_command: echo "{{payload.x}}"\n'
 
 
 def children() -> set[int]:
@@ -33,19 +33,27 @@ def _is_worker(pid: int) -> bool:
 def test_a_valid_recipe_comes_back_and_an_invalid_one_names_its_paths():
     recipe, errors = check_recipe(VALID)
     assert errors == [] and recipe is not None and recipe.steps[0].id == "a"
-    recipe, errors = check_recipe("slug: x\nsteps:\n  - id: a\n    run_comand: ls\n", source="editor")
+    recipe, errors = check_recipe(
+        "slug: x\nsteps:\n  - id: a\n    run_comand: ls\n", source="editor"
+    )
     assert recipe is None and "steps[0].run_comand: unknown field" in errors
     recipe, errors = check_recipe('{"slug": "x", "d": "\\ud800", "e": "\\u0000", "steps": []}')
-    assert errors == ["d: contains a lone surrogate, which is not valid Unicode",
-                      "e: contains a NUL character"]
+    assert errors == [
+        "d: contains a lone surrogate, which is not valid Unicode",
+        "e: contains a NUL character",
+    ]
 
 
 def test_a_check_that_takes_too_long_is_stopped_and_its_worker_killed():
     check_recipe(VALID)  # a warm worker
     before = children()
-    slow = "slug: x\nsteps:\n" + "".join(f"  - id: s{i}\n    run_command: echo {i}\n" for i in range(3000))
+    slow = "slug: x\nsteps:\n" + "".join(
+        f"  - id: s{i}\n    run_command: echo {i}\n" for i in range(3000)
+    )
     recipe, errors = check_recipe(slow, timeout_s=0.001)
-    assert recipe is None and errors == ["editor: validation took longer than 0.001 s and was stopped"]
+    assert recipe is None and errors == [
+        "editor: validation took longer than 0.001 s and was stopped"
+    ]
     assert not (children() - before)
     assert len(children()) <= recipe_check.MAX_IDLE
     assert check_recipe(VALID)[1] == []  # the next check gets a fresh worker

@@ -50,9 +50,13 @@ def test_documents_validate_or_are_refused(doc):
 def test_alias_expansion_is_bounded_at_any_shape(levels, width):
     doc = "a: &a [x]\n" + "".join(
         f"l{i}: &l{i} [" + ",".join([f"*{'a' if i == 0 else f'l{i - 1}'}"] * width) + "]\n"
-        for i in range(levels))
+        for i in range(levels)
+    )
     try:
         load_recipe_text(doc + "slug: x\nsteps:\n  - {id: a, sleep: 1s}\n")
     except RecipeError as err:
-        assert "more than 20000 values" in str(err) or "nested deeper" in str(err) or \
-            "unknown field" in str(err)
+        assert (
+            "more than 20000 values" in str(err)
+            or "nested deeper" in str(err)
+            or "unknown field" in str(err)
+        )

@@ -83,29 +83,51 @@ def test_examples_present() -> None:
 def test_full_recipe_fields() -> None:
     r = load_recipe_text(FULL)
     assert (r.slug, r.name, r.bot, r.schedule, r.timezone) == (
-        "nightly-check", "Nightly check", "shell", "0 7 * * *", "Europe/Berlin")
+        "nightly-check",
+        "Nightly check",
+        "shell",
+        "0 7 * * *",
+        "Europe/Berlin",
+    )
     assert (r.catch_up, r.max_concurrent_runs, r.workdir, r.env) == (
-        "latest", 3, "/srv/app", ("API_TOKEN",))
+        "latest",
+        3,
+        "/srv/app",
+        ("API_TOKEN",),
+    )
     checks, investigate, cool, wake, wake2, approve = r.steps
     assert (checks.kind, checks.text, checks.timeout_s, checks.retries, checks.on_failure) == (
-        "run_command", "pytest -q {{payload.target}}", 600.0, 2, "continue")
+        "run_command",
+        "pytest -q {{payload.target}}",
+        600.0,
+        2,
+        "continue",
+    )
     assert investigate.kind == "dispatch_task" and investigate.on_failure == "fail"
     assert (cool.kind, cool.text, cool.timeout_s) == ("sleep", "2h", None)
     assert (wake.kind, wake.text) == ("sleep_until", "2026-12-01T07:00:00Z")
     assert wake2.text == "{{payload.wake_at}}"
     assert (approve.accept, approve.from_, approve.approvers, approve.on_timeout) == (
-        "any_reply", "alice", ("alice",), "approve")
+        "any_reply",
+        "alice",
+        ("alice",),
+        "approve",
+    )
     assert approve.timeout_s == 86400
     assert approve.to_dict()["from"] == "alice"
 
 
 def test_defaults_filled() -> None:
-    r = load_recipe_text("slug: x\nsteps:\n  - {id: a, run_command: ls}\n"
-                         "  - {id: b, human_gate: 'ok?'}")
+    r = load_recipe_text(
+        "slug: x\nsteps:\n  - {id: a, run_command: ls}\n  - {id: b, human_gate: 'ok?'}"
+    )
     assert (r.name, r.bot, r.timezone, r.env, r.description) == ("x", "shell", "UTC", (), None)
     d = r.to_dict()
     assert d == {
-        "slug": "x", "name": "x", "bot": "shell", "timezone": "UTC",
+        "slug": "x",
+        "name": "x",
+        "bot": "shell",
+        "timezone": "UTC",
         "steps": [
             {"id": "a", "run_command": "ls", "retries": 0, "on_failure": "fail"},
             {"id": "b", "human_gate": "ok?", "accept": "decision", "on_timeout": "deny"},
@@ -121,10 +143,13 @@ def test_unquoted_yaml_timestamp_is_accepted() -> None:
 
 def test_hash_stable_across_form() -> None:
     yaml_text = "slug: x\nsteps:\n  - id: a\n    run_command: ls\n    timeout: 10m\n"
-    json_text = json.dumps({"steps": [{"timeout": 600, "run_command": "ls", "id": "a"}],
-                            "slug": "x"}, indent="\t")
-    explicit = ("slug: x\nname: x\nbot: shell\ntimezone: UTC\nenv: []\nsteps:\n"
-                "  - {id: a, run_command: ls, timeout: 600s, retries: 0, on_failure: fail}\n")
+    json_text = json.dumps(
+        {"steps": [{"timeout": 600, "run_command": "ls", "id": "a"}], "slug": "x"}, indent="\t"
+    )
+    explicit = (
+        "slug: x\nname: x\nbot: shell\ntimezone: UTC\nenv: []\nsteps:\n"
+        "  - {id: a, run_command: ls, timeout: 600s, retries: 0, on_failure: fail}\n"
+    )
     hashes = {load_recipe_text(t).canonical_hash for t in (yaml_text, json_text, explicit)}
     assert len(hashes) == 1
     changed = load_recipe_text(yaml_text.replace("ls", "ls -l")).canonical_hash
@@ -137,8 +162,14 @@ def test_scheduled_recipe_hash_leaves_the_default_catch_up_out() -> None:
     """A scheduled recipe stored before catch_up existed must keep its hash: re-applying the
     unchanged file is no new version. The canonical document is exactly what it was then."""
     text = 'slug: x\nschedule: "0 7 * * *"\nsteps:\n  - id: a\n    sleep: 1s\n'
-    before_catch_up = {"slug": "x", "name": "x", "bot": "shell", "schedule": "0 7 * * *",
-                       "timezone": "UTC", "steps": [{"id": "a", "sleep": "1s"}]}
+    before_catch_up = {
+        "slug": "x",
+        "name": "x",
+        "bot": "shell",
+        "schedule": "0 7 * * *",
+        "timezone": "UTC",
+        "steps": [{"id": "a", "sleep": "1s"}],
+    }
     blob = json.dumps(before_catch_up, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     recipe = load_recipe_text(text)
     assert recipe.to_dict() == before_catch_up and recipe.catch_up == "latest"
@@ -170,12 +201,14 @@ def test_missing_and_bad_top_level() -> None:
         "steps: must be a non-empty list of steps",
     ]
     assert errors_of({"slug": "a" * 65, "steps": [{"id": "a", "sleep": "1s"}]})[0].startswith(
-        "slug: ")
+        "slug: "
+    )
 
 
 def test_top_level_must_be_mapping() -> None:
     assert errors_of("- a\n- b\n") == [
-        '<recipe>: top level must be a mapping of fields, got ["a", "b"]']
+        '<recipe>: top level must be a mapping of fields, got ["a", "b"]'
+    ]
 
 
 def test_invalid_yaml_names_source_and_line() -> None:
@@ -194,9 +227,17 @@ def test_missing_file_names_path(tmp_path: Path) -> None:
 
 
 def test_timezone_schedule_and_options() -> None:
-    errs = errors_of({"slug": "x", "timezone": "Mars/Olympus", "schedule": "0 7 * *",
-                      "catch_up": "some", "max_concurrent_runs": 0, "workdir": "srv",
-                      "steps": [{"id": "a", "run_command": "ls"}]})
+    errs = errors_of(
+        {
+            "slug": "x",
+            "timezone": "Mars/Olympus",
+            "schedule": "0 7 * *",
+            "catch_up": "some",
+            "max_concurrent_runs": 0,
+            "workdir": "srv",
+            "steps": [{"id": "a", "run_command": "ls"}],
+        }
+    )
     assert errs == [
         'schedule: "0 7 * *" must be a 5-field cron expression',
         'timezone: "Mars/Olympus" is not an IANA time zone (e.g. Europe/Berlin)',
@@ -209,26 +250,37 @@ def test_timezone_schedule_and_options() -> None:
 
 
 def test_env_names() -> None:
-    errs = errors_of({"slug": "x", "env": ["OK_1", "1BAD", "has-dash", "OK_1"],
-                      "steps": [{"id": "a", "sleep": "1s"}]})
+    errs = errors_of(
+        {
+            "slug": "x",
+            "env": ["OK_1", "1BAD", "has-dash", "OK_1"],
+            "steps": [{"id": "a", "sleep": "1s"}],
+        }
+    )
     assert errs == [
         'env[1]: "1BAD" must match [A-Za-z_][A-Za-z0-9_]*',
         'env[2]: "has-dash" must match [A-Za-z_][A-Za-z0-9_]*',
         'env[3]: "OK_1" is listed twice',
     ]
     assert errors_of({"slug": "x", "env": "TOKEN", "steps": [{"id": "a", "sleep": "1s"}]}) == [
-        'env: "TOKEN" must be a list of variable names']
+        'env: "TOKEN" must be a list of variable names'
+    ]
 
 
 def test_step_errors_collected_at_once() -> None:
-    errs = errors_of({"slug": "x", "steps": [
-        {"id": "build", "run_command": "make"},
-        {"id": "build", "run_command": "make"},
-        {"id": "Bad Id", "run_command": "ls", "timeout": "10x"},
-        {"id": "nothing"},
-        {"id": "both", "run_command": "ls", "sleep": "1s"},
-        "not a mapping",
-    ]})
+    errs = errors_of(
+        {
+            "slug": "x",
+            "steps": [
+                {"id": "build", "run_command": "make"},
+                {"id": "build", "run_command": "make"},
+                {"id": "Bad Id", "run_command": "ls", "timeout": "10x"},
+                {"id": "nothing"},
+                {"id": "both", "run_command": "ls", "sleep": "1s"},
+                "not a mapping",
+            ],
+        }
+    )
     assert errs == [
         'steps[1].id: "build" is used by steps[0] too',
         'steps[2].id: "Bad Id" must match [a-z0-9_-]+',
@@ -248,48 +300,70 @@ def test_step_unknown_and_misplaced_keys() -> None:
         "steps[0].bogus: unknown field",
     ]
     errs = errors_of(one_step(sleep="1s", timeout="1m", retries=1))
-    assert "steps[0].timeout: not allowed on a sleep step " \
-           "(only on run_command, dispatch_task, human_gate)" in errs
-    assert "steps[0].retries: not allowed on a sleep step " \
-           "(only on run_command, dispatch_task)" in errs
+    assert (
+        "steps[0].timeout: not allowed on a sleep step "
+        "(only on run_command, dispatch_task, human_gate)" in errs
+    )
+    assert (
+        "steps[0].retries: not allowed on a sleep step (only on run_command, dispatch_task)" in errs
+    )
     assert errors_of(one_step(human_gate="ok?", on_failure="continue")) == [
-        "steps[0].on_failure: not allowed on a human_gate step "
-        "(only on run_command, dispatch_task)"]
+        "steps[0].on_failure: not allowed on a human_gate step (only on run_command, dispatch_task)"
+    ]
 
 
 def test_step_value_errors() -> None:
     assert errors_of(one_step(sleep="soon")) == ['steps[0].sleep: "soon" is not a duration']
     assert errors_of(one_step(run_command="  ")) == [
-        'steps[0].run_command: must be a non-empty string, got "  "']
+        'steps[0].run_command: must be a non-empty string, got "  "'
+    ]
     assert errors_of(one_step(run_command="ls", timeout="0s")) == [
-        'steps[0].timeout: "0s" must be positive']
+        'steps[0].timeout: "0s" must be positive'
+    ]
     assert errors_of(one_step(run_command="ls", retries=11, on_failure="retry")) == [
         "steps[0].retries: 11 must be an integer from 0 to 10",
         'steps[0].on_failure: "retry" must be one of fail, continue',
     ]
-    assert errors_of(one_step(human_gate="ok?", accept="maybe", on_timeout="continue",
-                              approvers="alice")) == [
+    assert errors_of(
+        one_step(human_gate="ok?", accept="maybe", on_timeout="continue", approvers="alice")
+    ) == [
         'steps[0].accept: "maybe" must be one of decision, any_reply',
         'steps[0].on_timeout: "continue" must be one of deny, approve',
         'steps[0].approvers: "alice" must be a list of names',
     ]
     assert errors_of(one_step(human_gate="ok?", **{"from": "alice"})) == [
-        "steps[0].from: only applies with accept: any_reply"]
+        "steps[0].from: only applies with accept: any_reply"
+    ]
     assert errors_of(one_step(sleep_until="2026-12-01T07:00:00")) == [
-        'steps[0].sleep_until: "2026-12-01T07:00:00" has no timezone (add Z or +hh:mm)']
+        'steps[0].sleep_until: "2026-12-01T07:00:00" has no timezone (add Z or +hh:mm)'
+    ]
     assert errors_of(one_step(sleep_until="tomorrow"))[0].startswith(
-        'steps[0].sleep_until: "tomorrow" is not an ISO-8601 timestamp')
+        'steps[0].sleep_until: "tomorrow" is not an ISO-8601 timestamp'
+    )
     assert load_recipe_text(json.dumps(one_step(run_command="ls"))).steps[0].id == "s"
 
 
 def test_placeholders() -> None:
     assert find_placeholders("a {{payload.x.y}} b {{ steps.c.output }}") == [
-        "payload.x.y", "steps.c.output"]
-    errs = errors_of({"slug": "x", "steps": [
-        {"id": "first", "run_command": "echo {{steps.later.output}} {{steps.first.output}}"},
-        {"id": "second", "dispatch_task": "{{ steps.nope.output }} {{env.HOME}} {{steps.first}}"},
-        {"id": "later", "human_gate": "ok {{payload.q}} {{steps.first.output}} {{ payload"},
-    ]})
+        "payload.x.y",
+        "steps.c.output",
+    ]
+    errs = errors_of(
+        {
+            "slug": "x",
+            "steps": [
+                {
+                    "id": "first",
+                    "run_command": "echo {{steps.later.output}} {{steps.first.output}}",
+                },
+                {
+                    "id": "second",
+                    "dispatch_task": "{{ steps.nope.output }} {{env.HOME}} {{steps.first}}",
+                },
+                {"id": "later", "human_gate": "ok {{payload.q}} {{steps.first.output}} {{ payload"},
+            ],
+        }
+    )
     assert errs == [
         "steps[0].run_command: {{steps.later.output}} refers to no earlier step",
         "steps[0].run_command: {{steps.first.output}} refers to no earlier step",

@@ -9,7 +9,9 @@ def test_catch_up_counts_skipped_slots_in_words():
     slot = {"kind": "schedule", "slot_local": "2026-11-23 07:00 UTC"}
     assert describe_trigger(slot) == "by schedule, slot 2026-11-23 07:00 UTC"
     assert describe_trigger(dict(slot, skipped=1)).endswith("(catching up; 1 earlier slot skipped)")
-    assert describe_trigger(dict(slot, skipped=2)).endswith("(catching up; 2 earlier slots skipped)")
+    assert describe_trigger(dict(slot, skipped=2)).endswith(
+        "(catching up; 2 earlier slots skipped)"
+    )
 
 
 def test_manual_keys_are_per_workflow():

@@ -36,23 +36,31 @@ def test_a_valid_signature_verifies_within_the_window():
     assert verify(SECRET, str(NOW), signature, BODY, now=NOW - 300)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"secret": "other"}, "signature does not match"),
-    ({"body": BODY + b" "}, "signature does not match"),
-    ({"timestamp": str(NOW + 1)}, "signature does not match"),  # the timestamp is signed
-    ({"signature": None}, f"missing {SIGNATURE_HEADER}"),
-    ({"signature": ""}, f"missing {SIGNATURE_HEADER}"),
-    ({"timestamp": None}, f"missing {TIMESTAMP_HEADER}"),
-    ({"signature": "sha1=abc"}, "must be sha256=<64 hex digits>"),
-    ({"signature": sign(SECRET, NOW, BODY)[:-1]}, "must be sha256=<64 hex digits>"),
-    ({"timestamp": "yesterday"}, "must be Unix seconds"),
-    ({"timestamp": "-5"}, "must be Unix seconds"),
-    ({"now": NOW + 301}, "is 301s old; accepted within 300s"),
-    ({"now": NOW - 301}, "is 301s in the future"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"secret": "other"}, "signature does not match"),
+        ({"body": BODY + b" "}, "signature does not match"),
+        ({"timestamp": str(NOW + 1)}, "signature does not match"),  # the timestamp is signed
+        ({"signature": None}, f"missing {SIGNATURE_HEADER}"),
+        ({"signature": ""}, f"missing {SIGNATURE_HEADER}"),
+        ({"timestamp": None}, f"missing {TIMESTAMP_HEADER}"),
+        ({"signature": "sha1=abc"}, "must be sha256=<64 hex digits>"),
+        ({"signature": sign(SECRET, NOW, BODY)[:-1]}, "must be sha256=<64 hex digits>"),
+        ({"timestamp": "yesterday"}, "must be Unix seconds"),
+        ({"timestamp": "-5"}, "must be Unix seconds"),
+        ({"now": NOW + 301}, "is 301s old; accepted within 300s"),
+        ({"now": NOW - 301}, "is 301s in the future"),
+    ],
+)
 def test_refusals(change, message):
-    args = {"secret": SECRET, "timestamp": str(NOW), "signature": sign(SECRET, NOW, BODY), "body": BODY,
-                "now": NOW}
+    args = {
+        "secret": SECRET,
+        "timestamp": str(NOW),
+        "signature": sign(SECRET, NOW, BODY),
+        "body": BODY,
+        "now": NOW,
+    }
     args.update(change)
     with pytest.raises(SignatureError, match=message.replace("(", r"\(").replace(")", r"\)")):
         verify(args["secret"], args["timestamp"], args["signature"], args["body"], now=args["now"])

@@ -21,12 +21,18 @@ def errors(webhooks: str) -> list[str]:
 
 
 def test_webhooks_round_trip_in_the_canonical_form():
-    r = recipe("webhooks:\n  - path: github/pr\n    secret: env:GH_SECRET\n"
-               "    map: {pr: $.pull_request.number, first: '$.commits[0].id'}\n  - path: plain")
+    r = recipe(
+        "webhooks:\n  - path: github/pr\n    secret: env:GH_SECRET\n"
+        "    map: {pr: $.pull_request.number, first: '$.commits[0].id'}\n  - path: plain"
+    )
     assert r.to_dict()["webhooks"] == [
-        {"path": "github/pr", "secret": "env:GH_SECRET",
-         "map": {"pr": "$.pull_request.number", "first": "$.commits[0].id"}},
-        {"path": "plain"}]
+        {
+            "path": "github/pr",
+            "secret": "env:GH_SECRET",
+            "map": {"pr": "$.pull_request.number", "first": "$.commits[0].id"},
+        },
+        {"path": "plain"},
+    ]
     assert Recipe.from_dict(r.to_dict()) == r
     assert secret_env(r.webhooks[0].secret) == "GH_SECRET"
 
@@ -38,21 +44,29 @@ def test_a_recipe_without_webhooks_keeps_its_hash():
     assert r.canonical_hash == recipe("webhooks: []").canonical_hash
 
 
-@pytest.mark.parametrize("webhooks, expected", [
-    ("webhooks: github", 'webhooks: "github" must be a list of webhook triggers'),
-    ("webhooks: [github]", 'webhooks[0]: must be a mapping with a path'),
-    ("webhooks:\n  - secret: env:X", "webhooks[0].path: required"),
-    ("webhooks:\n  - path: /github", 'webhooks[0].path: "/github" must be like "github"'),
-    ("webhooks:\n  - path: a/../b", 'webhooks[0].path: "a/../b" must be like'),
-    ("webhooks:\n  - path: 'a b'", 'webhooks[0].path: "a b" must be like'),
-    ("webhooks:\n  - path: x\n  - path: x", 'webhooks[1].path: "x" is used by webhooks[0] too'),
-    ("webhooks:\n  - path: x\n    token: 1", "webhooks[0].token: unknown field"),
-    ("webhooks:\n  - path: x\n    secret: env:1BAD", 'webhooks[0].secret: must be env:NAME'),
-    ("webhooks:\n  - path: x\n    map: [a]", "webhooks[0].map: must be a mapping"),
-    ("webhooks:\n  - path: x\n    map: {pr: pull_request.number}",
-     'webhooks[0].map.pr: "pull_request.number" must be an expression like $, $.a.b'),
-    ("webhooks:\n  - path: x\n    map: {'a.b': $.x}", 'webhooks[0].map: field "a.b" must match'),
-])
+@pytest.mark.parametrize(
+    "webhooks, expected",
+    [
+        ("webhooks: github", 'webhooks: "github" must be a list of webhook triggers'),
+        ("webhooks: [github]", "webhooks[0]: must be a mapping with a path"),
+        ("webhooks:\n  - secret: env:X", "webhooks[0].path: required"),
+        ("webhooks:\n  - path: /github", 'webhooks[0].path: "/github" must be like "github"'),
+        ("webhooks:\n  - path: a/../b", 'webhooks[0].path: "a/../b" must be like'),
+        ("webhooks:\n  - path: 'a b'", 'webhooks[0].path: "a b" must be like'),
+        ("webhooks:\n  - path: x\n  - path: x", 'webhooks[1].path: "x" is used by webhooks[0] too'),
+        ("webhooks:\n  - path: x\n    token: 1", "webhooks[0].token: unknown field"),
+        ("webhooks:\n  - path: x\n    secret: env:1BAD", "webhooks[0].secret: must be env:NAME"),
+        ("webhooks:\n  - path: x\n    map: [a]", "webhooks[0].map: must be a mapping"),
+        (
+            "webhooks:\n  - path: x\n    map: {pr: pull_request.number}",
+            'webhooks[0].map.pr: "pull_request.number" must be an expression like $, $.a.b',
+        ),
+        (
+            "webhooks:\n  - path: x\n    map: {'a.b': $.x}",
+            'webhooks[0].map: field "a.b" must match',
+        ),
+    ],
+)
 def test_each_problem_names_its_path(webhooks, expected):
     found = errors(webhooks)
     assert any(e.startswith(expected) for e in found), found
@@ -60,9 +74,11 @@ def test_each_problem_names_its_path(webhooks, expected):
 
 def test_a_literal_secret_is_refused_without_being_echoed():
     found = errors("webhooks:\n  - path: x\n    secret: hunter2")
-    assert found == ["webhooks[0].secret: must be env:NAME, naming the environment variable of "
-                     "`threadline hooks` that holds the secret (secrets are not stored in "
-                     "recipes), got a literal"]
+    assert found == [
+        "webhooks[0].secret: must be env:NAME, naming the environment variable of "
+        "`threadline hooks` that holds the secret (secrets are not stored in "
+        "recipes), got a literal"
+    ]
 
 
 def test_expressions_resolve_and_name_where_they_stop():

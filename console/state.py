@@ -12,6 +12,8 @@ from urllib.parse import urlencode
 
 import yaml
 
+from engine_adapter import domain, step_tree
+from engine_adapter.names import short_run_id
 from engine_adapter.recipes import KINDS, TOP_KEYS
 
 # -- links ------------------------------------------------------------------------------------------
@@ -111,24 +113,29 @@ def stepper_rows(
     """One row per step: status (with a countdown while sleeping), attempts, duration, output preview;
     the step a link pointed at is marked ▶."""
     rows = []
-    for step in run["steps"]:
+    for depth, step in step_tree.flatten(run["steps"]):
         status = step["status"]
-        detail = ""
+        detail = step.get("reason") or ""
         if status == "sleeping" and run.get("wake_at"):
             left = (parse_time(run["wake_at"]) - now).total_seconds()
             detail = f"wakes in {age_text(left)}" if left > 0 else "waking"
         elif status == "gate":
             detail = "waiting for a human"
+        elif step["kind"] == "branch" and step.get("run_id"):
+            detail = f"run {short_run_id(step['run_id'])}"
+        elif step.get("winner"):
+            detail = "finished first"
         output = step.get("output")
         preview = "" if output is None else str(output).strip().splitlines()[-1:] or [""]
+        indent = "\u2003" * depth  # em spaces: nesting reads as indentation in any font
         rows.append(
             {
-                "step": ("▶ " if step["id"] == highlight else "") + step["id"],
+                "step": indent + ("▶ " if step["id"] == highlight else "") + step["id"],
                 "kind": step["kind"].replace("_", " "),
                 "status": f"{STATUS_ICONS.get(status, '')} {status}",
                 "detail": detail,
-                "attempts": step["attempts"]
-                or (step["tries"] if step["kind"] in ("run_command", "dispatch_task") else 0),
+                "attempts": step.get("attempts")
+                or (step.get("tries", 0) if step["kind"] in domain.BOT_KINDS else 0),
                 "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
                 "output": (preview[0][:120] if isinstance(preview, list) else preview),
             }

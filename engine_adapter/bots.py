@@ -17,7 +17,8 @@ from typing import Any
 
 import psycopg
 
-from . import db, threads
+from . import db, names, threads
+from .domain import Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
@@ -41,7 +42,7 @@ class Claim:
     failures: int
     bot: str
     text: str
-    data: dict[str, Any]
+    instruction: Instruction
 
 
 def agent_command(bot: str) -> str | None:
@@ -137,7 +138,8 @@ class BotSlot:
                     "bot",
                     cand["bot"],
                     "progress",
-                    f"Attempt {counts['next_attempt']} of step {instruction['data']['step']} starting.",
+                    f"Attempt {counts['next_attempt']} of step "
+                    f"{names.step_id_of(instruction['data']['step'])} starting.",
                     step_key=key,
                     data={"attempt": counts["next_attempt"]},
                 )
@@ -150,7 +152,7 @@ class BotSlot:
             counts["failures"],
             cand["bot"],
             instruction["text"],
-            instruction["data"],
+            Instruction.from_data(instruction["data"]),
         )
 
     def reap(self, lost: dict[str, Any]) -> None:
@@ -161,11 +163,11 @@ class BotSlot:
 
     # -- run ----------------------------------------------------------------------------------
     def execute(self, claim: Claim) -> None:
-        kind = claim.data["kind"]
-        timeout_s = claim.data.get("timeout_s") or DEFAULT_TIMEOUT_S
+        kind = claim.instruction.kind
+        timeout_s = claim.instruction.timeout_s or DEFAULT_TIMEOUT_S
         try:
             workdir = self.prepare_workdir(claim)
-            network = claim.data.get("network", True)
+            network = claim.instruction.network
             if not network and not self.sandbox.bwrap:
                 raise SandboxError(
                     "the recipe says network: false, which needs bubblewrap "
@@ -225,7 +227,7 @@ class BotSlot:
         self.report(claim, status, self.summarise(result, timeout_s), result)
 
     def prepare_workdir(self, claim: Claim) -> Path:
-        declared = claim.data.get("workdir")
+        declared = claim.instruction.workdir
         workdir = self.sandbox.workdir(claim.run_id, declared)
         self.sandbox.check_workdir(workdir)
         if declared and not workdir.is_dir():
@@ -240,7 +242,7 @@ class BotSlot:
         own variables and any variable a webhook names as its secret."""
         env = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
         env["HOME"] = str(workdir)
-        wanted = claim.data.get("env") or []
+        wanted = list(claim.instruction.env)
         secrets = (
             {row["name"] for row in db.fetch_all(self.conn, "secret_env_names")}
             if wanted
@@ -252,7 +254,7 @@ class BotSlot:
         env["THREADLINE_RUN_ID"] = claim.run_id
         env["THREADLINE_STEP_KEY"] = claim.step_key
         # The command's placeholder values (TL_*): the command references them, never holds them.
-        env.update(claim.data.get("values") or {})
+        env.update(claim.instruction.values)
         return env
 
     def started(self, claim: Claim, pgid: int) -> None:
@@ -297,7 +299,7 @@ class BotSlot:
     def report(self, claim: Claim, status: str, output: str, result: ProcessResult | None) -> None:
         """Reply, terminal signal and done event in one transaction, fenced by the attempt."""
         crash_point("bot_before_terminal")
-        retries = int(claim.data.get("retries") or 0)
+        retries = claim.instruction.retries
         with self.conn.transaction():
             row = db.fetch_one(
                 self.conn, "lock_claim", dict(step_key=claim.step_key, attempt=claim.attempt)
@@ -333,13 +335,9 @@ class BotSlot:
                 db.notify(self.conn, claim.run_id, "retry")
                 return
             self.finish(claim, status, None)
-            payload = {
-                "status": status,
-                "output": output,
-                "exit_code": exit_code,
-                "attempt": claim.attempt,
-                "duration_s": round(result.duration_s, 3) if result else 0.0,
-            }
+            payload = bot_result(
+                status, output, exit_code, claim.attempt, result.duration_s if result else 0.0
+            )
             threads.append(
                 self.conn,
                 claim.run_id,
@@ -356,7 +354,7 @@ class BotSlot:
                 "bot",
                 claim.bot,
                 f"signal.dispatch.{status}",
-                f"step {claim.data['step']} {status}",
+                f"step {names.step_id_of(claim.instruction.step)} {status}",
                 step_key=claim.step_key,
                 dedupe_key=f"terminal:{claim.step_key}",
                 data=payload,

@@ -390,6 +390,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from . import step_tree
     from .read_model import show_run
 
     with _conn() as conn:
@@ -397,10 +398,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     def text(r: dict[str, Any]) -> str:
         lines = [f"run {r['run_id']} · {r['workflow']} v{r['workflow_version']} · {r['state']}", ""]
-        lines += [
-            f"  {s['status']:<10} {s['id']:<16} {s['kind']:<13} attempts {s['attempts']}"
-            for s in r["steps"]
-        ]
+        for depth, s in step_tree.flatten(r["steps"]):
+            name = "  " * depth + s["id"]
+            line = f"  {s['status']:<10} {name:<16} {s['kind']:<13}"
+            if s["kind"] not in ("branch", "iteration"):
+                line += f" attempts {s.get('attempts', 0)}"
+            if s.get("reason"):
+                line += f" ({s['reason']})"
+            lines.append(line.rstrip())
+        if r.get("outputs"):
+            lines += ["", "outputs:"] + [
+                f"  {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in r["outputs"].items()
+            ]
         lines.append("")
         for e in r["thread"]:
             who = e["author"] if e["author_kind"] != "system" else "System"

@@ -7,11 +7,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, names, threads
+from . import child_runs, db, names, threads
+from .domain import ENDED, FINISHED
 from .identity import Actor
 from .settings import QUEUE
-
-TERMINAL = ("completed", "cancelled")
 
 
 class CommandRefused(RuntimeError):
@@ -24,7 +23,7 @@ def cancel_run(
     """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL)."""
     with conn.transaction():
         run = threads.lock_run(conn, run_id)
-        if run["state"] in TERMINAL:
+        if run["state"] in ENDED or (run["parent_run_id"] and run["state"] in FINISHED):
             raise CommandRefused(f"run {run_id} is already {run['state']}")
         db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
         threads.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
@@ -37,6 +36,9 @@ def cancel_run(
             "decision",
             text,
             data={"decision": "cancel", **actor.as_record()},
+        )
+        child_runs.cancel_open_children(
+            conn, run_id, f"its parent run was cancelled by {actor.label}"
         )
         db.notify(conn, run_id, "cancelled")
 
@@ -62,6 +64,11 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             return f"{run_id}:engine"
         if run["state"] != "failed":
             raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
+        if run["parent_run_id"]:
+            raise CommandRefused(
+                f"run {run_id} is part of run {run['parent_run_id']} (step "
+                f"{(run['parent'] or {}).get('step')}): retry that run, which re-runs what failed"
+            )
         _check_room(conn, run_id, run["workflow"])
         key = names.step_key(run_id, run["current_step"], run["current_try"])
         db.fetch_one(

@@ -38,22 +38,103 @@ def retry_event(key: str) -> str:
     return f"threadline.run.retry:{key}"
 
 
-# Checkpoint names inside the one handler; the read model reads results back from them.
-def send_checkpoint(step_id: str, try_no: int) -> str:
-    return f"send:{step_id}:{try_no}"
+def run_done_event(run_id: str) -> str:
+    """Emitted when a child run finishes (any way); its parent's step awaits it."""
+    return f"threadline.run.done:{run_id}"
 
 
-def done_checkpoint(step_id: str, try_no: int) -> str:
-    return f"done:{step_id}:{try_no}"
+def first_done_event(run_id: str, path: str, try_no: int) -> str:
+    """Emitted by every branch of a `completion: any` group as it finishes: the first one wins."""
+    return f"threadline.group.first:{run_id}:{path}:{try_no}"
 
 
-def late_done_checkpoint(step_id: str, try_no: int) -> str:
-    return f"done-late:{step_id}:{try_no}"
+def child_key(run_id: str, path: str, try_no: int, branch: str) -> str:
+    """The idempotency key of a child run: one child per branch, step and try of a parent."""
+    return f"child:{run_id}:{path}:{try_no}:{branch}"
 
 
-def sleep_checkpoint(step_id: str, try_no: int) -> str:
-    return f"sleep:{step_id}:{try_no}"
+# -- step paths ----------------------------------------------------------------------------------
+# A step's path names it within its run: its id at the top, `<loop>[<n>]/<id>` inside the nth
+# iteration of a foreach or repeat (1-based). Step ids are unique across a recipe's whole tree.
+def iteration_path(path: str, n: int) -> str:
+    return f"{path}[{n}]"
 
 
-def retry_checkpoint(step_id: str, try_no: int) -> str:
-    return f"retry:{step_id}:{try_no}"
+def child_path(scope: str, step_id: str) -> str:
+    return f"{scope}/{step_id}" if scope else step_id
+
+
+def step_id_of(path: str) -> str:
+    """The step id a path ends in (`each[2]/deploy` -> `deploy`)."""
+    return path.rsplit("/", 1)[-1].split("[", 1)[0]
+
+
+# -- checkpoint names inside the one handler; the read model reads results back from them -------
+SEND, DONE, DONE_LATE, SLEEP, RETRY, FAILED = (
+    "send",
+    "done",
+    "done-late",
+    "sleep",
+    "retry",
+    "failed",
+)
+DECIDE, ITEMS, UNTIL, SPAWN, WINNER = "decide", "items", "until", "spawn", "winner"
+CHECKPOINT_KINDS = (
+    SEND,
+    DONE,
+    DONE_LATE,
+    SLEEP,
+    RETRY,
+    FAILED,
+    DECIDE,
+    ITEMS,
+    UNTIL,
+    SPAWN,
+    WINNER,
+)
+
+
+def checkpoint(kind: str, path: str, try_no: int | None = None, branch: str | None = None) -> str:
+    """`<kind>:<path>[:<try>[:<branch>]]`; paths hold no colon (ids match [a-z0-9_-]+)."""
+    name = f"{kind}:{path}"
+    if try_no is not None:
+        name += f":{try_no}"
+    if branch is not None:
+        name += f":{branch}"
+    return name
+
+
+def parse_checkpoint(name: str) -> tuple[str, str, int | None, str | None] | None:
+    """(kind, path, try, branch) of one of our checkpoint names; None for any other name."""
+    kind, _, rest = name.partition(":")
+    if kind not in CHECKPOINT_KINDS or not rest:
+        return None
+    parts = rest.split(":")
+    path, try_no, branch = parts[0], None, None
+    if len(parts) > 1:
+        if not parts[1].isdigit():
+            return None
+        try_no = int(parts[1])
+    if len(parts) > 2:
+        branch = ":".join(parts[2:])
+    return kind, path, try_no, branch
+
+
+def send_checkpoint(path: str, try_no: int) -> str:
+    return checkpoint(SEND, path, try_no)
+
+
+def done_checkpoint(path: str, try_no: int) -> str:
+    return checkpoint(DONE, path, try_no)
+
+
+def late_done_checkpoint(path: str, try_no: int) -> str:
+    return checkpoint(DONE_LATE, path, try_no)
+
+
+def sleep_checkpoint(path: str, try_no: int) -> str:
+    return checkpoint(SLEEP, path, try_no)
+
+
+def retry_checkpoint(path: str, try_no: int) -> str:
+    return checkpoint(RETRY, path, try_no)

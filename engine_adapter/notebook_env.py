@@ -33,7 +33,8 @@ from typing import IO, Any, Iterable, Iterator
 import psycopg
 
 from . import db, harness, roles, schema
-from .read_model import FINISHED, show_run
+from .domain import FINISHED
+from .read_model import show_run
 from .recipes import load_recipe_text
 from .settings import DATABASE_URL_ENV, HOME_ENV
 from .spawn import spawn

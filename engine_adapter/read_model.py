@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from . import db, threads
+from . import db, step_tree, threads
 from .workers import list_workers
 
-RUN_STATES = (
-    "pending",
-    "queued",
-    "running",
-    "sleeping",
-    "waiting",
-    "completed",
-    "failed",
-    "cancelled",
-)
-FINISHED = ("completed", "failed", "cancelled")
+from .domain import FINISHED, RUN_STATES
 
 
 def run_state(run: dict[str, Any], task: dict[str, Any] | None) -> str:
@@ -30,18 +19,34 @@ def run_state(run: dict[str, Any], task: dict[str, Any] | None) -> str:
     return run["state"]
 
 
+def run_facts(conn: psycopg.Connection[Any], run: dict[str, Any]) -> step_tree.RunFacts:
+    """What a run's step tree is read from; child runs' facts load when the tree reaches them."""
+    run_id = str(run["run_id"])
+    task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
+    rows = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+
+    def child(child_id: str) -> step_tree.RunFacts | None:
+        row = db.fetch_one(conn, "get_run", dict(run_id=child_id))
+        return None if row is None else run_facts(conn, row)
+
+    return step_tree.RunFacts(
+        run=run,
+        state=run_state(run, task),
+        checkpoints={r["checkpoint_name"]: r["state"] for r in rows},
+        written_at={r["checkpoint_name"]: r["updated_at"] for r in rows},
+        claims=db.fetch_all(conn, "run_claims", dict(run_id=run_id)),
+        child=child,
+    )
+
+
 def show_run(
     conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 1000
 ) -> dict[str, Any]:
     run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     if run is None:
         raise threads.RunNotFound(f"no run {run_id}")
-    task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
-    rows = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
-    checkpoints = {r["checkpoint_name"]: r["state"] for r in rows}
-    written_at = {r["checkpoint_name"]: r["updated_at"] for r in rows}
-    claims = db.fetch_all(conn, "run_claims", dict(run_id=run_id))
-    state = run_state(run, task)
+    facts = run_facts(conn, run)
+    state = facts.state
     entries = db.fetch_all(conn, "run_entries", dict(run_id=run_id, after=0, limit=thread_limit))
     return {
         "run_id": str(run["run_id"]),
@@ -55,7 +60,9 @@ def show_run(
         "wake_at": run["wake_at"].isoformat() if run["wake_at"] and state == "sleeping" else None,
         "await_key": run["await_key"] if run["awaiting"] else None,
         "gate": _gate_view(run),
-        "steps": step_statuses(run, state, checkpoints, claims, written_at),
+        "steps": step_tree.steps_tree(facts),
+        "outputs": (run["outputs"] or {}).get("declared") or {},
+        "parent": run["parent"],
         "thread": [
             {
                 "seq": e["seq"],
@@ -82,87 +89,6 @@ def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
         "approvers": gate.get("approvers") or [],
         "on_timeout": gate.get("on_timeout"),
     }
-
-
-def step_statuses(
-    run: dict[str, Any],
-    state: str,
-    checkpoints: dict[str, Any],
-    claims: list[dict[str, Any]],
-    written_at: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Each step's status, attempts, output and times (started: its first SEND; finished: its result)."""
-    written_at = written_at or {}
-    steps = run["recipe"]["steps"]
-    ids = [s["id"] for s in steps]
-    current = ids.index(run["current_step"]) if run["current_step"] in ids else -1
-    out = []
-    for i, step in enumerate(steps):
-        kind = next(
-            k
-            for k in ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
-            if k in step
-        )
-        tries = [
-            int(n.rsplit(":", 1)[1]) for n in checkpoints if n.startswith(f"send:{step['id']}:")
-        ]
-        last_try = max(tries, default=0)
-        result = checkpoints.get(f"done:{step['id']}:{last_try}") or checkpoints.get(
-            f"done-late:{step['id']}:{last_try}"
-        )
-        attempts = sum(1 for c in claims if c["step_key"].rsplit(":", 2)[1] == step["id"])
-        status, output = "pending", None
-        if kind == "human_gate" and result:
-            approved = result.get("decision") in ("approve", "reply") or (
-                result.get("decision") == "timeout" and step.get("on_timeout") == "approve"
-            )
-            status, output = ("completed" if approved else "failed"), result.get("text")
-        elif result:
-            status, output = result.get("status", "completed"), result.get("output")
-        elif kind.startswith("sleep") and last_try and (i < current or state == "completed"):
-            status, output = (
-                "completed",
-                checkpoints.get(f"send:{step['id']}:{last_try}", {}).get("wake_at"),
-            )
-        elif i == current and state not in ("completed", "cancelled"):
-            status = {
-                "running": "active",
-                "sleeping": "sleeping",
-                "waiting": "gate",
-                "failed": "failed",
-                "pending": "pending",
-                "queued": "pending",
-            }.get(state, "active")
-        elif state == "cancelled" and i >= current:
-            status = "skipped"
-        if status == "failed" and i == current and state == "failed" and not output:
-            output = _failure_reason(checkpoints, step["id"], last_try)
-        first_send = written_at.get(f"send:{step['id']}:1")
-        finished = written_at.get(f"done:{step['id']}:{last_try}") or written_at.get(
-            f"done-late:{step['id']}:{last_try}"
-        )
-        if kind.startswith("sleep") and status == "completed" and output:
-            finished = datetime.fromisoformat(output)  # a sleep ends at its wake time
-        out.append(
-            {
-                "id": step["id"],
-                "kind": kind,
-                "status": status,
-                "attempts": attempts,
-                "tries": last_try,
-                "output": output,
-                "started_at": first_send.isoformat() if first_send else None,
-                "finished_at": finished.isoformat()
-                if finished and status in ("completed", "failed")
-                else None,
-            }
-        )
-    return out
-
-
-def _failure_reason(checkpoints: dict[str, Any], step_id: str, try_no: int) -> str | None:
-    sent = checkpoints.get(f"send:{step_id}:{try_no}") or {}
-    return sent.get("error")
 
 
 def list_runs(

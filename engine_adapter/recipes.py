@@ -11,17 +11,17 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from . import cron, payload_schema, recipe_doc, shell_context
+from . import cron, domain, expressions, payload_schema, recipe_doc, shell_context
 
 if TYPE_CHECKING:
     from .webhook_spec import Webhook
 
-KINDS = ("run_command", "dispatch_task", "sleep", "sleep_until", "human_gate")
+KINDS = domain.KINDS
 TOP_KEYS = (
     "slug",
     "name",
@@ -37,16 +37,9 @@ TOP_KEYS = (
     "env",
     "payload_schema",
     "steps",
+    "outputs",
     "webhooks",
 )
-_STEP_KEYS = {
-    "run_command": {"timeout", "retries", "on_failure"},
-    "dispatch_task": {"timeout", "retries", "on_failure"},
-    "sleep": set(),
-    "sleep_until": set(),
-    "human_gate": {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
-}
-_ALL_STEP_KEYS = {"id", *KINDS, *set().union(*_STEP_KEYS.values())}
 MAX_RETRIES = 10
 MAX_CONCURRENT_RUNS = 10_000
 # Every duration (a sleep, a step or gate timeout, how far ahead a sleep_until lies): a year and
@@ -74,7 +67,9 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # No braces inside: a scan from each "{{" stops at the next brace, so matching stays linear.
 PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _PAYLOAD_REF = re.compile(r"payload(?:\.[A-Za-z0-9_-]+)+")
-_STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.output")
+_STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.(?:output|status|exit_code|reason)")
+_OUTPUTS_REF = re.compile(r"outputs(?:\.[A-Za-z0-9_-]+)+")
+_PATH_REF = re.compile(r"[a-z]+(?:\.[A-Za-z0-9_-]+)*")
 
 
 class RecipeError(ValueError):
@@ -158,16 +153,23 @@ def _check_command(text: str, path: str, errors: list[str]) -> None:
             )
 
 
-def _check_placeholders(text: str, path: str, earlier: set[str] | None, errors: list[str]) -> None:
+def _check_placeholders(
+    text: str, path: str, earlier: set[str] | None, errors: list[str], in_loop: bool = False
+) -> None:
     for ref in find_placeholders(text):
         m = _STEP_REF.fullmatch(ref)
+        root = ref.split(".", 1)[0]
         if m:
             if earlier is not None and m.group(1) not in earlier:
                 errors.append(f"{path}: {{{{{ref}}}}} refers to no earlier step")
-        elif not _PAYLOAD_REF.fullmatch(ref):
+        elif root in expressions.LOOP_ROOTS and _PATH_REF.fullmatch(ref):
+            if not in_loop:
+                errors.append(f"{path}: {{{{{ref}}}}} exists only inside a foreach or repeat")
+        elif not (_PAYLOAD_REF.fullmatch(ref) or _OUTPUTS_REF.fullmatch(ref)):
             errors.append(
                 f"{path}: {{{{{ref}}}}} is not a known placeholder "
-                "(use {{payload.<key>}} or {{steps.<id>.output}})"
+                "(use {{payload.<key>}}, {{steps.<id>.output}}, {{outputs.<name>}}, or {{item}} "
+                "inside a foreach)"
             )
     if "{{" in PLACEHOLDER.sub("", text):
         errors.append(f'{path}: has an unclosed "{{{{"')
@@ -190,7 +192,11 @@ def _choice(
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a recipe; `text` is the command, instruction, duration, timestamp or question."""
+    """One step of a recipe, or a block of steps.
+
+    `text` is the command, instruction, duration, timestamp, question, event name, sub-workflow
+    slug or foreach list expression; `blocks` holds a block's step lists by name (`then`/`else`,
+    each parallel branch, a loop's body)."""
 
     id: str
     kind: str
@@ -203,50 +209,187 @@ class Step:
     approvers: tuple[str, ...] = ()
     not_by_initiator: bool = False  # a gate the run's initiator may not decide
     on_timeout: str | None = None
+    condition: str | None = None  # `if`: run the step (or take `then`) only when it holds
+    output_name: str | None = None  # `output`: later steps read it as outputs.<name>
+    blocks: tuple[tuple[str, tuple[Step, ...]], ...] = ()
+    completion: str | None = None  # parallel: all | any
+    max_parallel: int | None = None
+    max_items: int | None = None
+    max_iterations: int | None = None
+    until: str | None = None
+    events: tuple[str, ...] = ()  # wait_for_event: the names, any of which ends the wait
+    key: str | None = None  # wait_for_event: the correlation key (may hold placeholders)
+    payload: dict[str, Any] | None = None  # workflow: the child's payload (values may hold {{…}})
+
+    def block(self, name: str) -> tuple[Step, ...]:
+        return dict(self.blocks).get(name, ())
+
+    def walk(self) -> Iterator[Step]:
+        """This step and every step nested in it, depth first in recipe order."""
+        yield self
+        for _, steps in self.blocks:
+            for step in steps:
+                yield from step.walk()
 
     def to_dict(self) -> dict[str, Any]:
         """Canonical form: only the keys this kind allows, defaults filled, None omitted."""
-        d: dict[str, Any] = {"id": self.id, self.kind: self.text}
+        d: dict[str, Any] = {"id": self.id}
+        if self.condition is not None:
+            d["if"] = self.condition
+        if self.kind == domain.CONDITIONAL:
+            for name, steps in self.blocks:
+                d[name] = [s.to_dict() for s in steps]
+        elif self.kind == domain.PARALLEL:
+            d["parallel"] = {name: [s.to_dict() for s in steps] for name, steps in self.blocks}
+            d.update(completion=self.completion, max_parallel=self.max_parallel)
+        elif self.kind == domain.FOREACH:
+            d.update(foreach=self.text, steps=[s.to_dict() for s in self.block("steps")])
+            d.update(max_items=self.max_items, max_parallel=self.max_parallel)
+        elif self.kind == domain.REPEAT:
+            d["repeat"] = [s.to_dict() for s in self.block("repeat")]
+            d.update(until=self.until, max_iterations=self.max_iterations)
+        elif self.kind == domain.WAIT_FOR_EVENT:
+            d[self.kind] = self.text if len(self.events) == 1 else list(self.events)
+            d["key"] = self.key
+        elif self.kind == domain.WORKFLOW:
+            d.update(workflow=self.text, payload=self.payload)
+        else:
+            d[self.kind] = self.text
         if self.timeout_s is not None:
             d["timeout"] = format_duration(self.timeout_s)
-        if self.kind in ("run_command", "dispatch_task"):
+        if self.kind in domain.BOT_KINDS:
             d["retries"] = self.retries
+        if self.kind in (*domain.BOT_KINDS, domain.PARALLEL, domain.FOREACH, domain.WORKFLOW):
             d["on_failure"] = self.on_failure
-        if self.kind == "human_gate":
-            d.update(accept=self.accept, on_timeout=self.on_timeout)
+        if self.kind in (domain.HUMAN_GATE, domain.WAIT_FOR_EVENT):
+            d["on_timeout"] = self.on_timeout
+        if self.kind == domain.HUMAN_GATE:
+            d["accept"] = self.accept
             if self.from_ is not None:
                 d["from"] = self.from_
             if self.approvers:
                 d["approvers"] = list(self.approvers)
             if self.not_by_initiator:
                 d["not_by_initiator"] = True
+        if self.output_name is not None:
+            d["output"] = self.output_name
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Step:
         """Rebuild (and re-validate) a step from its canonical dict, e.g. a run's JSON snapshot."""
-        errors: list[str] = []
-        step = _parse_step(d, "step", None, errors)
-        if errors or step is None:
-            raise RecipeError(errors)
+        tree = _Tree()
+        step = _parse_step(d, "step", None, False, tree)
+        if tree.errors or step is None:
+            raise RecipeError(tree.errors)
         return step
 
 
-def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) -> Step | None:
-    """Validate one step mapping; append problems to errors; None if it cannot be built."""
+def walk_steps(steps: Iterable[Step]) -> Iterator[Step]:
+    for step in steps:
+        yield from step.walk()
+
+
+@dataclass
+class _Tree:
+    """What validating one recipe's step tree collects as it goes."""
+
+    errors: list[str] = field(default_factory=list)
+    ids: dict[str, str] = field(default_factory=dict)  # every step id -> where it is defined
+    output_names: dict[str, str] = field(default_factory=dict)  # `output` names -> where
+
+
+_COMMON_STEP_KEYS = {"id", "if", "output"}
+_STEP_KEYS: dict[str, set[str]] = {
+    domain.RUN_COMMAND: {"timeout", "retries", "on_failure"},
+    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure"},
+    domain.SLEEP: set(),
+    domain.SLEEP_UNTIL: set(),
+    domain.HUMAN_GATE: {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
+    domain.WAIT_FOR_EVENT: {"key", "timeout", "on_timeout"},
+    domain.WORKFLOW: {"payload", "on_failure"},
+    domain.CONDITIONAL: {"then", "else"},
+    domain.PARALLEL: {"completion", "max_parallel", "on_failure"},
+    domain.FOREACH: {"steps", "max_items", "max_parallel", "on_failure"},
+    domain.REPEAT: {"until", "max_iterations"},
+}
+_ALL_STEP_KEYS = {*_COMMON_STEP_KEYS, *KINDS, *set().union(*_STEP_KEYS.values())}
+MAX_BRANCHES = 100
+MAX_PARALLEL = 100
+MAX_ITEMS = 10_000
+DEFAULT_MAX_ITEMS = 100
+MAX_ITERATIONS = 1000
+
+
+def _bounded_int(
+    d: dict, key: str, path: str, low: int, high: int, default: int | None, errors: list[str]
+) -> int | None:
+    value = d.get(key, default)
+    if value is None:
+        return None
+    if not _is_int(value) or not low <= value <= high:
+        errors.append(f"{path}.{key}: {_q(value)} must be an integer from {low} to {high}")
+        return None
+    return value
+
+
+def _step_kind(d: dict, path: str, errors: list[str]) -> str | None:
+    kinds = [k for k in domain.KEYED_KINDS if k in d]
+    if not kinds and "then" in d:
+        return domain.CONDITIONAL
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        errors.append(
+            f"{path}: needs exactly one of {', '.join(domain.KEYED_KINDS)}, or if/then/else "
+            f"(found {found})"
+        )
+        return None
+    return kinds[0]
+
+
+def _parse_steps(
+    raw: Any, path: str, earlier: set[str] | None, in_loop: bool, tree: _Tree
+) -> tuple[Step, ...]:
+    """A non-empty list of steps; each may refer to the steps before it (and to `earlier`)."""
+    if not isinstance(raw, list) or not raw:
+        tree.errors.append(f"{path}: must be a non-empty list of steps")
+        return ()
+    seen = None if earlier is None else set(earlier)
+    steps = []
+    for i, item in enumerate(raw):
+        step = _parse_step(item, f"{path}[{i}]", seen, in_loop, tree)
+        if step is not None:
+            steps.append(step)
+            if seen is not None:
+                seen |= {s.id for s in step.walk()}
+        elif seen is not None and isinstance(item, dict) and isinstance(item.get("id"), str):
+            seen.add(item["id"])  # one error at a time: later references to it are not blamed
+    return tuple(steps)
+
+
+def _check_expression(
+    expr: Any, where: str, earlier: set[str] | None, in_loop: bool, errors: list[str]
+) -> str | None:
+    problems = expressions.check(expr, earlier=earlier, in_loop=in_loop)
+    errors.extend(f"{where}: {p}" for p in problems)
+    return expr.strip() if not problems else None
+
+
+def _parse_step(
+    d: Any, path: str, earlier: set[str] | None, in_loop: bool, tree: _Tree
+) -> Step | None:
+    """Validate one step mapping (and what it nests); append problems to tree.errors; None if it
+    cannot be built."""
+    errors = tree.errors
     if not isinstance(d, dict):
         errors.append(f"{path}: must be a mapping, got {_q(d)}")
         return None
     n_before = len(errors)
-    kinds = [k for k in KINDS if k in d]
-    if len(kinds) != 1:
-        found = ", ".join(kinds) or "none"
-        errors.append(f"{path}: needs exactly one of {', '.join(KINDS)} (found {found})")
-    kind = kinds[0] if len(kinds) == 1 else None
+    kind = _step_kind(d, path, errors)
     for key in d:
         if key not in _ALL_STEP_KEYS:
             errors.append(f"{path}.{key}: unknown field")
-        elif kind and key not in ("id", *KINDS) and key not in _STEP_KEYS[kind]:
+        elif kind and key not in (*_COMMON_STEP_KEYS, kind) and key not in _STEP_KEYS[kind]:
             where = ", ".join(k for k in KINDS if key in _STEP_KEYS[k])
             errors.append(f"{path}.{key}: not allowed on a {kind} step (only on {where})")
 
@@ -255,8 +398,87 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
         errors.append(f"{path}.id: required")
     elif not isinstance(sid, str) or not _NAME.fullmatch(sid):
         errors.append(f"{path}.id: {_q(sid)} must match [a-z0-9_-]+")
+    elif sid in tree.ids:
+        errors.append(f"{path}.id: {_q(sid)} is used by {tree.ids[sid]} too")
+    else:
+        tree.ids[sid] = path
 
-    text = d.get(kind) if kind else None
+    condition = None
+    if "if" in d:
+        condition = _check_expression(d["if"], f"{path}.if", earlier, in_loop, errors)
+    elif kind == domain.CONDITIONAL:
+        errors.append(f"{path}.if: required with then/else")
+    output_name = d.get("output")
+    if output_name is not None:
+        if not isinstance(output_name, str) or not _NAME.fullmatch(output_name):
+            errors.append(f"{path}.output: {_q(output_name)} must match [a-z0-9_-]+")
+            output_name = None
+        elif output_name in tree.output_names:
+            errors.append(
+                f"{path}.output: {_q(output_name)} is named by {tree.output_names[output_name]} too"
+            )
+        else:
+            tree.output_names[output_name] = path
+
+    fields: dict[str, Any] = {}
+    text: Any = d.get(kind) if kind else None
+    if kind in domain.BLOCK_KINDS:
+        text = _parse_block(d, kind, path, earlier, in_loop, tree, fields)
+    elif kind == domain.WAIT_FOR_EVENT:
+        text = _parse_wait(d, path, earlier, in_loop, errors, fields)
+    elif kind == domain.WORKFLOW:
+        text = _parse_workflow(d, path, earlier, in_loop, errors, fields)
+    else:
+        text = _parse_leaf_text(d, kind, text, path, earlier, in_loop, errors)
+
+    timeout_s = None
+    if "timeout" in d:
+        try:
+            timeout_s = parse_duration(d["timeout"])
+            if timeout_s <= 0:
+                errors.append(f"{path}.timeout: {_q(d['timeout'])} must be positive")
+        except ValueError as err:
+            errors.append(f"{path}.timeout: {err}")
+
+    if kind in domain.BOT_KINDS:
+        fields["retries"] = d.get("retries", 0)
+        if not _is_int(fields["retries"]) or not 0 <= fields["retries"] <= MAX_RETRIES:
+            errors.append(
+                f"{path}.retries: {_q(fields['retries'])} must be an integer from 0 to "
+                f"{MAX_RETRIES}"
+            )
+    if kind in (*domain.BOT_KINDS, domain.PARALLEL, domain.FOREACH, domain.WORKFLOW):
+        fields["on_failure"] = _choice(
+            d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail", errors
+        )
+    if kind == domain.WAIT_FOR_EVENT:
+        fields["on_timeout"] = _choice(
+            d, "on_timeout", f"{path}.on_timeout", ("fail", "continue"), "fail", errors
+        )
+    if kind == domain.HUMAN_GATE:
+        _parse_gate(d, path, errors, fields)
+    if len(errors) > n_before:
+        return None
+    return Step(
+        id=sid,
+        kind=kind,
+        text=text,
+        timeout_s=timeout_s,
+        condition=condition,
+        output_name=output_name,
+        **fields,
+    )
+
+
+def _parse_leaf_text(
+    d: dict,
+    kind: str | None,
+    text: Any,
+    path: str,
+    earlier: set[str] | None,
+    in_loop: bool,
+    errors: list[str],
+) -> Any:
     if kind == "sleep":
         try:
             text = format_duration(parse_duration(text))
@@ -279,70 +501,151 @@ def _parse_step(d: Any, path: str, earlier: set[str] | None, errors: list[str]) 
                 errors.append(f"{path}.sleep_until: {problem}")
         except ValueError:
             errors.append(
-                f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp "
-                "or a {{placeholder}}"
+                f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp or a {{placeholder}}"
             )
         text = text.strip()
     if kind and kind != "sleep" and isinstance(text, str):
-        _check_placeholders(text, f"{path}.{kind}", earlier, errors)
+        _check_placeholders(text, f"{path}.{kind}", earlier, errors, in_loop)
     if kind == "run_command" and isinstance(text, str):
         _check_command(text, f"{path}.{kind}", errors)
+    return text
 
-    timeout_s = None
-    if "timeout" in d:
-        try:
-            timeout_s = parse_duration(d["timeout"])
-            if timeout_s <= 0:
-                errors.append(f"{path}.timeout: {_q(d['timeout'])} must be positive")
-        except ValueError as err:
-            errors.append(f"{path}.timeout: {err}")
 
-    retries, on_failure, accept, from_, approvers, on_timeout = 0, None, None, None, (), None
-    not_by_initiator = False
-    if kind in ("run_command", "dispatch_task"):
-        retries = d.get("retries", 0)
-        if not _is_int(retries) or not 0 <= retries <= MAX_RETRIES:
-            errors.append(
-                f"{path}.retries: {_q(retries)} must be an integer from 0 to {MAX_RETRIES}"
-            )
-        on_failure = _choice(
-            d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail", errors
-        )
-    if kind == "human_gate":
-        accept = _choice(
-            d, "accept", f"{path}.accept", ("decision", "any_reply"), "decision", errors
-        )
-        on_timeout = _choice(
-            d, "on_timeout", f"{path}.on_timeout", ("deny", "approve"), "deny", errors
-        )
-        from_ = d.get("from")
-        if from_ is not None and (not isinstance(from_, str) or not from_.strip()):
-            errors.append(f"{path}.from: {_q(from_)} must be a non-empty string")
-        elif from_ is not None and accept != "any_reply":
-            errors.append(f"{path}.from: only applies with accept: any_reply")
-        raw = d.get("approvers", [])
-        if not isinstance(raw, list) or not all(isinstance(a, str) and a.strip() for a in raw):
-            errors.append(f"{path}.approvers: {_q(raw)} must be a list of names")
-        else:
-            approvers = tuple(raw)
-        not_by_initiator = d.get("not_by_initiator", False)
-        if not isinstance(not_by_initiator, bool):
-            errors.append(f"{path}.not_by_initiator: {_q(not_by_initiator)} must be true or false")
-    if len(errors) > n_before:
-        return None
-    return Step(
-        id=sid,
-        kind=kind,
-        text=text,
-        timeout_s=timeout_s,
-        retries=retries,
-        on_failure=on_failure,
-        accept=accept,
-        from_=from_,
-        approvers=approvers,
-        on_timeout=on_timeout,
-        not_by_initiator=not_by_initiator,
+def _parse_gate(d: dict, path: str, errors: list[str], fields: dict[str, Any]) -> None:
+    accept = _choice(d, "accept", f"{path}.accept", ("decision", "any_reply"), "decision", errors)
+    fields["accept"] = accept
+    fields["on_timeout"] = _choice(
+        d, "on_timeout", f"{path}.on_timeout", ("deny", "approve"), "deny", errors
     )
+    from_ = d.get("from")
+    if from_ is not None and (not isinstance(from_, str) or not from_.strip()):
+        errors.append(f"{path}.from: {_q(from_)} must be a non-empty string")
+    elif from_ is not None and accept != "any_reply":
+        errors.append(f"{path}.from: only applies with accept: any_reply")
+    fields["from_"] = from_
+    raw = d.get("approvers", [])
+    if not isinstance(raw, list) or not all(isinstance(a, str) and a.strip() for a in raw):
+        errors.append(f"{path}.approvers: {_q(raw)} must be a list of names")
+    else:
+        fields["approvers"] = tuple(raw)
+    not_by_initiator = d.get("not_by_initiator", False)
+    if not isinstance(not_by_initiator, bool):
+        errors.append(f"{path}.not_by_initiator: {_q(not_by_initiator)} must be true or false")
+    fields["not_by_initiator"] = not_by_initiator
+
+
+def _parse_block(
+    d: dict,
+    kind: str,
+    path: str,
+    earlier: set[str] | None,
+    in_loop: bool,
+    tree: _Tree,
+    fields: dict[str, Any],
+) -> str:
+    """The step lists of a block; returns its text (a foreach's list expression, else "")."""
+    errors = tree.errors
+    text = ""
+    if kind == domain.CONDITIONAL:
+        blocks = [("then", _parse_steps(d.get("then"), f"{path}.then", earlier, in_loop, tree))]
+        if "else" in d:
+            blocks.append(("else", _parse_steps(d["else"], f"{path}.else", earlier, in_loop, tree)))
+    elif kind == domain.PARALLEL:
+        raw = d.get("parallel")
+        blocks = []
+        if not isinstance(raw, dict) or not raw:
+            errors.append(f"{path}.parallel: must map branch names to step lists")
+        elif len(raw) > MAX_BRANCHES:
+            errors.append(f"{path}.parallel: {len(raw)} branches; at most {MAX_BRANCHES}")
+        else:
+            for name, steps in raw.items():
+                if not isinstance(name, str) or not _NAME.fullmatch(name):
+                    errors.append(f"{path}.parallel: branch name {_q(name)} must match [a-z0-9_-]+")
+                    continue
+                # A branch sees the steps before the group, never its sibling branches' steps.
+                where = f"{path}.parallel.{name}"
+                blocks.append((name, _parse_steps(steps, where, earlier, in_loop, tree)))
+        fields["completion"] = _choice(
+            d, "completion", f"{path}.completion", ("all", "any"), "all", errors
+        )
+        fields["max_parallel"] = _bounded_int(
+            d, "max_parallel", path, 1, MAX_PARALLEL, None, errors
+        )
+    elif kind == domain.FOREACH:
+        text = _check_expression(d.get("foreach"), f"{path}.foreach", earlier, in_loop, errors)
+        blocks = [("steps", _parse_steps(d.get("steps"), f"{path}.steps", earlier, True, tree))]
+        fields["max_items"] = _bounded_int(
+            d, "max_items", path, 1, MAX_ITEMS, DEFAULT_MAX_ITEMS, errors
+        )
+        fields["max_parallel"] = _bounded_int(d, "max_parallel", path, 1, MAX_PARALLEL, 1, errors)
+    else:  # repeat
+        body = _parse_steps(d.get("repeat"), f"{path}.repeat", earlier, True, tree)
+        blocks = [("repeat", body)]
+        inside = None if earlier is None else earlier | {s.id for s in walk_steps(body)}
+        if "until" not in d:
+            errors.append(f"{path}.until: required (the condition that ends the loop)")
+        else:
+            fields["until"] = _check_expression(d["until"], f"{path}.until", inside, True, errors)
+        if "max_iterations" not in d:
+            errors.append(f"{path}.max_iterations: required (a loop must be bounded)")
+        fields["max_iterations"] = _bounded_int(
+            d, "max_iterations", path, 1, MAX_ITERATIONS, None, errors
+        )
+    fields["blocks"] = tuple(blocks)
+    return text or ""
+
+
+def _parse_wait(
+    d: dict,
+    path: str,
+    earlier: set[str] | None,
+    in_loop: bool,
+    errors: list[str],
+    fields: dict[str, Any],
+) -> str:
+    raw = d.get(domain.WAIT_FOR_EVENT)
+    names = raw if isinstance(raw, list) else [raw]
+    if not names or not all(isinstance(n, str) and EVENT_NAME.fullmatch(n) for n in names):
+        errors.append(
+            f"{path}.wait_for_event: {_q(raw)} must be an event name or a list of them, each "
+            f"matching {EVENT_NAME.pattern}"
+        )
+        return ""
+    if len(set(names)) != len(names):
+        errors.append(f"{path}.wait_for_event: lists an event twice")
+    fields["events"] = tuple(names)
+    key = d.get("key")
+    if key is not None:
+        if not isinstance(key, str) or not key.strip():
+            errors.append(f"{path}.key: {_q(key)} must be a non-empty string")
+        else:
+            _check_placeholders(key, f"{path}.key", earlier, errors, in_loop)
+            fields["key"] = key
+    return names[0]
+
+
+def _parse_workflow(
+    d: dict,
+    path: str,
+    earlier: set[str] | None,
+    in_loop: bool,
+    errors: list[str],
+    fields: dict[str, Any],
+) -> str:
+    slug = d.get(domain.WORKFLOW)
+    if not isinstance(slug, str) or not _SLUG.fullmatch(slug):
+        errors.append(f"{path}.workflow: {_q(slug)} must be a workflow slug ([a-z0-9-]+)")
+        slug = ""
+    payload = d.get("payload")
+    if payload is not None:
+        if not isinstance(payload, dict):
+            errors.append(f"{path}.payload: {_q(payload)} must be a mapping")
+        else:
+            for k, v in payload.items():
+                if isinstance(v, str):
+                    _check_placeholders(v, f"{path}.payload.{k}", earlier, errors, in_loop)
+            fields["payload"] = payload
+    return slug
 
 
 @dataclass(frozen=True)
@@ -363,6 +666,7 @@ class Recipe:
     env: tuple[str, ...] = ()
     payload_schema: dict[str, Any] | None = None  # JSON Schema every payload must satisfy
     steps: tuple[Step, ...] = ()
+    outputs: dict[str, str] | None = None  # the run's outputs: name -> expression, at its end
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -370,13 +674,18 @@ class Recipe:
 
         catch_up is left out at its default (latest; the database reads a missing one so): a
         recipe stored before catch_up existed keeps its hash; re-applied, it is no new version."""
-        d = {k: getattr(self, k) for k in TOP_KEYS if k not in ("env", "steps", "webhooks")}
+        d = {
+            k: getattr(self, k)
+            for k in TOP_KEYS
+            if k not in ("env", "steps", "outputs", "webhooks")
+        }
         if d["catch_up"] == DEFAULT_CATCH_UP:
             d["catch_up"] = None
         d["network"] = None if self.network else False  # the default keeps older hashes
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["steps"] = [s.to_dict() for s in self.steps]
+        d["outputs"] = self.outputs or None
         return {k: v for k, v in d.items() if v is not None}
 
     @property
@@ -389,6 +698,25 @@ class Recipe:
     def from_dict(cls, d: Any, source: str = "<recipe>") -> Recipe:
         """Validate a parsed document (or a canonical dict) and build the Recipe."""
         return _build_recipe(d, source)
+
+
+def _parse_outputs(raw: Any, step_ids: set[str], errors: list[str]) -> dict[str, str] | None:
+    """A run's declared outputs: name -> expression over the finished run's steps and payload."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw:
+        errors.append(f"outputs: {_q(raw)} must map output names to expressions")
+        return None
+    out = {}
+    for name, expr in raw.items():
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            errors.append(f"outputs: name {_q(name)} must match [a-z0-9_-]+")
+            continue
+        problems = expressions.check(expr, earlier=step_ids, in_loop=False)
+        errors.extend(f"outputs.{name}: {p}" for p in problems)
+        if not problems:
+            out[name] = expr.strip()
+    return out
 
 
 def _opt_str(d: dict, key: str, errors: list[str]) -> str | None:
@@ -482,23 +810,13 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         for problem in payload_schema.payload_problems(schema, {}):
             errors.append(f"payload_schema: a scheduled run's payload is {{}}, and {problem}")
 
-    steps: list[Step] = []
-    raw_steps = d.get("steps")
-    if raw_steps is None:
+    tree = _Tree(errors=errors)
+    steps: tuple[Step, ...] = ()
+    if d.get("steps") is None:
         errors.append("steps: required")
-    elif not isinstance(raw_steps, list) or not raw_steps:
-        errors.append("steps: must be a non-empty list of steps")
     else:
-        seen: dict[str, int] = {}
-        for i, raw in enumerate(raw_steps):
-            sid = raw.get("id") if isinstance(raw, dict) else None
-            if isinstance(sid, str) and sid in seen:
-                errors.append(f"steps[{i}].id: {_q(sid)} is used by steps[{seen[sid]}] too")
-            step = _parse_step(raw, f"steps[{i}]", set(seen), errors)
-            if isinstance(sid, str):
-                seen.setdefault(sid, i)
-            if step is not None:
-                steps.append(step)
+        steps = _parse_steps(d["steps"], "steps", set(), False, tree)
+    outputs = _parse_outputs(d.get("outputs"), {s.id for s in walk_steps(steps)}, errors)
 
     from .webhook_spec import parse_webhooks  # imports this module: import it late
 
@@ -526,7 +844,8 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         network=network,
         env=tuple(env),
         payload_schema=schema,
-        steps=tuple(steps),
+        steps=steps,
+        outputs=outputs,
         webhooks=webhooks,
     )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from . import shell_context
 from .recipes import PLACEHOLDER
@@ -34,12 +34,18 @@ class Command:
     values: dict[str, str]
 
 
-def render(text: str, payload: Any, outputs: dict[str, Any]) -> str:
+def render(
+    text: str, payload: Any, outputs: dict[str, Any], scope: Mapping[str, Any] | None = None
+) -> str:
     """Substitute the values into text that no shell reads (an instruction, a question, a time)."""
-    return PLACEHOLDER.sub(lambda m: as_text(resolve(m.group(1).strip(), payload, outputs)), text)
+    return PLACEHOLDER.sub(
+        lambda m: as_text(resolve(m.group(1).strip(), payload, outputs, scope)), text
+    )
 
 
-def render_command(text: str, payload: Any, outputs: dict[str, Any]) -> Command:
+def render_command(
+    text: str, payload: Any, outputs: dict[str, Any], scope: Mapping[str, Any] | None = None
+) -> Command:
     """Each placeholder becomes "$TL_<PATH>" (unquoted) or ${TL_<PATH>} (in "…" or a heredoc); the
     values go with it. RenderError for a placeholder where a variable cannot expand."""
     matches = list(PLACEHOLDER.finditer(text))
@@ -53,7 +59,7 @@ def render_command(text: str, payload: Any, outputs: dict[str, Any]) -> Command:
             raise RenderError(f"{{{{{path}}}}} {shell_context.REFUSED[context]}")
         name = names[path]
         if name not in values:
-            values[name] = _env_value(name, path, resolve(path, payload, outputs))
+            values[name] = _env_value(name, path, resolve(path, payload, outputs, scope))
         reference = f'"${name}"' if context == shell_context.BARE else f"${{{name}}}"
         out += [text[last : match.start()], reference]
         last = match.end()
@@ -107,32 +113,54 @@ def _env_value(name: str, path: str, value: Any) -> str:
     return text
 
 
-def resolve(path: str, payload: Any, outputs: dict[str, Any]) -> Any:
+def resolve(
+    path: str, payload: Any, outputs: dict[str, Any], scope: Mapping[str, Any] | None = None
+) -> Any:
+    """A placeholder's value. `outputs`: each finished step's output by id; `scope` (a control-flow
+    run's): `steps` (each step's status, output, exit code), named `outputs`, and inside a loop
+    `item`, `index`, `iteration`."""
     parts = path.split(".")
+    scope = scope or {}
     if parts[0] == "payload":
-        value: Any = payload
-        for i, part in enumerate(parts[1:], start=1):
-            if isinstance(value, dict) and part in value:
-                value = value[part]
-            elif (
-                isinstance(value, list)
-                and part.isascii()
-                and part.isdigit()
-                and len(part) < 10
-                and int(part) < len(value)
-            ):
-                value = value[int(part)]
-            else:
-                raise RenderError(
-                    f"{{{{{path}}}}}: {'.'.join(parts[: i + 1])} is not in the payload"
-                )
-        return value
+        return _walk(path, parts, payload, "the payload")
+    if parts[0] in ("item", "index", "iteration") and parts[0] in scope:
+        return _walk(path, parts, scope[parts[0]], parts[0])
+    if parts[0] == "outputs" and len(parts) >= 2:
+        named = scope.get("outputs") or {}
+        if parts[1] not in named:
+            raise RenderError(f"{{{{{path}}}}}: no step has named its output {parts[1]!r} yet")
+        return _walk(path, parts[1:], named, "the named outputs", offset=1)
     if parts[0] == "steps" and len(parts) == 3 and parts[2] == "output":
         if parts[1] not in outputs:
             raise RenderError(f"{{{{{path}}}}}: step {parts[1]} has no output yet")
         output = outputs[parts[1]]
         # As the shell's $(...) does: "echo hi" outputs "hi\n", and the newline is not part of it.
         return output.rstrip("\n") if isinstance(output, str) else output
+    if parts[0] == "steps" and len(parts) == 3 and parts[1] in (scope.get("steps") or {}):
+        view = scope["steps"][parts[1]]
+        if parts[2] not in view:
+            raise RenderError(f"{{{{{path}}}}}: a step has no field {parts[2]!r}")
+        return view[parts[2]]
     raise RenderError(
-        f"{{{{{path}}}}}: unknown placeholder (use payload.<path> or steps.<id>.output)"
+        f"{{{{{path}}}}}: unknown placeholder (use payload.<path>, steps.<id>.output, "
+        "outputs.<name>, or item inside a foreach)"
     )
+
+
+def _walk(path: str, parts: list[str], value: Any, where: str, offset: int = 0) -> Any:
+    """Follow parts[1:] through mappings and lists; RenderError naming the first missing part."""
+    for i, part in enumerate(parts[1:], start=1):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif (
+            isinstance(value, list)
+            and part.isascii()
+            and part.isdigit()
+            and len(part) < 10
+            and int(part) < len(value)
+        ):
+            value = value[int(part)]
+        else:
+            shown = ".".join(path.split(".")[: i + 1 + offset])
+            raise RenderError(f"{{{{{path}}}}}: {shown} is not in {where}")
+    return value

@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 
 from . import db
-from .read_model import RUN_STATES
-from .spawn import TRIGGER_KINDS
+from .domain import RUN_STATES
+from .domain import TRIGGER_KINDS
 
 PAGE_SIZE = 50
 

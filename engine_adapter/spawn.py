@@ -9,20 +9,20 @@ opening note says it in words. A workflow with `max_concurrent_runs` gets its ne
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db, payload_schema, recipe_doc, threads
+from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
 
 # Conductor attempts: each conductor crash while it holds a run burns one; step failures never do.
 CONDUCTOR_MAX_ATTEMPTS = 50
 CONDUCTOR_RETRY = {"kind": "exponential", "base_seconds": 1, "factor": 2, "max_seconds": 30}
-TRIGGER_KINDS = ("manual", "schedule", "webhook", "event")
 
 
 class SpawnError(ValueError):
@@ -73,6 +73,32 @@ def admit_event(run_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class ChildOf:
+    """Where a child run belongs in its parent, and what it starts from."""
+
+    run_id: str  # the parent run
+    step: str  # the parent's step path
+    try_no: int
+    branch: str  # the branch name, or the item's number
+    # A branch's recipe: the parent's snapshot with the branch's steps, at the parent's version.
+    # None: a sub-workflow, which runs its workflow's current version.
+    recipe: dict[str, Any] | None = None
+    version: int | None = None
+    hash: str | None = None
+    inherited: dict[str, Any] = field(default_factory=dict)  # the parent's results so far
+    notify: tuple[str, ...] = ()  # events to emit when the child finishes (besides run.done)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "step": self.step,
+            "try": self.try_no,
+            "branch": self.branch,
+            "notify": list(self.notify),
+        }
+
+
+@dataclass(frozen=True)
 class Spawned:
     run_id: str
     created: bool
@@ -85,10 +111,14 @@ def spawn(
     *,
     trigger: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    child: ChildOf | None = None,
 ) -> Spawned:
     """Snapshot the workflow's recipe and the payload into a new run, in one transaction.
 
-    A repeated idempotency key returns the existing run with created=False.
+    A repeated idempotency key returns the existing run with created=False. A child run (a
+    parallel branch, a foreach item, a sub-workflow) comes through here too: it runs the steps
+    `child.recipe` holds (else its workflow's), never waits for admission and does not count
+    against max_concurrent_runs (its parent holds the place).
     """
     payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
@@ -98,18 +128,26 @@ def spawn(
         )
     with conn.transaction():
         wf = get_workflow(conn, workflow)
-        if not wf["enabled"]:
-            raise SpawnError(f"workflow {workflow!r} is disabled")
-        problems = payload_schema.payload_problems(wf["recipe"].get("payload_schema"), payload)
-        if problems:  # before anything is written
-            raise PayloadRejected(workflow, problems)
+        recipe = wf["recipe"]
+        if child is not None and child.recipe is not None:
+            # A branch of a running parent: the parent's snapshot, whatever the workflow is now.
+            recipe = child.recipe
+            wf = {**wf, "version": child.version, "hash": child.hash}
+        else:
+            if not wf["enabled"]:
+                raise SpawnError(f"workflow {workflow!r} is disabled")
+            problems = payload_schema.payload_problems(recipe.get("payload_schema"), payload)
+            if problems:  # before anything is written
+                raise PayloadRejected(workflow, problems)
         params = {
             "v": HANDLER_VERSION,
             "workflow": workflow,
-            "recipe": wf["recipe"],
+            "recipe": recipe,
             "payload": payload,
         }
-        limited = wf["recipe"].get("max_concurrent_runs") is not None
+        if child is not None:
+            params["inherited"] = child.inherited
+        limited = child is None and recipe.get("max_concurrent_runs") is not None
         if limited:
             params["admit"] = True  # the handler awaits admission before its first step
         options: dict[str, Any] = {
@@ -133,20 +171,25 @@ def spawn(
                 workflow=workflow,
                 version=wf["version"],
                 hash=wf["hash"],
-                recipe=Jsonb(wf["recipe"]),
+                recipe=Jsonb(recipe),
                 payload=Jsonb(payload),
                 bot=wf["bot"],
                 trigger=Jsonb(trigger),
                 idempotency_key=idempotency_key,
             ),
         )
+        if child is not None:
+            conn.execute(
+                db.q("set_run_parent"),
+                dict(run_id=run_id, parent_run_id=child.run_id, parent=Jsonb(child.record())),
+            )
         threads.append(
             conn,
             run_id,
             "system",
             "threadline",
             "note",
-            _opening_line(wf, payload, trigger),
+            _opening_line(wf, recipe, payload, trigger),
             dedupe_key="opened",
             data={"trigger": trigger, "payload": payload},
         )
@@ -189,6 +232,11 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
         if trigger.get("delivery"):
             text += f", delivery {trigger['delivery']}"
         return text + (f", from {caller}" if caller else "")
+    if kind == "parent":
+        return (
+            f"by run {trigger.get('run_id')}, step {trigger.get('step')}, "
+            f"{trigger.get('what', 'branch')} {trigger.get('branch')}"
+        )
     if kind == "event":
         text = f"by event {trigger.get('event')}, id {trigger.get('event_id')}"
         return text + (f", emitted by {caller}" if caller else "")
@@ -198,8 +246,10 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
     return text + (f", request {trigger['request_id']}" if trigger.get("request_id") else "")
 
 
-def _opening_line(wf: dict[str, Any], payload: dict[str, Any], trigger: dict[str, Any]) -> str:
-    steps = ", ".join(s["id"] for s in wf["recipe"]["steps"])
+def _opening_line(
+    wf: dict[str, Any], recipe: dict[str, Any], payload: dict[str, Any], trigger: dict[str, Any]
+) -> str:
+    steps = ", ".join(s["id"] for s in recipe["steps"])
     text = (
         f"Run of {wf['slug']} v{wf['version']} started {describe_trigger(trigger)}. Steps: {steps}."
     )

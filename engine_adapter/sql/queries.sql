@@ -98,6 +98,20 @@ insert into threadline.run_threads
 values (%(run_id)s, %(workflow)s, %(version)s, %(hash)s, %(recipe)s, %(payload)s, %(bot)s,
         %(trigger)s, %(idempotency_key)s)
 
+-- set_run_parent --
+-- A child run's place in its parent (migration 009).
+update threadline.run_threads set parent_run_id = %(parent_run_id)s, parent = %(parent)s
+ where run_id = %(run_id)s
+
+-- set_run_outputs --
+-- What a finishing run hands on (its parent's step reads it from the run.done event).
+update threadline.run_threads set outputs = %(outputs)s where run_id = %(run_id)s
+
+-- open_children --
+-- A run's children that have not finished, to cancel with it.
+select run_id from threadline.run_threads
+ where parent_run_id = %(run_id)s and state not in ('completed', 'failed', 'cancelled')
+
 -- register_worker --
 -- A new conductor or bot process; its lock key names the advisory lock it holds while alive.
 insert into threadline.workers (id, kind, host, pid, lock_key, version, sandbox)

@@ -286,9 +286,10 @@ def test_step_errors_collected_at_once() -> None:
         'steps[2].id: "Bad Id" must match [a-z0-9_-]+',
         'steps[2].timeout: "10x" is not a duration',
         "steps[3]: needs exactly one of run_command, dispatch_task, sleep, sleep_until, "
-        "human_gate (found none)",
+        "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else (found none)",
         "steps[4]: needs exactly one of run_command, dispatch_task, sleep, sleep_until, "
-        "human_gate (found run_command, sleep)",
+        "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else (found "
+        "run_command, sleep)",
         'steps[5]: must be a mapping, got "not a mapping"',
     ]
 
@@ -302,13 +303,14 @@ def test_step_unknown_and_misplaced_keys() -> None:
     errs = errors_of(one_step(sleep="1s", timeout="1m", retries=1))
     assert (
         "steps[0].timeout: not allowed on a sleep step "
-        "(only on run_command, dispatch_task, human_gate)" in errs
+        "(only on run_command, dispatch_task, human_gate, wait_for_event)" in errs
     )
     assert (
         "steps[0].retries: not allowed on a sleep step (only on run_command, dispatch_task)" in errs
     )
     assert errors_of(one_step(human_gate="ok?", on_failure="continue")) == [
-        "steps[0].on_failure: not allowed on a human_gate step (only on run_command, dispatch_task)"
+        "steps[0].on_failure: not allowed on a human_gate step (only on run_command, "
+        "dispatch_task, workflow, parallel, foreach)"
     ]
 
 
@@ -369,9 +371,11 @@ def test_placeholders() -> None:
         "steps[0].run_command: {{steps.first.output}} refers to no earlier step",
         "steps[1].dispatch_task: {{steps.nope.output}} refers to no earlier step",
         "steps[1].dispatch_task: {{env.HOME}} is not a known placeholder "
-        "(use {{payload.<key>}} or {{steps.<id>.output}})",
+        "(use {{payload.<key>}}, {{steps.<id>.output}}, {{outputs.<name>}}, or {{item}} "
+        "inside a foreach)",
         "steps[1].dispatch_task: {{steps.first}} is not a known placeholder "
-        "(use {{payload.<key>}} or {{steps.<id>.output}})",
+        "(use {{payload.<key>}}, {{steps.<id>.output}}, {{outputs.<name>}}, or {{item}} "
+        "inside a foreach)",
         'steps[2].human_gate: has an unclosed "{{"',
     ]
 

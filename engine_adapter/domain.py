@@ -1,0 +1,192 @@
+"""The domain's vocabulary, defined once: step kinds, run and step states, the gate outcome, a
+step's result (the payload of its done event) and the instruction a conductor hands a bot.
+
+Names of keys, events and checkpoints live in `names.py`; everything else that more than one
+module must agree on lives here and is imported from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# -- step kinds ----------------------------------------------------------------------------------
+RUN_COMMAND = "run_command"
+DISPATCH_TASK = "dispatch_task"
+SLEEP = "sleep"
+SLEEP_UNTIL = "sleep_until"
+HUMAN_GATE = "human_gate"
+WAIT_FOR_EVENT = "wait_for_event"
+WORKFLOW = "workflow"  # a sub-workflow: a child run of another workflow
+CONDITIONAL = "conditional"  # `if` with `then` / `else` step lists
+PARALLEL = "parallel"  # branches run at once, each as a child run
+FOREACH = "foreach"  # the same steps once per item of a list
+REPEAT = "repeat"  # the same steps again until a condition holds
+
+BOT_KINDS = (RUN_COMMAND, DISPATCH_TASK)  # done by a bot
+SLEEP_KINDS = (SLEEP, SLEEP_UNTIL)
+# Steps that do one thing, in the order a recipe names them (a step has exactly one of these keys).
+LEAF_KINDS = (RUN_COMMAND, DISPATCH_TASK, SLEEP, SLEEP_UNTIL, HUMAN_GATE, WAIT_FOR_EVENT, WORKFLOW)
+# Steps that hold step lists. A conditional has no key of its own: it is a step with `then`.
+BLOCK_KINDS = (CONDITIONAL, PARALLEL, FOREACH, REPEAT)
+KINDS = (*LEAF_KINDS, *BLOCK_KINDS)
+KEYED_KINDS = (*LEAF_KINDS, PARALLEL, FOREACH, REPEAT)  # kinds named by a key of the same name
+
+# -- run states ----------------------------------------------------------------------------------
+PENDING, QUEUED, RUNNING, SLEEPING, WAITING = "pending", "queued", "running", "sleeping", "waiting"
+COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+RUN_STATES = (PENDING, QUEUED, RUNNING, SLEEPING, WAITING, COMPLETED, FAILED, CANCELLED)
+# No work happens without a person: a failed run waits for a retry.
+FINISHED = (COMPLETED, FAILED, CANCELLED)
+# Nothing can resume them: a failed top-level run parks on a retry, so it is not ended.
+ENDED = (COMPLETED, CANCELLED)
+
+# -- step statuses (the stepper, `show`, the notebooks) ------------------------------------------
+ACTIVE, GATE, SKIPPED, CARRIED_OVER = "active", "gate", "skipped", "carried_over"
+STEP_STATUSES = (
+    PENDING,
+    ACTIVE,
+    SLEEPING,
+    GATE,
+    WAITING,
+    COMPLETED,
+    FAILED,
+    CANCELLED,
+    SKIPPED,
+    CARRIED_OVER,
+)
+# A step's status while the run is in a state and the step is the run's current one.
+CURRENT_STEP_STATUS = {
+    RUNNING: ACTIVE,
+    SLEEPING: SLEEPING,
+    WAITING: GATE,
+    FAILED: FAILED,
+    PENDING: PENDING,
+    QUEUED: PENDING,
+}
+
+# -- triggers ------------------------------------------------------------------------------------
+TRIGGER_KINDS = ("manual", "schedule", "webhook", "event", "parent", "rerun")
+
+# -- gates ---------------------------------------------------------------------------------------
+APPROVE, DENY, TIMEOUT, REPLY = "approve", "deny", "timeout", "reply"
+DECISIONS = (APPROVE, DENY, TIMEOUT, REPLY)
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    passed: bool
+    why: str  # in words, for the thread: "approved by alice", "timed out", ...
+
+
+def gate_outcome(decision: Mapping[str, Any], on_timeout: str | None) -> GateOutcome:
+    """What a gate's decision means for the run: on a timeout, the gate's `on_timeout` decides."""
+    text = decision.get("text") or ""
+    said = decision.get("decision")
+    if said == TIMEOUT:
+        return GateOutcome((on_timeout or DENY) == APPROVE, "timed out")
+    who = decision.get("actor")
+    if said in (APPROVE, REPLY):
+        return GateOutcome(True, f"{'approved' if said == APPROVE else 'answered'} by {who}")
+    return GateOutcome(False, f"denied by {who}" + (f": {text}" if text else ""))
+
+
+# -- a step's result -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepResult:
+    """What a finished step hands the run: the checkpointed value of its done (or skip) point.
+
+    Stored as a plain mapping in checkpoints and done events; `to_dict` / `from_dict` are the one
+    translation. `output` is text (a command's output, a gate's reply, a sleep's wake time)."""
+
+    status: str  # completed | failed | cancelled | skipped
+    output: Any = ""
+    exit_code: int | None = None
+    reason: str | None = None  # why it was skipped, denied or failed, in words
+    extra: Mapping[str, Any] = field(default_factory=dict)  # decision, attempt, event, run, ...
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {**self.extra, "status": self.status, "output": self.output}
+        if self.exit_code is not None:
+            d["exit_code"] = self.exit_code
+        if self.reason is not None:
+            d["reason"] = self.reason
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepResult:
+        known = {"status", "output", "exit_code", "reason"}
+        return cls(
+            status=d.get("status", COMPLETED),
+            output=d.get("output", ""),
+            exit_code=d.get("exit_code"),
+            reason=d.get("reason"),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (COMPLETED, SKIPPED)
+
+    def view(self) -> dict[str, Any]:
+        """The step as expressions and placeholders see it (`steps.<id>.status`, ...)."""
+        return {
+            "status": self.status,
+            "output": self.output,
+            "exit_code": self.exit_code,
+            "skipped": self.status == SKIPPED,
+            "reason": self.reason,
+            **{k: v for k, v in self.extra.items() if k in ("decision", "event", "outputs")},
+        }
+
+
+def bot_result(
+    status: str, output: str, exit_code: int | None, attempt: int, duration_s: float
+) -> dict[str, Any]:
+    """The done payload a bot's terminal signal carries (the reconcile sweep re-emits it)."""
+    return StepResult(
+        status, output, exit_code, extra={"attempt": attempt, "duration_s": round(duration_s, 3)}
+    ).to_dict()
+
+
+# -- the conductor -> bot wire format --------------------------------------------------------------
+@dataclass(frozen=True)
+class Instruction:
+    """What an instruction entry's `data` holds: everything a bot needs besides the text."""
+
+    step: str  # the step's path in the run (`check`, `each[2]/deploy`)
+    kind: str
+    try_no: int
+    timeout_s: float | None = None
+    retries: int = 0
+    workdir: str | None = None
+    env: tuple[str, ...] = ()
+    network: bool = True
+    values: Mapping[str, str] = field(default_factory=dict)  # placeholder values, as env vars
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "kind": self.kind,
+            "try": self.try_no,
+            "timeout_s": self.timeout_s,
+            "retries": self.retries,
+            "workdir": self.workdir,
+            "env": list(self.env),
+            "network": self.network,
+            "values": dict(self.values),
+        }
+
+    @classmethod
+    def from_data(cls, d: Mapping[str, Any]) -> Instruction:
+        return cls(
+            step=str(d["step"]),
+            kind=str(d["kind"]),
+            try_no=int(d.get("try") or 1),
+            timeout_s=d.get("timeout_s"),
+            retries=int(d.get("retries") or 0),
+            workdir=d.get("workdir"),
+            env=tuple(d.get("env") or ()),
+            network=bool(d.get("network", True)),
+            values=dict(d.get("values") or {}),
+        )

@@ -91,7 +91,8 @@ def step_statuses(
     claims: list[dict[str, Any]],
     written_at: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each step's status, attempts, output and times (started: its first SEND; finished: its result)."""
+    """Each step's status, attempts, output and times (started: its first SEND; finished: its
+    result)."""
     written_at = written_at or {}
     steps = run["recipe"]["steps"]
     ids = [s["id"] for s in steps]
@@ -230,7 +231,8 @@ def thread_entries(
     limit: int = 200,
     cut: int = ENTRY_CUT,
 ) -> list[dict[str, Any]]:
-    """Entries after a seq; or, with after < 0, the last `limit` entries (a thread opens at its end)."""
+    """Entries after a seq; or, with after < 0, the last `limit` entries (a thread opens at its
+    end)."""
     if after < 0:
         return db.fetch_all(conn, "thread_tail", dict(run_id=run_id, limit=limit, cut=cut))
     return db.fetch_all(conn, "thread_page", dict(run_id=run_id, after=after, limit=limit, cut=cut))

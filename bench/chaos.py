@@ -1,4 +1,4 @@
-"""Chaos benchmark: runs whose steps have side effects, while random SIGKILLs hit conductors and bots.
+"""Chaos benchmark: runs with side-effecting steps while random SIGKILLs hit conductors and bots.
 
     python bench/chaos.py [--runs 120] [--kills 40] [--conductors 3] [--bots 3] [--smoke]
 
@@ -111,7 +111,8 @@ class Crew:
 
 
 def unleash(conn: Any, crew: Crew, sizes: ChaosSizes, rng: random.Random) -> list[str]:
-    """Spawn the runs spread over the kill window, one batch before each pause; returns their ids."""
+    """Spawn the runs spread over the kill window, one batch before each pause; returns their
+    ids."""
     run_ids: list[str] = []
     for i in range(max(sizes.kills, 1)):
         due = sizes.runs if sizes.kills == 0 else round((i + 1) * sizes.runs / sizes.kills)
@@ -151,7 +152,8 @@ class ChaosOutcome:
         return [
             (
                 f"chaos: {s.runs} runs x {len(STEP_IDS)} side-effecting steps;"
-                f" {s.conductors} conductors + {s.bots} bot processes ({s.bot_concurrency} slots each)"
+                f" {s.conductors} conductors + {s.bots} bot processes"
+                f" ({s.bot_concurrency} slots each)"
             ),
             *figure_lines(
                 [

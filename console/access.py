@@ -101,7 +101,8 @@ def configure(
     users_file = env.get(USERS_ENV)
     if not users_file and not loopback:
         raise AccessError(
-            f"the console will not listen on {address} without a users file: set {USERS_ENV} to a JSON "
+            f"the console will not listen on {address} without a users file: "
+            f"set {USERS_ENV} to a JSON "
             f"file of users (`threadline console user add NAME --role operator` writes one) and "
             f"{SECRET_ENV} to a long random string, or use 127.0.0.1"
         )
@@ -162,7 +163,8 @@ def session_cookie(access: Access, user: str, via: str) -> bytes:
 
 
 def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:
-    """The session a cookie proves, checked against the users file as it is now; None: no session."""
+    """The session a cookie proves, checked against the users file as it is now;
+    None: no session."""
     if access.no_auth:
         return Session(os_user(), ALL_ROLES, "no-auth")
     if not value or access.secret is None:

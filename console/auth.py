@@ -93,7 +93,10 @@ class LoginHandler(RequestHandler):
             load_users(path)
         except UsersFileError as err:
             log.error("sign-in closed: %s", err)
-            return "Sign-in is closed: the console's users file cannot be read. Ask whoever runs Threadline."
+            return (
+                "Sign-in is closed: the console's users file cannot be read. "
+                "Ask whoever runs Threadline."
+            )
         return None
 
     def get(self) -> None:
@@ -153,8 +156,8 @@ class LoginHandler(RequestHandler):
         self._sign_in(name, "password", self.get_argument("next", "/"))
 
     def check_xsrf_cookie(self) -> None:
-        """The form carries no xsrf token; the session cookie is SameSite=Lax, and signing someone in
-        as yourself gains nothing a link would not."""
+        """The form carries no xsrf token; the session cookie is SameSite=Lax, and signing someone
+        in as yourself gains nothing a link would not."""
 
 
 class LogoutHandler(RequestHandler):
@@ -188,7 +191,8 @@ class ConsoleAuth(AuthProvider):
             if not isinstance(handler, WebSocketHandler) and handler.get_query_argument(
                 "token", None
             ):
-                return None  # a sign-in link: trade the token for a cookie first (via the sign-in page)
+                # a sign-in link: trade the token for a cookie first (via the sign-in page)
+                return None
             session = session_from_cookie(self.access, handler.get_cookie(SESSION_COOKIE))
             return session.user if session else None
 

@@ -81,7 +81,8 @@ class ConductorsPage(Viewer):
 
     def __panel__(self) -> pn.viewable.Viewable:
         note = (
-            "Playground: kill the conductor and watch the badge turn red, the supervisor restart it and "
+            "Playground: kill the conductor and watch the badge turn red, "
+            "the supervisor restart it and "
             "runs resume where they were."
             if playground()
             else ""
@@ -114,7 +115,8 @@ class ConductorsPage(Viewer):
                         "alive": "● live" if w["alive"] else "✗ gone",
                         "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
                         "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
-                        "in hand": f"{w['in_hand']} {'run' if w['kind'] == 'conductor' else 'attempt'}"
+                        "in hand": f"{w['in_hand']} "
+                        f"{'run' if w['kind'] == 'conductor' else 'attempt'}"
                         f"{'' if w['in_hand'] == 1 else 's'}",
                         "steps run": w.get("sandbox") or "",
                     }
@@ -139,7 +141,8 @@ class ConductorsPage(Viewer):
             pd.DataFrame(
                 [
                     {
-                        "run": f'<a href="{state.run_url(u["run_id"])}">{short_run_id(u["run_id"])}</a>',
+                        "run": f'<a href="{state.run_url(u["run_id"])}">'
+                        f"{short_run_id(u['run_id'])}</a>",
                         "workflow": u["workflow"] or "",
                         "due for": state.age_text(u["waiting_s"]),
                     }
@@ -150,7 +153,8 @@ class ConductorsPage(Viewer):
         )
 
     def _on_change(self, change: Change) -> None:
-        """Reload after changes, at most once a second: liveness and ages move with the feed's beat."""
+        """Reload after changes, at most once a second: liveness and ages move with the feed's
+        beat."""
         self._dirty = self._dirty or bool(change.tables)
         if change.beat is not None and (
             self._dirty or time.monotonic() - self._loaded_at > RELOAD_EVERY_S

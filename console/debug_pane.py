@@ -20,7 +20,10 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
         return "<p><i>none</i></p>"
     head = "".join(f"<th>{h}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="table table-sm tl-debug"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (
+        f'<table class="table table-sm tl-debug"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )
 
 
 def debug_html(d: dict[str, Any]) -> str:
@@ -75,7 +78,8 @@ def debug_html(d: dict[str, Any]) -> str:
     parts.append("<h6>Checkpoints</h6>")
     parts.append(
         "".join(
-            f"<details><summary><code>{_t(c['name'])}</code> · attempt {_t(c['attempt'])} · {_t(c['updated_at'])}"
+            f"<details><summary><code>{_t(c['name'])}</code> · attempt {_t(c['attempt'])}"
+            f" · {_t(c['updated_at'])}"
             f"</summary><pre>{_j(c['state'])}</pre></details>"
             for c in d["checkpoints"]
         )

@@ -27,7 +27,8 @@ def badge_html(beat: dict[str, Any] | None) -> str:
         return '<a class="tl-badge tl-badge-amber" href="/conductors">Checking conductor…</a>'
     b = state.badge(beat, beat.get("db_now") or datetime.now(UTC))
     return (
-        f'<a class="tl-badge tl-badge-{b.color}" href="/conductors" id="tl-badge" data-color="{b.color}">'
+        f'<a class="tl-badge tl-badge-{b.color}" href="/conductors" id="tl-badge" '
+        f'data-color="{b.color}">'
         f"● {b.label} <small>{b.detail}</small></a>"
     )
 
@@ -63,12 +64,14 @@ def who_html(session: access.Session | None) -> str:
         return ""
     if session.via == "no-auth":
         return (
-            '<span class="tl-user tl-no-auth" id="tl-no-auth">⚠ sign-in is off (--no-auth): anyone on '
+            '<span class="tl-user tl-no-auth" id="tl-no-auth">'
+            "⚠ sign-in is off (--no-auth): anyone on "
             f"this machine acts as {html.escape(session.user)}</span>"
         )
     roles = ", ".join(sorted(session.roles))
     return (
-        f'<span class="tl-user">{html.escape(session.user)} <small>({html.escape(roles)})</small> · '
+        f'<span class="tl-user">{html.escape(session.user)} '
+        f"<small>({html.escape(roles)})</small> · "
         '<a href="/logout">sign out</a></span>'
     )
 

@@ -136,7 +136,9 @@ class NeedsYouPage(Viewer):
 
 def _meta_html(row: dict[str, Any]) -> str:
     return (
-        f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">{html.escape(row["workflow"])} · '
-        f"{html.escape(row['step'])}</a></b> <code>{short_run_id(row['run_id'])}</code> · waiting {row['waiting']}"
+        f'<div class="tl-gate-meta"><b><a href="{state.run_url(row["run_id"], row["step"])}">'
+        f"{html.escape(row['workflow'])} · "
+        f"{html.escape(row['step'])}</a></b> <code>{short_run_id(row['run_id'])}</code>"
+        f" · waiting {row['waiting']}"
         f" · {row['timeout']}</div>"
     )

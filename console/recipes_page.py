@@ -147,8 +147,8 @@ class RecipeEditor(Viewer):
         )
         self.spawn_button.on_click(lambda _e: self._spawn())
         self.spawned = html_pane("")
-        # One request id per deliberate click: a second click within DOUBLE_CLICK_S of a spawn reuses
-        # the id, so the spawn door returns the same run instead of making another.
+        # One request id per deliberate click: a second click within DOUBLE_CLICK_S of a spawn
+        # reuses the id, so the spawn door returns the same run instead of making another.
         self._request_id = str(uuid.uuid4())
         self._spawned_at = -DOUBLE_CLICK_S
         pn.state.execute(self.validate)
@@ -252,7 +252,10 @@ class RecipeEditor(Viewer):
                 return
         link = state.recipe_url(applied.slug)
         word = "saved" if applied.changed else "unchanged"
-        self.saved.object = f'<span class="tl-ok" id="tl-saved">{word}: <a href="{link}">{applied.slug} v{applied.version}</a></span>'
+        self.saved.object = (
+            f'<span class="tl-ok" id="tl-saved">{word}: '
+            f'<a href="{link}">{applied.slug} v{applied.version}</a></span>'
+        )
 
     def _show_diff(self) -> None:
         if not self.versions or self.version_pick.value is None or self.workflow is None:
@@ -327,7 +330,8 @@ class RecipeEditor(Viewer):
 
 
 def schedule_html(item: dict[str, Any] | None) -> str:
-    """The schedule in words with its next fire times (from the same code the conductor ticks with)."""
+    """The schedule in words with its next fire times (from the same code the conductor ticks
+    with)."""
     if item is None:
         return "<p>No schedule: runs start when spawned, by an event or a webhook.</p>"
     state_word = "" if item["enabled"] else " <b>(workflow disabled: not firing)</b>"

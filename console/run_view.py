@@ -181,7 +181,8 @@ class RunView(Viewer):
         trigger = html.escape(describe_trigger(run["trigger"] or {}))
         self.header.object = (
             f"<h4>{run['workflow']} <small>v{run['workflow_version']}</small> "
-            f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">{run["state"]}</span></h4>'
+            f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">'
+            f"{run['state']}</span></h4>"
             f"<div><code>{run['run_id']}</code> · {run['created_at'][:19].replace('T', ' ')} UTC"
             f" · started {trigger}</div>"
         )

@@ -16,7 +16,7 @@ from engine_adapter import domain, step_tree
 from engine_adapter.names import short_run_id
 from engine_adapter.recipes import KINDS, TOP_KEYS
 
-# -- links ------------------------------------------------------------------------------------------
+# -- links -----------------------------------------------------------------------------------------
 
 
 def run_url(run_id: str, step: str | None = None) -> str:
@@ -31,7 +31,7 @@ def runs_url(params: dict[str, str]) -> str:
     return "/" + (f"?{urlencode(params)}" if params else "")
 
 
-# -- time -------------------------------------------------------------------------------------------
+# -- time ------------------------------------------------------------------------------------------
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -64,7 +64,7 @@ def duration_text(started: Any, finished: Any, now: datetime) -> str:
     return age_text(seconds)
 
 
-# -- the heartbeat badge ----------------------------------------------------------------------------
+# -- the heartbeat badge ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def badge(beat: dict[str, Any], now: datetime) -> Badge:
     return Badge("green", "Conductor live", age)
 
 
-# -- the stepper ------------------------------------------------------------------------------------
+# -- the stepper -----------------------------------------------------------------------------------
 
 STATUS_ICONS = {
     "pending": "○",
@@ -110,8 +110,8 @@ STATUS_ICONS = {
 def stepper_rows(
     run: dict[str, Any], now: datetime, highlight: str | None = None
 ) -> list[dict[str, Any]]:
-    """One row per step: status (with a countdown while sleeping), attempts, duration, output preview;
-    the step a link pointed at is marked ▶."""
+    """One row per step: status (with a countdown while sleeping), attempts, duration, output
+    preview; the step a link pointed at is marked ▶."""
     rows = []
     for depth, step in step_tree.flatten(run["steps"]):
         status = step["status"]
@@ -143,7 +143,7 @@ def stepper_rows(
     return rows
 
 
-# -- the thread -------------------------------------------------------------------------------------
+# -- the thread ------------------------------------------------------------------------------------
 
 COLLAPSE_LINES = 12
 
@@ -190,12 +190,14 @@ def entry_html(view: EntryView, expanded: bool = False) -> str:
         first = "\n".join(view.text.splitlines()[:COLLAPSE_LINES])
         body = html.escape(first) + "\n…"
     return (
-        f'<div class="{view.css}" data-seq="{view.seq}"><div class="tl-meta"><b>{html.escape(view.who)}</b>'
-        f' <span class="tl-when">#{view.seq} · {view.when}</span></div><pre class="tl-text">{body}</pre></div>'
+        f'<div class="{view.css}" data-seq="{view.seq}">'
+        f'<div class="tl-meta"><b>{html.escape(view.who)}</b>'
+        f' <span class="tl-when">#{view.seq} · {view.when}</span></div>'
+        f'<pre class="tl-text">{body}</pre></div>'
     )
 
 
-# -- gates ------------------------------------------------------------------------------------------
+# -- gates -----------------------------------------------------------------------------------------
 
 
 def gate_deadline_text(deadline: Any, now: datetime) -> str:
@@ -221,7 +223,7 @@ def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str,
     ]
 
 
-# -- recipes ----------------------------------------------------------------------------------------
+# -- recipes ---------------------------------------------------------------------------------------
 
 
 class _RecipeDumper(yaml.SafeDumper):
@@ -261,7 +263,8 @@ def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_l
 
 EMPTY_STATE = """### No runs yet
 
-1. Open **Recipes** and pick a workflow (the examples `hello`, `wait-for-reply` and `nightly-check` are installed), or write a new one in the editor.
+1. Open **Recipes** and pick a workflow (the examples `hello`, `wait-for-reply` and \
+`nightly-check` are installed), or write a new one in the editor.
 2. Press **Spawn**: the run opens here as a thread, and the stepper shows each step as it runs.
 3. A run that waits at a human gate shows up under **Needs you**; answer it there or in its thread.
 

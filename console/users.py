@@ -85,7 +85,8 @@ def parse_users(text: str, where: str) -> dict[str, User]:
             # The old {"user": "password"} form: plain-text passwords and no roles. Refused rather
             # than guessed: reading it as "all roles" would hand gate decisions to every account.
             raise UsersFileError(
-                f"{where}: {name}: the old form (user name → plain password) is no longer read; users "
+                f"{where}: {name}: the old form (user name → plain password) is no longer read; "
+                "users "
                 f"now have a password hash and roles, like {NEW_FORM}. Re-create each user with "
                 f"`threadline console user add {name} --role operator --role approver`"
             )

@@ -46,7 +46,8 @@ class Claim:
 
 
 def agent_command(bot: str) -> str | None:
-    """The external agent backend of a bot: THREADLINE_AGENT_CMD_<BOT>, else THREADLINE_AGENT_CMD."""
+    """The external agent backend of a bot: THREADLINE_AGENT_CMD_<BOT>, else
+    THREADLINE_AGENT_CMD."""
     specific = f"{AGENT_ENV}_{bot.upper().replace('-', '_')}"
     return os.environ.get(specific) or os.environ.get(AGENT_ENV)
 
@@ -184,7 +185,8 @@ class BotSlot:
                     "failed",
                     (
                         f"bot {claim.bot!r} has no agent backend: set {AGENT_ENV}_"
-                        f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command that reads "
+                        f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command "
+                        "that reads "
                         f"the instruction on stdin and writes its reply on stdout"
                     ),
                     None,

@@ -1,4 +1,5 @@
-"""The `threadline` command. Read commands take --json; errors name the problem and exit non-zero."""
+"""The `threadline` command. Read commands take --json; errors name the problem and exit
+non-zero."""
 
 from __future__ import annotations
 
@@ -349,7 +350,8 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
         for r in rs:
             state = "" if r["enabled"] else "  (disabled)"
             lines.append(
-                f"{r['workflow']}  {r['schedule']}  {r['description']}  catch_up {r['catch_up']}{state}"
+                f"{r['workflow']}  {r['schedule']}  {r['description']}"
+                f"  catch_up {r['catch_up']}{state}"
             )
             lines += [f"    next {t}" for t in r["next_local"]]
         return "\n".join(lines) or "no schedules: add `schedule:` to a recipe"

@@ -116,7 +116,8 @@ def emit_debug_event(
         raise CommandRefused("event name is empty")
     if names.is_own_event(event):
         raise CommandRefused(
-            f"event {event!r} is Threadline's own ({names.OWN_EVENT_PREFIX}…): steps are released by "
+            f"event {event!r} is Threadline's own ({names.OWN_EVENT_PREFIX}…): "
+            "steps are released by "
             "their bot, gates by a decision (approve/deny/reply), failed runs by retry"
         )
     with conn.transaction():

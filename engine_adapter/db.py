@@ -18,7 +18,8 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 @cache
 def queries() -> dict[str, str]:
-    """Named SQL blocks: `-- name --`, a comment line, then the query. Names are unique across files."""
+    """Named SQL blocks: `-- name --`, a comment line, then the query. Names are unique across
+    files."""
     found: dict[str, str] = {}
     for file in sorted(
         resources.files("engine_adapter").joinpath("sql").iterdir(), key=lambda f: f.name

@@ -57,7 +57,8 @@ class NotebookEnv:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> "NotebookEnv":
-        # A kernel that exits after a failing cell cleans up at exit; one killed first, by the reaper.
+        # A kernel that exits after a failing cell cleans up at exit; one killed first, by the
+        # reaper.
         atexit.register(self.close)
         try:
             self._reaper = Reaper()
@@ -190,7 +191,8 @@ class NotebookEnv:
     def wait(
         self, run_id: str, states: str | Iterable[str], timeout: float = 60.0
     ) -> dict[str, Any]:
-        """Until the run is in one of states; returns the run view (raises with the thread if not)."""
+        """Until the run is in one of states; returns the run view (raises with the thread if
+        not)."""
         return harness.wait_for_state(self.url, run_id, states, timeout)
 
     def show(self, run_id: str) -> dict[str, Any]:

@@ -156,7 +156,8 @@ def thread_entries(
     limit: int = 200,
     cut: int = ENTRY_CUT,
 ) -> list[dict[str, Any]]:
-    """Entries after a seq; or, with after < 0, the last `limit` entries (a thread opens at its end)."""
+    """Entries after a seq; or, with after < 0, the last `limit` entries (a thread opens at its
+    end)."""
     if after < 0:
         return db.fetch_all(conn, "thread_tail", dict(run_id=run_id, limit=limit, cut=cut))
     return db.fetch_all(conn, "thread_page", dict(run_id=run_id, after=after, limit=limit, cut=cut))

@@ -503,7 +503,8 @@ class RunHandler:
         return {"ok": True, "data": data}
 
     def refuse(self, step: Step, path: str, try_no: int) -> dict[str, Any]:
-        """A step of the snapshot that no longer validates fails with the reason, SENDing nothing."""
+        """A step of the snapshot that no longer validates fails with the reason, SENDing
+        nothing."""
         key = names.step_key(self.run_id, path, try_no)
         error = f"Step {step.id} cannot run: {step.text}"
         with self.conn.transaction():

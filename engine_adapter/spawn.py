@@ -68,7 +68,8 @@ def manual_key(slug: str, request_id: str) -> str:
 
 
 def admit_event(run_id: str) -> str:
-    """The event a queued run's handler awaits; emitted by threadline.admit_queued (migration 002)."""
+    """The event a queued run's handler awaits; emitted by threadline.admit_queued (migration
+    002)."""
     return f"threadline.run.admit:{run_id}"
 
 

@@ -125,7 +125,8 @@ def up(
     if home.stat().st_mode & 0o077 and home.stat().st_uid == os.geteuid():
         home.chmod(0o700)  # it holds the credentials: for its owner only
         log.info("made %s private to its owner (0700)", home)
-    try:  # what the bot process will find: refused here, before anything starts, if it cannot be had
+    # What the bot process will find: refused here, before anything starts, if it cannot be had.
+    try:
         steps = detect()
     except SandboxError as err:
         raise ValueError(str(err)) from None
@@ -153,7 +154,8 @@ def up(
     me = [sys.executable, "-m", "engine_adapter.cli"]
     children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
     if console:
-        # `up` prints the sign-in link itself (below), so a restarted console does not print another.
+        # `up` prints the sign-in link itself (below), so a restarted console does not print
+        # another.
         children.append(
             Child(
                 "console",

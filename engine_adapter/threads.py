@@ -205,7 +205,8 @@ def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> 
             "system",
             "threadline",
             "decision",
-            f"Gate {gate['id']} timed out; taking its on_timeout path: {gate.get('on_timeout', 'deny')}.",
+            f"Gate {gate['id']} timed out; taking its on_timeout path: "
+            f"{gate.get('on_timeout', 'deny')}.",
             step_key=step_key,
             data={"decision": "timeout"},
         )
@@ -248,9 +249,13 @@ def _why_not_decider(gate: dict[str, Any], run: dict[str, Any], actor: Actor) ->
         if actor.on_behalf_of:
             return (
                 f"{actor.label}: a decision for someone else cannot satisfy gate {gate['id']}'s "
-                f"approvers ({', '.join(approvers)}); {actor.on_behalf_of} must decide as themselves"
+                f"approvers ({', '.join(approvers)}); "
+                f"{actor.on_behalf_of} must decide as themselves"
             )
-        return f"{actor.name} is not an approver of gate {gate['id']} (approvers: {', '.join(approvers)})"
+        return (
+            f"{actor.name} is not an approver of gate {gate['id']} "
+            f"(approvers: {', '.join(approvers)})"
+        )
     if gate.get("not_by_initiator") and actor.name == (run.get("trigger") or {}).get("caller"):
         return f"{actor.name} started this run; gate {gate['id']} needs someone else's decision"
     return None

@@ -70,6 +70,7 @@ def list_workers(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 
 def crash_point(name: str) -> None:
-    """Deterministic crash windows for tests: THREADLINE_CRASH_AT=name SIGKILLs this process here."""
+    """Deterministic crash windows for tests: THREADLINE_CRASH_AT=name SIGKILLs this process
+    here."""
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)

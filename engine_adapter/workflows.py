@@ -91,8 +91,8 @@ def _refuse_secret_clashes(conn: psycopg.Connection[Any], recipe: Recipe) -> Non
                 f"env: {c['name']} is a webhook secret of workflow {c['other']!r}, and a webhook's "
                 "secret is never passed to a step"
                 if c["held_as"] == "secret"
-                else f"webhooks: {c['name']} is passed to the steps of workflow {c['other']!r} (its env), "
-                "so it cannot be a webhook's secret"
+                else f"webhooks: {c['name']} is passed to the steps of workflow {c['other']!r} "
+                "(its env), so it cannot be a webhook's secret"
                 for c in clashes
             ]
         )

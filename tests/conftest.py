@@ -20,7 +20,8 @@ TEMPLATE = "tl_template"
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
-    """THREADLINE_TEST_DATABASE_URL (an admin URL) or an embedded server started for this session."""
+    """THREADLINE_TEST_DATABASE_URL (an admin URL) or an embedded server started for this
+    session."""
     given = os.environ.get("THREADLINE_TEST_DATABASE_URL")
     if given:
         yield given

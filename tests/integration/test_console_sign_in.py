@@ -244,7 +244,9 @@ import sys
 import tempfile
 from pathlib import Path
 home = Path(sys.argv[1])
-for name, mode in [("console-cookie-secret", "r"), ("console-tokens.json", "r"), ("console-tokens.json", "a")]:
+for name, mode in [
+    ("console-cookie-secret", "r"), ("console-tokens.json", "r"), ("console-tokens.json", "a")
+]:
     try:
         open(home / name, mode).close()
         print("opened", name, mode)
@@ -259,7 +261,8 @@ def test_another_local_account_cannot_see_a_run_spawn_one_or_mint_a_link(
     apply(GATE)
     run_id = spawn(conn, "acc-gate", {}).run_id
     runs_before = conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
-    # A home others may enter (as one made before homes were 0700): the secrets in it must still hold.
+    # A home others may enter (as one made before homes were 0700): the secrets in it must still
+    # hold.
     home = Path(tempfile.mkdtemp(prefix="tl-home-"))
     home.chmod(0o755)
     procs = harness.ProcessSet(db_url, home)

@@ -59,7 +59,8 @@ def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_p
     # The bot finishes the step and emits its done event while no conductor is alive.
     event = harness.wait_for(
         lambda: conn.execute(
-            "select emitted_at from absurd.e_threadline where event_name = %s and payload is not null",
+            "select emitted_at from absurd.e_threadline"
+            " where event_name = %s and payload is not null",
             (f"threadline.step.done:{key}",),
         ).fetchone(),
         what="done event with no conductor",

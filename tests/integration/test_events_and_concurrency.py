@@ -1,4 +1,5 @@
-"""Events, manual request ids and max_concurrent_runs against the real database and real processes."""
+"""Events, manual request ids and max_concurrent_runs against the real database and real
+processes."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def first_entry(conn: psycopg.Connection, run_id: str) -> str:
     ).fetchone()["text"]
 
 
-# -- events -----------------------------------------------------------------------------------------
+# -- events ----------------------------------------------------------------------------------------
 def test_an_event_starts_one_run_per_listening_workflow_idempotent_per_id(conn, apply):
     for slug, event in (
         ("on-deploy-a", "deploy.done"),
@@ -117,7 +118,7 @@ def test_emit_from_the_cli_runs_to_completion(db_url, conn, apply, procs):
     assert count(conn) == 1
 
 
-# -- manual: client request ids ----------------------------------------------------------------------
+# -- manual: client request ids --------------------------------------------------------------------
 def test_spawn_request_id_makes_a_retried_command_one_run(db_url, conn, apply):
     apply(listener("manual", "unused"))
     one = cli(db_url, "spawn", "manual", "--request-id", "click-1", "--as", "alice")
@@ -176,7 +177,7 @@ def test_a_request_id_counts_once_per_workflow(db_url, conn, apply):
     assert manual_key("wf-a", "1") == "manual:wf-a:1"  # apart from schedule:, event:, webhook: keys
 
 
-# -- concurrency --------------------------------------------------------------------------------------
+# -- concurrency -----------------------------------------------------------------------------------
 GATED = """slug: limited
 max_concurrent_runs: {limit}
 steps:
@@ -214,7 +215,8 @@ def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn,
     harness.wait_for(
         lambda: (
             conn.execute(
-                "select count(*) filter (where state = 'sleeping') as n from absurd.r_threadline where task_id in (%s, %s)",
+                "select count(*) filter (where state = 'sleeping') as n"
+                " from absurd.r_threadline where task_id in (%s, %s)",
                 (b, c),
             ).fetchone()["n"]
             == 2

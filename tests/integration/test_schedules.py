@@ -287,7 +287,8 @@ def test_a_racing_ticker_never_lists_as_skipped_a_slot_another_fired(db_url, con
             ticker.start()  # reads no slot yet (07:00 is not committed), then waits for the lock
             harness.wait_for(
                 lambda: conn.execute(
-                    "select wait_event_type = 'Lock' as waiting from pg_stat_activity where pid = %s",
+                    "select wait_event_type = 'Lock' as waiting"
+                    " from pg_stat_activity where pid = %s",
                     (late.info.backend_pid,),
                 ).fetchone()["waiting"],
                 what="the late ticker to wait",

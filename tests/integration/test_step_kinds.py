@@ -12,7 +12,8 @@ slug: every-kind
 env: [GREETING]
 steps:
   - id: build
-    run_command: echo "$GREETING" {{payload.who}} && echo "run=$THREADLINE_RUN_ID key=$THREADLINE_STEP_KEY"
+    run_command: echo "$GREETING" {{payload.who}} && \
+echo "run=$THREADLINE_RUN_ID key=$THREADLINE_STEP_KEY"
   - id: ask-agent
     dispatch_task: "summarise: {{steps.build.output}}"
   - id: nap

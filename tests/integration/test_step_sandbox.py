@@ -39,13 +39,16 @@ ATTACK = r"""
 MARKER="s3cret-marker"; MARKER="$MARKER-7f1c"  # never in the step's own environment
 echo "env: $(env | grep -c -e THREADLINE_DATABASE_URL -e HOOK_SECRET -e PGPASSWORD)"
 echo "url: ${THREADLINE_DATABASE_URL:-none} hook: ${HOOK_SECRET:-none}"
-for f in /proc/$PPID/environ /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done | grep -c "$MARKER" | sed 's/^/environ hits: /'
-for f in ../../credentials.json ../../.threadline/credentials.json "$TARGET_HOME/credentials.json"; do
+for f in /proc/$PPID/environ /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done |
+  grep -c "$MARKER" | sed 's/^/environ hits: /'
+for f in ../../credentials.json ../../.threadline/credentials.json \
+    "$TARGET_HOME/credentials.json"; do
   cat "$f" 2>/dev/null | grep -c "$MARKER" | sed "s|^|read $f: |"
 done
 echo "home entries: $(ls -A "$TARGET_HOME" 2>/dev/null | grep -c .)"
 for role in threadline postgres threadline_conductor threadline_bots threadline_console; do
-  PGCONNECT_TIMEOUT=5 psql -w "host=127.0.0.1 port=$DB_PORT user=$role dbname=$DB_NAME" -Atc 'select 1' \
+  PGCONNECT_TIMEOUT=5 psql -w "host=127.0.0.1 port=$DB_PORT user=$role dbname=$DB_NAME" \
+    -Atc 'select 1' \
     >/dev/null 2>&1 && echo "LOGGED IN as $role" || echo "no login as $role"
 done
 for url in "" "$(cat "$TARGET_HOME/credentials.json" 2>/dev/null)"; do
@@ -197,7 +200,9 @@ from engine_adapter.sandbox import detect
 box = detect()
 assert box.user is None and box.bwrap, box.describe()
 work = box.workdir("run-1", None)
-out = subprocess.run(box.argv(["bash", "-c", "cat $HOME/.threadline/credentials.json ../../.threadline/credentials.json; tr '\\\\0' '\\\\n' < /proc/$PPID/environ; ls /proc | grep -c '^[0-9]'"], work),
+cmd = ("cat $HOME/.threadline/credentials.json ../../.threadline/credentials.json; "
+       "tr '\\\\0' '\\\\n' < /proc/$PPID/environ; ls /proc | grep -c '^[0-9]'")
+out = subprocess.run(box.argv(["bash", "-c", cmd], work),
                      cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"]},
                      capture_output=True, text=True, **box.popen_kwargs())
 print(box.describe())

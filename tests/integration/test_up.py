@@ -85,7 +85,8 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
             os.kill(conductor["pid"], signal.SIGKILL)
             restarted = harness.wait_for(
                 lambda: conn.execute(
-                    "select pid from threadline.live_workers where kind = 'conductor' and pid <> %s",
+                    "select pid from threadline.live_workers"
+                    " where kind = 'conductor' and pid <> %s",
                     (conductor["pid"],),
                 ).fetchone(),
                 timeout=15,

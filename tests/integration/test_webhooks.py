@@ -457,7 +457,8 @@ def test_a_signed_request_replayed_to_another_path_is_refused(conn, apply, hooks
             409,
             {
                 "error": (
-                    "this signed request was already delivered to /hooks/greet; a delivery to /hooks/wave "
+                    "this signed request was already delivered to /hooks/greet; "
+                    "a delivery to /hooks/wave "
                     f"needs a signature of its own (sign it again with a new {TIMESTAMP_HEADER})"
                 )
             },

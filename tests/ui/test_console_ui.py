@@ -197,8 +197,11 @@ def test_double_clicked_spawn_makes_one_run(page, stack):
 USERS = {"vic": ["viewer"], "otto": ["operator"], "abe": ["approver"]}
 # Undo the page's hiding: set every disabled button's model enabled, in the browser, as a user with
 # the developer tools could. Only the server's check then stands between the click and the write.
-FORCE_ENABLE = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
-    if (m.disabled === true && typeof m.label === 'string') { m.disabled = false; n++; } } return n; }"""
+FORCE_ENABLE = """() => { let n = 0;
+    for (const doc of Bokeh.documents) for (const m of doc.all_models) {
+        if (m.disabled === true && typeof m.label === 'string') { m.disabled = false; n++; }
+    }
+    return n; }"""
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +352,8 @@ def test_an_operator_cannot_approve_and_an_approver_can(browser, stack, users_co
     force_click(
         page,
         "button:has-text('Approve')",
-        ".tl-error:has-text('otto (operator) may not approve a gate: that needs the approver role')",
+        ".tl-error:has-text('otto (operator) may not approve a gate: "
+        "that needs the approver role')",
     )
     assert harness.wait_for_state(stack.url, run_id, "waiting")["state"] == "waiting"
     page.goto(f"{users_console}/needs-you")

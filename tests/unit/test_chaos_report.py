@@ -1,4 +1,5 @@
-"""The chaos benchmark's verdict: repeats the thread shows are visible, any beyond them invisible."""
+"""The chaos benchmark's verdict: repeats the thread shows are visible, any beyond them
+invisible."""
 
 from __future__ import annotations
 

@@ -238,7 +238,8 @@ def test_stored_recipes_read_back_in_writing_order_and_load_unchanged():
     from engine_adapter.recipes import load_recipe_text
 
     text = (
-        "slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n    human_gate: |\n      line one\n      line two\n"
+        "slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n"
+        "    human_gate: |\n      line one\n      line two\n"
         "    timeout: 1h\n"
     )
     stored = load_recipe_text(text).to_dict()

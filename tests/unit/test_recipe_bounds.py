@@ -259,7 +259,8 @@ def test_payload_schema_is_part_of_the_canonical_recipe():
         ("payload_schema: {const: 2026-01-01}", "payload_schema.const: 2026-01-01 is a YAML date"),
         (
             "payload_schema: {$ref: 'https://example.com/s.json'}",
-            'payload_schema.$ref: "https://example.com/s.json" must be a reference inside the schema',
+            'payload_schema.$ref: "https://example.com/s.json" '
+            "must be a reference inside the schema",
         ),
         (
             "payload_schema: {$ref: '#/$defs/nope'}",
@@ -267,7 +268,8 @@ def test_payload_schema_is_part_of_the_canonical_recipe():
         ),
         (
             "schedule: '0 7 * * *'\npayload_schema: {required: [target]}",
-            "payload_schema: a scheduled run's payload is {}, and payload: 'target' is a required property",
+            "payload_schema: a scheduled run's payload is {}, "
+            "and payload: 'target' is a required property",
         ),
     ],
 )

@@ -286,7 +286,8 @@ def test_step_errors_collected_at_once() -> None:
         'steps[2].id: "Bad Id" must match [a-z0-9_-]+',
         'steps[2].timeout: "10x" is not a duration',
         "steps[3]: needs exactly one of run_command, dispatch_task, sleep, sleep_until, "
-        "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else (found none)",
+        "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else "
+        "(found none)",
         "steps[4]: needs exactly one of run_command, dispatch_task, sleep, sleep_until, "
         "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else (found "
         "run_command, sleep)",

@@ -130,9 +130,12 @@ class StepResult:
 
     def view(self) -> dict[str, Any]:
         """The step as expressions and placeholders see it (`steps.<id>.status`, ...)."""
+        output = self.output
+        if isinstance(output, str):  # as the shell's $(...) does: no final newlines
+            output = output.rstrip("\n")
         return {
             "status": self.status,
-            "output": self.output,
+            "output": output,
             "exit_code": self.exit_code,
             "skipped": self.status == SKIPPED,
             "reason": self.reason,

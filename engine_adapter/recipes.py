@@ -279,7 +279,9 @@ class Step:
     def from_dict(cls, d: dict[str, Any]) -> Step:
         """Rebuild (and re-validate) a step from its canonical dict, e.g. a run's JSON snapshot."""
         tree = _Tree()
-        step = _parse_step(d, "step", None, False, tree)
+        # References were checked when the recipe was applied; a snapshot's step may sit in a
+        # loop (or a branch's run, whose loop is its parent's), so loop names are allowed here.
+        step = _parse_step(d, "step", None, True, tree)
         if tree.errors or step is None:
             raise RecipeError(tree.errors)
         return step
@@ -547,9 +549,13 @@ def _parse_block(
     errors = tree.errors
     text = ""
     if kind == domain.CONDITIONAL:
+        # Only one of then/else runs, so both may name the same output.
+        before = dict(tree.output_names)
         blocks = [("then", _parse_steps(d.get("then"), f"{path}.then", earlier, in_loop, tree))]
         if "else" in d:
+            named_by_then, tree.output_names = tree.output_names, before
             blocks.append(("else", _parse_steps(d["else"], f"{path}.else", earlier, in_loop, tree)))
+            tree.output_names = {**named_by_then, **tree.output_names}
     elif kind == domain.PARALLEL:
         raw = d.get("parallel")
         blocks = []

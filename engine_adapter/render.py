@@ -129,7 +129,8 @@ def resolve(
         named = scope.get("outputs") or {}
         if parts[1] not in named:
             raise RenderError(f"{{{{{path}}}}}: no step has named its output {parts[1]!r} yet")
-        return _walk(path, parts[1:], named, "the named outputs", offset=1)
+        value = _walk(path, parts, named, "the named outputs")
+        return value.rstrip("\n") if isinstance(value, str) else value
     if parts[0] == "steps" and len(parts) == 3 and parts[2] == "output":
         if parts[1] not in outputs:
             raise RenderError(f"{{{{{path}}}}}: step {parts[1]} has no output yet")
@@ -147,7 +148,7 @@ def resolve(
     )
 
 
-def _walk(path: str, parts: list[str], value: Any, where: str, offset: int = 0) -> Any:
+def _walk(path: str, parts: list[str], value: Any, where: str) -> Any:
     """Follow parts[1:] through mappings and lists; RenderError naming the first missing part."""
     for i, part in enumerate(parts[1:], start=1):
         if isinstance(value, dict) and part in value:
@@ -161,6 +162,6 @@ def _walk(path: str, parts: list[str], value: Any, where: str, offset: int = 0) 
         ):
             value = value[int(part)]
         else:
-            shown = ".".join(path.split(".")[: i + 1 + offset])
+            shown = ".".join(parts[: i + 1])
             raise RenderError(f"{{{{{path}}}}}: {shown} is not in {where}")
     return value

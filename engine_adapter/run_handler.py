@@ -223,7 +223,7 @@ class RunHandler:
             for i, item in enumerate(items):
                 self.loop = {"item": item, "index": i, "iteration": i + 1}
                 self.run_list(body, names.iteration_path(path, i + 1))
-                collected.append(self.outputs.get(body[-1].id, ""))
+                collected.append(_trimmed(self.outputs.get(body[-1].id, "")))
         finally:
             self.loop = outer
         return StepResult(domain.COMPLETED, collected, extra={"items": len(items)})
@@ -565,8 +565,9 @@ class RunHandler:
             with self.conn.transaction():
                 self.set_state("failed", path, try_no)
                 tail = as_text(result.output)[-500:]
+                why = f": {result.reason}" if result.reason else ""
                 self.note(
-                    f"Step {step_id} failed (try {try_no}).\n{tail}\n"
+                    f"Step {step_id} failed (try {try_no}){why}.\n{tail}\n"
                     f"Run `threadline retry {self.run_id}` to resume at this step.",
                     key,
                     f"failed:{key}",
@@ -664,7 +665,12 @@ def _branch_output(finished: dict[str, Any]) -> Any:
     if outputs.get("declared"):
         return outputs["declared"]
     views = list((outputs.get("steps") or {}).values())
-    return views[-1].get("output") if views else ""
+    return _trimmed(views[-1].get("output")) if views else ""
+
+
+def _trimmed(output: Any) -> Any:
+    """A step's output as a value: as the shell's $(...) does, without its final newlines."""
+    return output.rstrip("\n") if isinstance(output, str) else output
 
 
 def snapshot_step(d: dict[str, Any]) -> Step:

@@ -148,6 +148,9 @@ def _block(
         ]
         if taken:
             node["output"], node["reason"] = taken, decided.get("why")
+            for block in node["blocks"]:
+                if not block["taken"]:
+                    _mark(block["steps"], domain.SKIPPED, f"the {taken} branch was taken")
         inner = [n for b in node["blocks"] if b["taken"] for n in b["steps"]]
         node["status"] = _aggregate(inner) if taken else domain.PENDING
         if taken and not inner:
@@ -190,6 +193,13 @@ def _block(
         _children(facts, step, node, kind, path, last, depth)
     if _current(facts, path) == domain.FAILED:
         node["status"] = domain.FAILED
+
+
+def _mark(nodes: list[dict[str, Any]], status: str, reason: str) -> None:
+    for n in nodes:
+        n.update(status=status, reason=reason)
+        for block in n.get("blocks") or []:
+            _mark(block["steps"], status, reason)
 
 
 def _fans_out(step: dict) -> bool:
@@ -277,8 +287,19 @@ def flatten(nodes: list[dict[str, Any]], depth: int = 0) -> list[tuple[int, dict
     for node in nodes:
         out.append((depth, node))
         for block in node.get("blocks") or []:
-            if block["taken"]:
-                out.extend(flatten(block["steps"], depth + 1))
+            status = _aggregate(block["steps"]) if block["taken"] else domain.SKIPPED
+            out.append(
+                (
+                    depth + 1,
+                    {
+                        "id": block["name"],
+                        "kind": "branch",
+                        "status": status,
+                        "taken": block["taken"],
+                    },
+                )
+            )
+            out.extend(flatten(block["steps"], depth + 2))
         for it in node.get("iterations") or []:
             out.append(
                 (

@@ -4,6 +4,7 @@ select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kin
        created_at, updated_at, finished_at
   from threadline.run_threads
  where (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
    and (%(state)s::text is null or state = %(state)s)
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
@@ -19,6 +20,7 @@ select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kin
 select state, count(*)::int as runs
   from threadline.run_threads
  where (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
@@ -33,6 +35,7 @@ select date_bin(%(bucket)s::interval, created_at, timestamptz '2000-01-01') as b
   from threadline.run_threads
  where created_at >= %(since)s
    and (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
  group by 1, 2
  order by 1
 

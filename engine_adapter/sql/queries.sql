@@ -282,6 +282,7 @@ select run_id, workflow, workflow_version, state, current_step, trigger, created
   from threadline.run_threads
  where (%(workflow)s::text is null or workflow = %(workflow)s)
    and (%(state)s::text is null or state = %(state)s)
+   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
  order by created_at desc, run_id desc
  limit %(limit)s
 

@@ -1,0 +1,382 @@
+"""Control flow end to end, with real conductor and bot processes: conditions, if/then/else,
+repeat, foreach (in turn and in parallel), parallel groups (all / any), sub-workflows and outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine_adapter import commands, db, harness, step_tree
+from engine_adapter.identity import Actor
+from engine_adapter.spawn import spawn
+
+OPERATOR = Actor("tester", "console")
+
+CHECKS = """
+slug: checks
+outputs:
+  verdict: steps.triage.output
+  check_status: steps.checks.status
+steps:
+  - id: checks
+    run_command: echo "checking {{payload.target}}"; exit {{payload.code}}
+    on_failure: continue
+  - id: investigate
+    if: steps.checks.status == "failed"
+    run_command: echo "investigating exit $CODE" | sed "s/\\$CODE/{{steps.checks.exit_code}}/"
+  - id: celebrate
+    if: steps.checks.status == "completed"
+    run_command: echo all good
+  - id: triage
+    if: steps.checks.exit_code > 1
+    then:
+      - id: page
+        run_command: echo paging
+        output: alarm
+    else:
+      - id: log
+        run_command: echo logged
+        output: alarm
+  - id: report
+    run_command: echo "alarm={{outputs.alarm}}"
+"""
+
+
+def statuses(view: dict) -> dict[str, str]:
+    """Each step's status by id (branch and iteration headings left out)."""
+    return {
+        n["id"]: n["status"]
+        for _, n in step_tree.flatten(view["steps"])
+        if n["kind"] not in ("branch", "iteration")
+    }
+
+
+def node(view: dict, step_id: str) -> dict:
+    return next(n for _, n in step_tree.flatten(view["steps"]) if n["id"] == step_id)
+
+
+def test_conditions_branches_and_outputs(conn, apply, procs):
+    apply(CHECKS)
+    procs.start("conductor")
+    procs.start("bots")
+    failing = spawn(conn, "checks", {"target": "api", "code": 3}).run_id
+    passing = spawn(conn, "checks", {"target": "api", "code": 0}).run_id
+
+    view = harness.wait_for_state(procs.url, failing, "completed", timeout=60)
+    assert statuses(view) == {
+        "checks": "failed",
+        "investigate": "completed",
+        "celebrate": "skipped",
+        "triage": "completed",
+        "page": "completed",
+        "log": "skipped",
+        "report": "completed",
+    }
+    assert node(view, "celebrate")["reason"] == '`steps.checks.status == "completed"` is false'
+    assert node(view, "triage")["output"] == "then"
+    assert node(view, "report")["output"].strip() == "alarm=paging"
+    assert view["outputs"] == {"verdict": "then", "check_status": "failed"}
+    texts = [e["text"] for e in view["thread"]]
+    assert '`steps.checks.status == "failed"` is true, so step investigate runs.' in texts
+    assert '`steps.checks.status == "completed"` is false, so step celebrate is skipped.' in texts
+    assert "`steps.checks.exit_code > 1` is true, so step triage takes its then branch." in texts
+
+    view = harness.wait_for_state(procs.url, passing, "completed", timeout=60)
+    assert statuses(view)["investigate"] == "skipped"
+    assert statuses(view)["celebrate"] == "completed"
+    assert node(view, "triage")["output"] == "else"
+    assert node(view, "report")["output"].strip() == "alarm=logged"
+    assert view["outputs"]["check_status"] == "completed"
+
+
+def test_a_decision_is_taken_once_even_if_the_data_behind_it_changes(conn, apply, procs):
+    """The condition reads the payload; the payload is changed under the run after the decision
+    and the conductor is killed: the replay takes the same branch from the checkpoint."""
+    apply("""
+slug: once
+steps:
+  - id: pick
+    if: payload.go == "left"
+    then:
+      - id: left
+        run_command: sleep 2; echo left
+    else:
+      - id: right
+        run_command: echo right
+""")
+    conductor = procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "once", {"go": "left"}).run_id
+    harness.wait_for(
+        lambda: db.fetch_one(conn, "get_run", dict(run_id=run_id))["current_step"] == "left",
+        what="the left branch to start",
+    )
+    conn.execute(
+        'update threadline.run_threads set payload = \'{"go": "right"}\' where run_id = %s',
+        (run_id,),
+    )
+    conn.execute(
+        "update absurd.t_threadline set params = jsonb_set(params, '{payload,go}', '\"right\"') "
+        "where task_id = %s",
+        (run_id,),
+    )
+    harness.kill(conductor)
+    procs.start("conductor")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert statuses(view) == {"pick": "completed", "left": "completed", "right": "skipped"}
+
+
+REPEAT = """
+slug: poll
+steps:
+  - id: poll
+    repeat:
+      - id: probe
+        run_command: echo x >> {{payload.dir}}/tries && wc -l < {{payload.dir}}/tries
+    until: int(steps.probe.output) >= 3
+    max_iterations: 5
+  - id: after
+    run_command: echo "took {{steps.probe.output}}"
+"""
+
+
+def test_repeat_until(conn, apply, procs, tmp_path: Path):
+    apply(REPEAT)
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "poll", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert (tmp_path / "tries").read_text().count("x") == 3
+    poll = node(view, "poll")
+    assert [it["n"] for it in poll["iterations"]] == [1, 2, 3]
+    assert [it["steps"][0]["path"] for it in poll["iterations"]] == [
+        "poll[1]/probe",
+        "poll[2]/probe",
+        "poll[3]/probe",
+    ]
+    assert node(view, "after")["output"].strip() == "took 3"
+
+
+def test_repeat_that_never_ends_fails_at_max_iterations(conn, apply, procs, tmp_path: Path):
+    apply(
+        REPEAT.replace("slug: poll", "slug: poll-short").replace(
+            "max_iterations: 5", "max_iterations: 2"
+        )
+    )
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "poll-short", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=60)
+    assert (tmp_path / "tries").read_text().count("x") == 2
+    assert statuses(view)["poll"] == "failed"
+    assert any("still false after 2 iterations" in e["text"] for e in view["thread"])
+
+
+FOREACH = """
+slug: each
+steps:
+  - id: list
+    run_command: printf 'a\\nb\\nc\\n'
+  - id: each
+    foreach: lines(steps.list.output)
+    max_parallel: {parallel}
+    steps:
+      - id: touch
+        run_command: >-
+          echo "{{{{item}}}} {{{{iteration}}}}" >> {{{{payload.dir}}}}/{{{{item}}}};
+          echo done-{{{{item}}}}
+  - id: after
+    run_command: echo "{{{{steps.each.output}}}}"
+"""
+
+
+def test_foreach_in_turn_and_in_parallel(conn, apply, procs, tmp_path: Path):
+    apply(FOREACH.format(parallel=1))
+    apply(FOREACH.format(parallel=3).replace("slug: each", "slug: each-parallel"))
+    procs.start("conductor")
+    procs.start("bots")
+    for slug, sub in (("each", "seq"), ("each-parallel", "par")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub).chmod(0o777)  # steps run as their own user
+        run_id = spawn(conn, slug, {"dir": str(tmp_path / sub)}).run_id
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+        for n, item in enumerate("abc", start=1):
+            assert (tmp_path / sub / item).read_text() == f"{item} {n}\n"
+        assert node(view, "after")["output"].strip() == '["done-a", "done-b", "done-c"]'
+        each = node(view, "each")
+        assert each["status"] == "completed"
+        if slug == "each":
+            assert len(each["iterations"]) == 3
+        else:
+            assert [b["name"] for b in each["branches"]] == ["1", "2", "3"]
+            assert all(b["status"] == "completed" for b in each["branches"])
+            children = conn.execute(
+                "select count(*) as n from threadline.run_threads where parent_run_id = %s",
+                (run_id,),
+            ).fetchone()["n"]
+            assert children == 3
+
+
+PARALLEL = """
+slug: fan
+steps:
+  - id: before
+    run_command: echo base
+  - id: fan
+    parallel:
+      lint:
+        - id: lint
+          run_command: echo "lint {{steps.before.output}}"
+      tests:
+        - id: unit
+          run_command: echo unit
+        - id: e2e
+          run_command: echo "e2e after {{steps.unit.output}}"
+  - id: join
+    run_command: echo "{{steps.lint.output}} + {{steps.e2e.output}}"
+"""
+
+
+def test_parallel_all_joins_branch_results(conn, apply, procs):
+    apply(PARALLEL)
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "fan").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert node(view, "join")["output"].strip() == "lint base + e2e after unit"
+    fan = node(view, "fan")
+    assert [b["name"] for b in fan["branches"]] == ["lint", "tests"]
+    tests_branch = fan["branches"][1]
+    assert [s["id"] for s in tests_branch["steps"]] == ["unit", "e2e"]
+    assert all(s["status"] == "completed" for s in tests_branch["steps"])
+    child = db.fetch_one(conn, "get_run", dict(run_id=tests_branch["run_id"]))
+    assert str(child["parent_run_id"]) == run_id and child["parent"]["branch"] == "tests"
+    # Branch runs hold no place of their own and are not listed as runs of their own.
+    listed = {
+        str(r["run_id"])
+        for r in db.fetch_all(conn, "list_runs", dict(workflow="fan", state=None, limit=50))
+    }
+    assert listed == {run_id}
+
+
+def test_parallel_any_cancels_the_losers_running_commands(conn, apply, procs, tmp_path: Path):
+    apply("""
+slug: race
+steps:
+  - id: race
+    parallel:
+      slow:
+        - id: slow
+          run_command: cd {{payload.dir}} && (flock {{payload.dir}}/slow.lock sleep 300 & wait)
+      fast:
+        - id: fast
+          run_command: sleep 1; echo fast
+    completion: any
+  - id: after
+    run_command: echo "winner said {{steps.fast.output}}"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "race", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    race = node(view, "race")
+    assert race["output"] == "fast" and race["status"] == "completed"
+    slow = next(b for b in race["branches"] if b["name"] == "slow")
+    assert slow["status"] == "cancelled" and not slow["winner"]
+    harness.wait_for(
+        lambda: not (tmp_path / "slow.lock").exists() or not _lock_held(tmp_path / "slow.lock"),
+        timeout=20,
+        what="the losing branch's command to be stopped",
+    )
+    assert node(view, "after")["output"].strip() == "winner said fast"
+
+
+def _lock_held(path: Path) -> bool:
+    import fcntl
+
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_failed_branch_fails_the_group_and_retry_reruns_only_it(conn, apply, procs, tmp_path):
+    apply("""
+slug: flaky-fan
+steps:
+  - id: fan
+    parallel:
+      good:
+        - id: good
+          run_command: echo ok >> {{payload.dir}}/good
+      flaky:
+        - id: flaky
+          run_command: echo try >> {{payload.dir}}/flaky; test -e {{payload.dir}}/fixed
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "flaky-fan", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=60)
+    assert node(view, "fan")["status"] == "failed"
+    assert any("branch flaky did not complete" in e["text"] for e in view["thread"])
+    (tmp_path / "fixed").touch()
+    commands.retry_run(conn, run_id, OPERATOR)
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert (tmp_path / "good").read_text() == "ok\n"  # the completed branch never ran again
+    assert (tmp_path / "flaky").read_text() == "try\ntry\n"
+
+
+CHILD = """
+slug: deploy
+outputs:
+  url: steps.ship.output
+steps:
+  - id: ship
+    run_command: echo "https://example.test/{{payload.sha}}"
+"""
+PARENT = """
+slug: release
+steps:
+  - id: deploy
+    workflow: deploy
+    payload:
+      sha: "{{payload.sha}}"
+  - id: announce
+    run_command: echo "live at {{steps.deploy.output}}"
+"""
+
+
+def test_sub_workflow_takes_the_childs_outputs(conn, apply, procs):
+    apply(CHILD)
+    apply(PARENT)
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "release", {"sha": "abc123"}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    deploy = node(view, "deploy")
+    assert deploy["status"] == "completed"
+    child = harness.wait_for_state(procs.url, deploy["child_run"], "completed")
+    assert child["outputs"] == {"url": "https://example.test/abc123"}
+    assert child["parent"]["run_id"] == run_id
+    assert '"url": "https://example.test/abc123"' in node(view, "announce")["output"]
+
+
+def test_cancelling_a_parent_cancels_its_child(conn, apply, procs):
+    apply(CHILD.replace('echo "https', 'sleep 300; echo "https'))
+    apply(PARENT)
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "release", {"sha": "abc"}).run_id
+    child_id = harness.wait_for(
+        lambda: conn.execute(
+            "select run_id from threadline.run_threads where parent_run_id = %s", (run_id,)
+        ).fetchone(),
+        what="the child run",
+    )["run_id"]
+    harness.wait_for_state(procs.url, str(child_id), "running")
+    commands.cancel_run(conn, run_id, OPERATOR)
+    child = harness.wait_for_state(procs.url, str(child_id), "cancelled", timeout=20)
+    assert child["thread"][-1]["text"].startswith("Run cancelled: its parent run was cancelled")

@@ -100,6 +100,7 @@ STATUS_ICONS = {
     "pending": "○",
     "active": "◉",
     "sleeping": "☾",
+    "waiting": "⧗",
     "gate": "✋",
     "completed": "✓",
     "failed": "✗",
@@ -121,6 +122,8 @@ def stepper_rows(
             detail = f"wakes in {age_text(left)}" if left > 0 else "waking"
         elif status == "gate":
             detail = "waiting for a human"
+        elif status == "waiting":
+            detail = "waiting for an event"
         elif step["kind"] == "branch" and step.get("run_id"):
             detail = f"run {short_run_id(step['run_id'])}"
         elif step.get("winner"):

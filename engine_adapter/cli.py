@@ -317,11 +317,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     payload = _payload(args)
     with _conn() as conn:
-        emitted = emit(conn, args.name, payload, event_id=args.id, caller=_actor(args).label)
+        emitted = emit(
+            conn, args.name, payload, event_id=args.id, caller=_actor(args).label, key=args.key
+        )
     value = {
         "event": emitted.name,
         "event_id": emitted.event_id,
+        "key": emitted.key,
         "runs": [r.__dict__ for r in emitted.runs],
+        "released": emitted.released,
     }
 
     def text(v: dict[str, Any]) -> str:
@@ -331,9 +335,14 @@ def cmd_emit(args: argparse.Namespace) -> int:
             + ("" if r["created"] else "  (existing run for this event id)")
             for r in v["runs"]
         ]
-        return "\n".join(
-            lines if v["runs"] else lines + [f"no enabled workflow has on_event: {v['event']}"]
+        if not v["runs"]:
+            lines.append(f"no enabled workflow has on_event: {v['event']}")
+        n = len(v["released"])
+        lines.append(
+            f"{n} waiting step{'s' if n != 1 else ''} released"
+            + ("" if n else " (a run that reaches a wait for it later will find it)")
         )
+        return "\n".join(lines)
 
     _print(args, value, text)
     return 0
@@ -663,13 +672,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add(
         "emit",
         cmd_emit,
-        "emit event NAME: one run of each workflow with on_event: NAME",
+        "emit event NAME: one run of each workflow with on_event: NAME, and the end of every "
+        "wait_for_event step waiting for it",
         json_flag=True,
     )
     sp.add_argument("name")
     sp.add_argument("--payload", help="JSON object")
     sp.add_argument(
         "--id", help="event id: emitting it again starts no second run (default: a fresh one)"
+    )
+    sp.add_argument(
+        "--key", help="correlation key: ends the wait_for_event steps waiting with this key"
     )
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     scp = sub.add_parser("schedule", help="schedules").add_subparsers(

@@ -1,4 +1,6 @@
-"""Events: `threadline emit NAME` starts one run of every enabled workflow with `on_event: NAME`.
+"""Events: `threadline emit NAME` starts one run of every enabled workflow with `on_event: NAME`,
+and ends every `wait_for_event` step waiting for NAME (with the same `--key`), now or later: a
+delivered event is kept, so a run that reaches its wait afterwards finds it (migration 010).
 
 Idempotent per event id: the spawn key is derived from (name, id, workflow), so emitting the same
 event again (a retried command, a redelivered message) returns the runs it started the first time.
@@ -8,13 +10,15 @@ All of an event's runs are spawned in one transaction: an event starts all of th
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import db
 from .recipes import EVENT_NAME
+from .settings import QUEUE
 from .spawn import SpawnError, check_payload, spawn
 
 MAX_EVENT_ID = 200
@@ -32,6 +36,8 @@ class Emitted:
     name: str
     event_id: str
     runs: list[EventRun]
+    released: list[str] = field(default_factory=list)  # step keys of the waits it ended
+    key: str | None = None
 
 
 def emit(
@@ -41,14 +47,19 @@ def emit(
     *,
     event_id: str | None = None,
     caller: str | None = None,
+    key: str | None = None,
+    via: str = "cli",
 ) -> Emitted:
-    """Spawn a run per listening workflow; without an id the event gets a fresh one."""
+    """Spawn a run per listening workflow and end the waits for it, in one transaction; without
+    an id the event gets a fresh one. `key` correlates it with waits (`wait_for_event` `key:`)."""
     if not isinstance(name, str) or not EVENT_NAME.fullmatch(name):
         raise SpawnError(f"event name {name!r} must match {EVENT_NAME.pattern}")
     if event_id is None:
         event_id = str(uuid.uuid4())
     elif not event_id.strip() or len(event_id) > MAX_EVENT_ID:
         raise SpawnError(f"event id {event_id!r} must be 1 to {MAX_EVENT_ID} characters")
+    if key is not None and (not key.strip() or len(key) > MAX_EVENT_ID):
+        raise SpawnError(f"event key {key!r} must be 1 to {MAX_EVENT_ID} characters")
     payload = check_payload(payload)  # refused even when no workflow listens
     trigger: dict[str, Any] = {"kind": "event", "event": name, "event_id": event_id}
     if caller:
@@ -60,4 +71,16 @@ def emit(
             key = f"event:{name}:{event_id}:{slug}"
             spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=key)
             runs.append(EventRun(slug, spawned.run_id, spawned.created))
-    return Emitted(name, event_id, runs)
+        released = db.fetch_one(
+            conn,
+            "deliver_event",
+            dict(
+                queue=QUEUE,
+                name=name,
+                key=key,
+                event_id=event_id,
+                payload=Jsonb(payload),
+                source=Jsonb({"caller": caller, "via": via}),
+            ),
+        )["released"]
+    return Emitted(name, event_id, runs, list(released), key)

@@ -287,6 +287,32 @@ class Step:
         return step
 
 
+def step_docs(steps: Any, path: str = "steps") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, step) of every step of a canonical recipe's step list, nested ones included, in
+    recipe order."""
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        here = f"{path}[{i}]"
+        yield here, step
+        for key in ("then", "else", "steps", "repeat"):
+            yield from step_docs(step.get(key), f"{here}.{key}")
+        for name, branch in (step.get("parallel") or {}).items():
+            yield from step_docs(branch, f"{here}.parallel.{name}")
+
+
+def sub_workflows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(path, slug) of every sub-workflow step of a canonical recipe document."""
+    return [
+        (f"{path}.workflow", step["workflow"])
+        for path, step in step_docs(doc.get("steps"))
+        if isinstance(step.get("workflow"), str)
+    ]
+
+
+def find_step_doc(doc: dict[str, Any], step_id: str) -> dict[str, Any] | None:
+    """A step of a canonical recipe by id (ids are unique across the tree)."""
+    return next((s for _, s in step_docs(doc.get("steps")) if s.get("id") == step_id), None)
+
+
 def walk_steps(steps: Iterable[Step]) -> Iterator[Step]:
     for step in steps:
         yield from step.walk()
@@ -372,6 +398,8 @@ def _parse_steps(
 def _check_expression(
     expr: Any, where: str, earlier: set[str] | None, in_loop: bool, errors: list[str]
 ) -> str | None:
+    if isinstance(expr, bool):  # YAML's `true` / `false`
+        expr = "true" if expr else "false"
     problems = expressions.check(expr, earlier=earlier, in_loop=in_loop)
     errors.extend(f"{where}: {p}" for p in problems)
     return expr.strip() if not problems else None
@@ -577,6 +605,11 @@ def _parse_block(
         fields["max_parallel"] = _bounded_int(
             d, "max_parallel", path, 1, MAX_PARALLEL, None, errors
         )
+        if fields["completion"] == "any" and fields["max_parallel"] is not None:
+            errors.append(
+                f"{path}.max_parallel: only with completion: all (an any group starts "
+                "every branch at once, so the first to finish can win)"
+            )
     elif kind == domain.FOREACH:
         text = _check_expression(d.get("foreach"), f"{path}.foreach", earlier, in_loop, errors)
         blocks = [("steps", _parse_steps(d.get("steps"), f"{path}.steps", earlier, True, tree))]

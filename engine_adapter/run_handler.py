@@ -84,6 +84,8 @@ class RunHandler:
             result = self.try_once(step, path, scope, try_no)
             if result.ok or (result.status == domain.FAILED and step.on_failure == "continue"):
                 return result
+            if result.extra.get("timed_out") and step.on_timeout == "continue":
+                return result
             if result.status == domain.CANCELLED:
                 self.end_cancelled(step, path, try_no, result)
             self.park_failed(path, try_no, result)
@@ -123,6 +125,8 @@ class RunHandler:
             return self.fan_out(step, path, try_no, branches)
         if step.kind == domain.WORKFLOW:
             return self.sub_workflow(step, path, try_no)
+        if step.kind == domain.WAIT_FOR_EVENT:
+            return self.wait_step(step, path, try_no)
         return StepResult(domain.FAILED, f"step {step.id}: {step.kind} steps are not supported")
 
     def record(self, step: Step, result: StepResult) -> None:
@@ -460,6 +464,97 @@ class RunHandler:
         return StepResult(
             domain.CANCELLED, text or outcome.why, reason=outcome.why, extra={"decision": decision}
         )
+
+    def wait_step(self, step: Step, path: str, try_no: int) -> StepResult:
+        """Wait for the first of the step's events (with its key), holding no process; an event
+        delivered before the run got here counts (migration 010)."""
+        key = names.step_key(self.run_id, path, try_no)
+        sent = self.ctx.step(
+            names.send_checkpoint(path, try_no), lambda: self.start_wait(step, path, try_no, key)
+        )
+        if not sent["ok"]:
+            return StepResult(domain.FAILED, sent["error"], reason=sent["error"])
+        timeout = None
+        if sent["deadline"]:
+            remaining = (datetime.fromisoformat(sent["deadline"]) - self.db_now()).total_seconds()
+            timeout = max(0, math.ceil(remaining))
+        try:
+            done = self.ctx.await_event(
+                names.done_event(key), names.done_checkpoint(path, try_no), timeout=timeout
+            )
+        except AwaitTimeout:
+            with self.conn.transaction():  # first write wins against an event arriving now
+                released = db.fetch_one(
+                    self.conn,
+                    "release_wait",
+                    dict(queue=QUEUE, step_key=key, payload=Jsonb({"status": "timeout"})),
+                )["released"]
+                if released:
+                    self.note(
+                        f"No {' or '.join(step.events)} event came in time (step {step.id}); "
+                        f"taking its on_timeout path: {step.on_timeout}.",
+                        key,
+                        f"timeout:{key}",
+                    )
+            done = self.ctx.await_event(
+                names.done_event(key), names.late_done_checkpoint(path, try_no)
+            )
+        if done.get("status") == "timeout":
+            why = f"no {' or '.join(step.events)} event in time"
+            return StepResult(domain.FAILED, "", reason=why, extra={"timed_out": True})
+        extra = {k: done.get(k) for k in ("event", "event_id", "key", "received_at")}
+        return StepResult(domain.COMPLETED, done.get("output"), extra=extra)
+
+    def start_wait(self, step: Step, path: str, try_no: int, key: str) -> dict[str, Any]:
+        """Say what the run waits for, arm `awaiting` and register the wait, in one transaction
+        (an event already delivered ends it at once)."""
+        with self.conn.transaction():
+            deadline = None
+            if step.timeout_s:
+                now = self.db_now()
+                deadline = datetime.fromtimestamp(
+                    now.timestamp() + step.timeout_s, now.tzinfo
+                ).isoformat()
+            try:
+                corr = None
+                if step.key is not None:
+                    corr = render(step.key, self.payload, self.outputs, self.scope())
+            except RenderError as err:
+                self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
+                return {"ok": False, "error": str(err)}
+            text = f"Waiting for event {' or '.join(step.events)}"
+            text += f" with key {corr}" if corr is not None else ""
+            text += f", until {deadline}." if deadline else "."
+            data = {
+                "step": path,
+                "kind": step.kind,
+                "try": try_no,
+                "events": list(step.events),
+                "key": corr,
+                "deadline": deadline,
+            }
+            seq = threads.append(
+                self.conn,
+                self.run_id,
+                "system",
+                "threadline",
+                "note",
+                text,
+                step_key=key,
+                dedupe_key=f"wait:{key}",
+                data=data,
+            )
+            if seq is not None:
+                self.set_state("waiting", path, try_no, await_key=key, await_kind="event")
+            db.fetch_one(
+                self.conn,
+                "register_wait",
+                dict(
+                    queue=QUEUE, run_id=self.run_id, step_key=key, names=list(step.events), key=corr
+                ),
+            )
+            db.notify(self.conn, self.run_id, "wait")
+        return {"ok": True, "deadline": deadline, "key": corr}
 
     def send(
         self,

@@ -99,6 +99,8 @@ def _current(facts: RunFacts, path: str) -> str | None:
     """The step's status if it is the run's current step and the run is not finished."""
     if facts.run["current_step"] != path or facts.state in (domain.COMPLETED, domain.CANCELLED):
         return None
+    if facts.state == domain.WAITING and facts.run.get("await_kind") == "event":
+        return domain.WAITING  # for an outside event, not a person
     return domain.CURRENT_STEP_STATUS.get(facts.state, domain.ACTIVE)
 
 

@@ -14,6 +14,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
+from .names import step_id_of
+from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
 from .settings import QUEUE
 
@@ -112,10 +114,7 @@ def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:
     """The gate step the run is parked at, or None."""
     if not (run["awaiting"] and run["await_kind"] == "gate"):
         return None
-    for step in run["recipe"]["steps"]:
-        if step["id"] == run["current_step"]:
-            return step
-    return None
+    return find_step_doc(run["recipe"], step_id_of(run["current_step"] or ""))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
-from .recipes import Recipe, RecipeError
+from .recipes import Recipe, RecipeError, sub_workflows
 from .settings import QUEUE
 
 # Raised by migration 003's trigger when another workflow holds a webhook path.
@@ -56,6 +56,7 @@ def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applie
     )
     with conn.transaction():
         _refuse_secret_clashes(conn, recipe)
+        _refuse_workflow_cycles(conn, recipe)
         current = db.fetch_one(conn, "lock_workflow", dict(slug=recipe.slug))
         if current is None:
             conn.execute(db.q("insert_workflow"), fields)
@@ -133,3 +134,39 @@ def get_version(conn: psycopg.Connection[Any], slug: str, version: int) -> dict[
     if row is None:
         raise WorkflowNotFound(f"workflow {slug!r} has no version {version}")
     return row
+
+
+def _refuse_workflow_cycles(conn: psycopg.Connection[Any], recipe: Recipe) -> None:
+    """A sub-workflow step may not lead back to its own workflow, through any number of stored
+    workflows (with this recipe in place of its stored version): such a run would never end."""
+    stored: dict[str, list[tuple[str, str]]] = {recipe.slug: sub_workflows(recipe.to_dict())}
+
+    def calls(slug: str) -> list[str]:
+        if slug not in stored:
+            row = db.fetch_one(conn, "get_workflow", dict(slug=slug))
+            stored[slug] = sub_workflows(row["recipe"]) if row else []
+        return [callee for _, callee in stored[slug]]
+
+    errors = []
+    for path, callee in stored[recipe.slug]:
+        chain = _path_back(callee, recipe.slug, calls, [recipe.slug, callee])
+        if chain:
+            errors.append(
+                f"{path}: {callee!r} leads back to {recipe.slug!r} ({' -> '.join(chain)}); "
+                "sub-workflows may not form a cycle"
+            )
+    if errors:
+        raise RecipeError(errors)
+
+
+def _path_back(slug: str, target: str, calls: Any, chain: list[str]) -> list[str] | None:
+    """The chain of sub-workflow calls from slug to target, if there is one (depth first)."""
+    if slug == target:
+        return chain
+    for callee in calls(slug):
+        if callee in chain[1:]:
+            continue  # a cycle elsewhere, not through target: its own apply refused it
+        found = _path_back(callee, target, calls, [*chain, callee])
+        if found:
+            return found
+    return None

@@ -112,6 +112,20 @@ update threadline.run_threads set outputs = %(outputs)s where run_id = %(run_id)
 select run_id from threadline.run_threads
  where parent_run_id = %(run_id)s and state not in ('completed', 'failed', 'cancelled')
 
+-- deliver_event --
+-- Keep an outside event and end the waits for it (migration 010); the step keys released.
+select threadline.deliver_event(%(queue)s, %(name)s, %(key)s, %(event_id)s, %(payload)s,
+                                %(source)s) as released
+
+-- register_wait --
+-- A wait_for_event step starts waiting; true when an event already there ended it (010).
+select threadline.register_wait(%(queue)s, %(run_id)s, %(step_key)s, %(names)s, %(key)s)
+  as released
+
+-- release_wait --
+-- End a wait once (a timeout); false when an event ended it first (migration 010).
+select threadline.release_wait(%(queue)s, %(step_key)s, %(payload)s) as released
+
 -- register_worker --
 -- A new conductor or bot process; its lock key names the advisory lock it holds while alive.
 insert into threadline.workers (id, kind, host, pid, lock_key, version, sandbox)

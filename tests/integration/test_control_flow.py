@@ -380,3 +380,160 @@ def test_cancelling_a_parent_cancels_its_child(conn, apply, procs):
     commands.cancel_run(conn, run_id, OPERATOR)
     child = harness.wait_for_state(procs.url, str(child_id), "cancelled", timeout=20)
     assert child["thread"][-1]["text"].startswith("Run cancelled: its parent run was cancelled")
+
+
+def test_sub_workflow_cycles_are_refused_at_apply_and_write_nothing(conn, apply):
+    import pytest
+
+    from engine_adapter.recipes import RecipeError
+
+    apply("slug: a\nsteps: [{id: call-b, workflow: b}]")  # b need not exist yet
+    with pytest.raises(RecipeError) as info:
+        apply("slug: b\nsteps: [{id: x, run_command: ls}, {id: call-a, workflow: a}]")
+    assert info.value.errors == [
+        "steps[1].workflow: 'a' leads back to 'b' (b -> a -> b); sub-workflows may not form a cycle"
+    ]
+    assert db.fetch_one(conn, "get_workflow", dict(slug="b")) is None
+    with pytest.raises(RecipeError, match="'self' leads back to 'self'"):
+        apply("slug: self\nsteps: [{id: again, if: true, then: [{id: me, workflow: self}]}]")
+
+
+WAIT = """
+slug: wait-deploy
+steps:
+  - id: build
+    run_command: sleep {{payload.nap}}; echo built
+  - id: deployed
+    wait_for_event: [deploy.done, deploy.failed]
+    key: "{{payload.sha}}"
+    timeout: 60s
+  - id: rollback
+    if: steps.deployed.event == "deploy.failed"
+    run_command: echo rolling back
+  - id: after
+    run_command: echo "got {{steps.deployed.output}}"
+"""
+
+
+def test_wait_for_event_by_key_and_an_early_event_is_not_lost(conn, apply, procs):
+    from engine_adapter.events import emit
+
+    apply(WAIT)
+    procs.start("conductor")
+    procs.start("bots")
+    late = spawn(conn, "wait-deploy", {"sha": "aaa", "nap": 0}).run_id
+    view = harness.wait_for_state(procs.url, late, "waiting", timeout=30)
+    assert statuses(view)["deployed"] == "waiting"
+    other = emit(conn, "deploy.done", {"url": "x"}, key="zzz")  # another key: no effect
+    assert other.released == []
+    assert harness.wait_for_state(procs.url, late, "waiting")["state"] == "waiting"
+    done = emit(conn, "deploy.failed", {"why": "disk"}, key="aaa")
+    assert len(done.released) == 1 and done.released[0].startswith(f"{late}:deployed:")
+    view = harness.wait_for_state(procs.url, late, "completed", timeout=30)
+    assert statuses(view)["rollback"] == "completed"
+    assert node(view, "after")["output"].strip() == 'got {"why": "disk"}'
+
+    early = spawn(conn, "wait-deploy", {"sha": "bbb", "nap": 3}).run_id
+    emitted = emit(conn, "deploy.done", {"url": "y"}, key="bbb", event_id="deploy-bbb")
+    assert emitted.released == []  # the run has not reached its wait yet
+    again = emit(conn, "deploy.done", {"url": "y"}, key="bbb", event_id="deploy-bbb")
+    assert again.released == []  # the same event id twice is one delivery
+    view = harness.wait_for_state(procs.url, early, "completed", timeout=30)
+    assert statuses(view)["rollback"] == "skipped"
+    assert node(view, "after")["output"].strip() == 'got {"url": "y"}'
+    assert any(
+        "Waiting for event deploy.done or deploy.failed with key bbb" in e["text"]
+        for e in view["thread"]
+    )
+
+
+def test_wait_for_event_times_out_onto_its_path(conn, apply, procs):
+    apply("""
+slug: wait-short
+steps:
+  - id: ping
+    wait_for_event: pong
+    timeout: 1s
+    on_timeout: continue
+  - id: after
+    run_command: echo "{{steps.ping.status}} {{steps.ping.reason}}"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "wait-short").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert node(view, "after")["output"].strip() == "failed no pong event in time"
+    assert any("No pong event came in time" in e["text"] for e in view["thread"])
+
+
+CHAOS_CHILD = """
+slug: chaos-child
+steps:
+  - id: work
+    run_command: echo child >> {{payload.dir}}/child; sleep 0.3
+"""
+CHAOS = """
+slug: chaos-flow
+steps:
+  - id: pick
+    if: payload.mode == "full"
+    then:
+      - id: fan
+        parallel:
+          a:
+            - id: a1
+              run_command: echo a >> {{payload.dir}}/a; sleep 0.3
+            - id: a2
+              run_command: echo a2 >> {{payload.dir}}/a2
+          b:
+            - id: b1
+              run_command: echo b >> {{payload.dir}}/b; sleep 0.2
+      - id: each
+        foreach: range(3)
+        max_parallel: 2
+        steps:
+          - id: item
+            run_command: echo {{item}} >> {{payload.dir}}/item-{{item}}; sleep 0.2
+      - id: sub
+        workflow: chaos-child
+        payload:
+          dir: "{{payload.dir}}"
+    else:
+      - id: never
+        run_command: touch {{payload.dir}}/never
+"""
+
+
+def test_conductor_sigkill_during_control_flow_changes_nothing(conn, apply, procs, tmp_path):
+    """The conductor is SIGKILLed again and again while a branch, a parallel group, a parallel
+    foreach and a sub-workflow run: every side effect happens once, the branch never changes."""
+    import random
+    import time
+
+    apply(CHAOS_CHILD)
+    apply(CHAOS)
+    procs.start("bots")
+    conductor = procs.start("conductor")
+    run_id = spawn(conn, "chaos-flow", {"mode": "full", "dir": str(tmp_path)}).run_id
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(40):
+        state = db.fetch_one(conn, "get_run", dict(run_id=run_id))["state"]
+        if state == "completed":
+            break
+        time.sleep(rng.uniform(0.1, 0.5))
+        harness.kill(conductor)
+        kills += 1
+        conductor = procs.start("conductor")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert kills >= 3
+    for name in ("a", "a2", "b", "item-0", "item-1", "item-2", "child"):
+        assert (tmp_path / name).read_text().count("\n") == 1, name
+    assert not (tmp_path / "never").exists()
+    assert statuses(view)["never"] == "skipped"
+    assert node(view, "fan")["status"] == "completed"
+    # One child run per branch, item and sub-workflow: replays spawned nothing twice.
+    children = conn.execute(
+        "select count(*) as n from threadline.run_threads where parent_run_id = %s", (run_id,)
+    ).fetchone()["n"]
+    assert children == 2 + 3 + 1

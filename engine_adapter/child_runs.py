@@ -15,7 +15,7 @@ import psycopg
 
 from . import db, domain, names, threads
 from .settings import QUEUE
-from .spawn import ChildOf, SpawnError, spawn
+from .spawn import ChildOf, Snapshot, SpawnError, spawn
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,6 @@ def spawn_branch(
             step=path,
             try_no=try_no,
             branch=branch.name,
-            # The parent's declared outputs are the parent's own.
-            recipe={**{k: v for k, v in recipe.items() if k != "outputs"}, "steps": branch.steps},
-            version=parent["workflow_version"],
-            hash=parent["recipe_hash"],
             inherited=inherited,
             notify=notify,
         )
@@ -67,6 +63,12 @@ def spawn_branch(
             },
             idempotency_key=names.child_key(parent_id, path, try_no, branch.name),
             child=child,
+            snapshot=Snapshot(
+                # The parent's declared outputs are the parent's own.
+                {**{k: v for k, v in recipe.items() if k != "outputs"}, "steps": branch.steps},
+                parent["workflow_version"],
+                parent["recipe_hash"],
+            ),
         )
         label = f"item {branch.name}" if branch.what == "item" else f"branch {branch.name}"
         _note(

@@ -475,6 +475,20 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from .reruns import rerun
+
+    payload = _payload(args) if args.payload is not None else None
+    with _conn() as conn:
+        spawned = rerun(conn, args.run_id, args.from_step, _actor(args), payload)
+    _print(
+        args,
+        {"run_id": spawned.run_id, "rerun_of": args.run_id, "from": args.from_step},
+        lambda v: f"{v['run_id']}  (rerun of {v['rerun_of']} from step {v['from']})",
+    )
+    return 0
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from .read_model import health
 
@@ -715,6 +729,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp = add("retry", cmd_retry, "resume a failed run at its failed step")
     sp.add_argument("run_id")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
+    sp = add(
+        "rerun",
+        cmd_rerun,
+        "a new run of the same recipe version from STEP on; the steps before it are carried "
+        "over from the original run, never run again",
+        json_flag=True,
+    )
+    sp.add_argument("run_id")
+    sp.add_argument("--from", dest="from_step", required=True, metavar="STEP")
+    sp.add_argument("--payload", help="JSON object (default: the original run's payload)")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
     return p

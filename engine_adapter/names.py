@@ -79,6 +79,7 @@ SEND, DONE, DONE_LATE, SLEEP, RETRY, FAILED = (
     "failed",
 )
 DECIDE, ITEMS, UNTIL, SPAWN, WINNER = "decide", "items", "until", "spawn", "winner"
+CARRIED = "carried"  # a rerun's step taken over from its original run
 CHECKPOINT_KINDS = (
     SEND,
     DONE,
@@ -91,6 +92,7 @@ CHECKPOINT_KINDS = (
     UNTIL,
     SPAWN,
     WINNER,
+    CARRIED,
 )
 
 

@@ -47,6 +47,7 @@ class RunHandler:
         self.recipe = params["recipe"]
         self.steps = [snapshot_step(s) for s in self.recipe["steps"]]
         self.admit = bool(params.get("admit"))
+        self.carried: dict[str, Any] | None = params.get("carried")  # a rerun's taken-over results
         self.is_child = "inherited" in params
         inherited = params.get("inherited") or {}
         # What later steps read: each step's view (`steps.<id>.status`), its output for
@@ -74,7 +75,32 @@ class RunHandler:
     def run_list(self, steps: Iterable[Step], scope: str) -> None:
         for step in steps:
             path = names.child_path(scope, step.id)
+            if not scope and step.id in (self.carried or {}).get("steps", ()):
+                self.carry(step, path)
+                continue
             self.record(step, self.run_with_tries(step, path, scope))
+
+    def carry(self, step: Step, path: str) -> None:
+        """A rerun takes this step's results over from its original run, running nothing."""
+        carried = self.carried or {}
+        views = carried.get("views") or {}
+
+        def note() -> dict[str, Any]:
+            with self.conn.transaction():
+                self.note(
+                    f"Step {step.id} carried over from run {carried.get('run_id')}: not run again.",
+                    None,
+                    f"carried:{path}",
+                )
+            return {"from": carried.get("run_id"), **(views.get(step.id) or {})}
+
+        self.ctx.step(names.checkpoint(names.CARRIED, path), note)
+        for inner in step.walk():
+            if inner.id in views:
+                self.views[inner.id] = views[inner.id]
+                self.outputs[inner.id] = views[inner.id].get("output")
+        for name, value in (carried.get("named") or {}).items():
+            self.named.setdefault(name, value)
 
     def run_with_tries(self, step: Step, path: str, scope: str) -> StepResult:
         """Try the step until it completes, is skipped or fails with `on_failure: continue`; a

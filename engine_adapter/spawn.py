@@ -81,11 +81,6 @@ class ChildOf:
     step: str  # the parent's step path
     try_no: int
     branch: str  # the branch name, or the item's number
-    # A branch's recipe: the parent's snapshot with the branch's steps, at the parent's version.
-    # None: a sub-workflow, which runs its workflow's current version.
-    recipe: dict[str, Any] | None = None
-    version: int | None = None
-    hash: str | None = None
     inherited: dict[str, Any] = field(default_factory=dict)  # the parent's results so far
     notify: tuple[str, ...] = ()  # events to emit when the child finishes (besides run.done)
 
@@ -97,6 +92,16 @@ class ChildOf:
             "branch": self.branch,
             "notify": list(self.notify),
         }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A recipe version a new run takes instead of its workflow's current one: a branch runs its
+    parent's (with the branch's steps), a rerun its original run's."""
+
+    recipe: dict[str, Any]
+    version: int
+    hash: str
 
 
 @dataclass(frozen=True)
@@ -113,13 +118,16 @@ def spawn(
     trigger: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     child: ChildOf | None = None,
+    snapshot: Snapshot | None = None,
+    carried: dict[str, Any] | None = None,
 ) -> Spawned:
     """Snapshot the workflow's recipe and the payload into a new run, in one transaction.
 
     A repeated idempotency key returns the existing run with created=False. A child run (a
     parallel branch, a foreach item, a sub-workflow) comes through here too: it runs the steps
-    `child.recipe` holds (else its workflow's), never waits for admission and does not count
-    against max_concurrent_runs (its parent holds the place).
+    `snapshot` holds (else its workflow's), never waits for admission and does not count
+    against max_concurrent_runs (its parent holds the place). A rerun (`carried`: the results it
+    takes over from its original run) runs its original's snapshot.
     """
     payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
@@ -130,11 +138,11 @@ def spawn(
     with conn.transaction():
         wf = get_workflow(conn, workflow)
         recipe = wf["recipe"]
-        if child is not None and child.recipe is not None:
-            # A branch of a running parent: the parent's snapshot, whatever the workflow is now.
-            recipe = child.recipe
-            wf = {**wf, "version": child.version, "hash": child.hash}
-        else:
+        if snapshot is not None:
+            # A version of its own, whatever the workflow is now (enabled or not).
+            recipe = snapshot.recipe
+            wf = {**wf, "version": snapshot.version, "hash": snapshot.hash}
+        if child is None or snapshot is None:
             if not wf["enabled"]:
                 raise SpawnError(f"workflow {workflow!r} is disabled")
             problems = payload_schema.payload_problems(recipe.get("payload_schema"), payload)
@@ -148,6 +156,8 @@ def spawn(
         }
         if child is not None:
             params["inherited"] = child.inherited
+        if carried is not None:
+            params["carried"] = carried
         limited = child is None and recipe.get("max_concurrent_runs") is not None
         if limited:
             params["admit"] = True  # the handler awaits admission before its first step
@@ -238,6 +248,9 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
             f"by run {trigger.get('run_id')}, step {trigger.get('step')}, "
             f"{trigger.get('what', 'branch')} {trigger.get('branch')}"
         )
+    if kind == "rerun":
+        text = f"as a rerun of run {trigger.get('run_id')} from step {trigger.get('from')}"
+        return text + (f", by {caller}" if caller else "")
     if kind == "event":
         text = f"by event {trigger.get('event')}, id {trigger.get('event_id')}"
         return text + (f", emitted by {caller}" if caller else "")

@@ -76,10 +76,19 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
         "tries": last,
         "output": None,
         "reason": None,
+        "exit_code": None,
         "started_at": None,
         "finished_at": None,
     }
     decided = facts.cp(names.DECIDE, path, last) if last else None
+    carried = facts.cp(names.CARRIED, path, None)
+    if carried is not None:
+        node.update(
+            status=domain.CARRIED_OVER,
+            output=carried.get("output"),
+            reason=f"carried over from run {carried.get('from')}",
+        )
+        return node
     if decided and "error" in decided:
         node.update(status=domain.FAILED, output=decided["error"], reason=decided["error"])
     elif decided and not decided.get("value") and kind != domain.CONDITIONAL:
@@ -114,7 +123,11 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
             reason=None if outcome.passed else outcome.why,
         )
     elif result:
-        node.update(status=result.get("status", domain.COMPLETED), output=result.get("output"))
+        node.update(
+            status=result.get("status", domain.COMPLETED),
+            output=result.get("output"),
+            exit_code=result.get("exit_code"),
+        )
     elif (
         kind in domain.SLEEP_KINDS
         and facts.cp(names.SLEEP, path, last) is not None

@@ -537,3 +537,46 @@ def test_conductor_sigkill_during_control_flow_changes_nothing(conn, apply, proc
         "select count(*) as n from threadline.run_threads where parent_run_id = %s", (run_id,)
     ).fetchone()["n"]
     assert children == 2 + 3 + 1
+
+
+RERUN = """
+slug: rerun-me
+steps:
+  - id: fetch
+    run_command: echo fetched >> {{payload.dir}}/fetch; echo data-1
+    output: data
+  - id: check
+    if: payload.strict
+    run_command: test -e {{payload.dir}}/{{payload.flag}} && echo "checked {{outputs.data}}"
+  - id: publish
+    run_command: echo "publish {{steps.check.output}}"
+"""
+
+
+def test_rerun_from_a_step_carries_over_what_came_before(conn, apply, procs, tmp_path):
+    import pytest
+
+    from engine_adapter.reruns import rerun
+
+    apply(RERUN)
+    procs.start("conductor")
+    procs.start("bots")
+    first = spawn(conn, "rerun-me", {"dir": str(tmp_path), "strict": True, "flag": "ok"}).run_id
+    harness.wait_for_state(procs.url, first, "failed", timeout=30)
+
+    with pytest.raises(commands.CommandRefused, match="step check is failed"):
+        rerun(conn, first, "publish", OPERATOR)
+    with pytest.raises(commands.CommandRefused, match="has no step 'nope'"):
+        rerun(conn, first, "nope", OPERATOR)
+    (tmp_path / "ready").touch()
+    second = rerun(
+        conn, first, "check", OPERATOR, {"dir": str(tmp_path), "strict": True, "flag": "ready"}
+    ).run_id
+    view = harness.wait_for_state(procs.url, second, "completed", timeout=30)
+    assert statuses(view) == {"fetch": "carried_over", "check": "completed", "publish": "completed"}
+    assert (tmp_path / "fetch").read_text() == "fetched\n"  # carried over: never run again
+    assert node(view, "publish")["output"].strip() == "publish checked data-1"
+    assert view["trigger"]["kind"] == "rerun" and view["trigger"]["run_id"] == first
+    assert any(f"carried over from run {first}" in e["text"] for e in view["thread"])
+    original = harness.wait_for_state(procs.url, first, "failed")
+    assert any(e["text"].startswith("Rerun from step check by tester") for e in original["thread"])

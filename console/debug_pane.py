@@ -75,6 +75,17 @@ def debug_html(d: dict[str, Any]) -> str:
             ],
         )
     )
+    if d.get("decisions"):
+        parts.append("<h6>Decisions (checkpointed: a replay takes the same path)</h6>")
+        parts.append(
+            _table(
+                ["decision", "step", "try", "value", "at"],
+                [
+                    [_t(x["what"]), _t(x["step"]), _t(x["try"] or ""), _t(x["value"]), _t(x["at"])]
+                    for x in d["decisions"]
+                ],
+            )
+        )
     parts.append("<h6>Checkpoints</h6>")
     parts.append(
         "".join(

@@ -17,9 +17,9 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter import commands, read_model, threads
+from engine_adapter import commands, read_model, reruns, threads
 from engine_adapter.engine_debug import run_debug
-from engine_adapter.spawn import describe_trigger
+from engine_adapter.spawn import SpawnError, describe_trigger
 
 from . import access, data, state
 from .debug_pane import debug_html
@@ -101,6 +101,13 @@ class RunView(Viewer):
         self.retry = pn.widgets.Button(name="Retry failed step", button_type="primary")
         self.cancel.on_click(lambda _e: self._command("cancel"))
         self.retry.on_click(lambda _e: self._command("retry"))
+        self.related = html_pane("")
+        self.rerun_from = pn.widgets.Select(name="Rerun from step", options=[], width=200)
+        self.rerun_payload = pn.widgets.TextInput(
+            name="with payload (JSON; empty: the same)", placeholder="{}"
+        )
+        self.rerun = pn.widgets.Button(name="Rerun from step", button_type="primary")
+        self.rerun.on_click(lambda _e: self._rerun())
         self.event_name = pn.widgets.TextInput(
             placeholder="event name", name="Emit an event (debug)"
         )
@@ -142,6 +149,7 @@ class RunView(Viewer):
         )
         actions = pn.Card(
             pn.Row(self.cancel, self.retry),
+            pn.Row(self.rerun_from, self.rerun_payload, self.rerun),
             pn.Row(self.event_name, self.event_payload, self.emit),
             title="Actions",
             collapsed=True,
@@ -149,6 +157,7 @@ class RunView(Viewer):
         )
         return pn.Column(
             self.header,
+            self.related,
             pn.pane.Markdown("### Steps"),
             self.stepper,
             thread,
@@ -189,6 +198,11 @@ class RunView(Viewer):
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
+        self.related.object = state.related_runs_html(run)
+        top = [step["id"] for step in run["steps"]]
+        if list(self.rerun_from.options) != top:
+            self.rerun_from.options = top
+        self.rerun.disabled = bool(run.get("parent")) or not self._may(access.OPERATE)
         at_gate = run["gate"] is not None
         for widget in (self.approve, self.deny, self.reason):
             widget.visible = state.gate_takes_decisions(run["gate"])
@@ -346,6 +360,26 @@ class RunView(Viewer):
             self._say(str(err), ok=False)
             return
         self._say("Cancelled." if which == "cancel" else "Retrying the failed step.")
+
+    def _rerun(self) -> None:
+        text = self.rerun_payload.value.strip()
+        try:
+            payload = json.loads(text) if text else None
+        except json.JSONDecodeError as err:
+            self._say(f"payload: not valid JSON: {err}", ok=False)
+            return
+        try:
+            actor = access.actor_for("rerun a run", access.OPERATE)
+            with data.connection() as conn:
+                spawned = reruns.rerun(conn, self.run_id, self.rerun_from.value, actor, payload)
+        except (access.NotAllowed, commands.CommandRefused, SpawnError) as err:
+            self._say(str(err), ok=False)
+            return
+        self._say(f"Rerun started: run {spawned.run_id}.")
+        self.related.object = state.related_runs_html(self.run or {}) + (
+            f'<div id="tl-rerun-link"><a href="{state.run_url(spawned.run_id)}">open the rerun '
+            f"{spawned.run_id}</a></div>"
+        )
 
     def _emit(self) -> None:
         try:

@@ -108,6 +108,39 @@ STATUS_ICONS = {
 }
 
 
+def related_runs_html(run: dict[str, Any]) -> str:
+    """Links between runs: the parent a branch or sub-workflow belongs to, the run a rerun came
+    from, and the child runs this run's steps started."""
+    parts = []
+    parent = run.get("parent")
+    if parent:
+        parts.append(
+            f'part of run <a href="{run_url(parent["run_id"], parent.get("step"))}">'
+            f"{short_run_id(parent['run_id'])}</a> (step {html.escape(str(parent.get('step')))}, "
+            f"{html.escape(str(parent.get('branch')))})"
+        )
+    trigger = run.get("trigger") or {}
+    if trigger.get("kind") == "rerun":
+        parts.append(
+            f'rerun of <a href="{run_url(trigger["run_id"])}">{short_run_id(trigger["run_id"])}'
+            f"</a> from step {html.escape(str(trigger.get('from')))}"
+        )
+    children = [
+        (n, b)
+        for _, n in step_tree.flatten(run.get("steps") or [])
+        for b in n.get("branches") or []
+        if b.get("run_id")
+    ]
+    if children:
+        links = ", ".join(
+            f'<a href="{run_url(b["run_id"])}">{html.escape(n["id"])}/{html.escape(b["name"])}'
+            f"</a> ({html.escape(b['status'])})"
+            for n, b in children
+        )
+        parts.append(f"runs started by its steps: {links}")
+    return '<div class="tl-muted" id="tl-related">' + " · ".join(parts) + "</div>" if parts else ""
+
+
 def stepper_rows(
     run: dict[str, Any], now: datetime, highlight: str | None = None
 ) -> list[dict[str, Any]]:

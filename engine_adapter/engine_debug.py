@@ -29,6 +29,7 @@ def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
     return {
         "task": task["task"] if task else None,
         "attempts": [_attempt_view(a, checkpoints) for a in attempts],
+        "decisions": _decisions(checkpoints),
         "checkpoints": [
             {
                 "name": c["checkpoint_name"],
@@ -82,10 +83,48 @@ def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
 def _sent_keys(run_id: str, checkpoints: list[dict[str, Any]]) -> list[str]:
     out = []
     for c in checkpoints:
-        kind, _, rest = c["checkpoint_name"].partition(":")
-        if kind == "send" and rest.count(":") == 1:
-            step_id, try_no = rest.rsplit(":", 1)
-            out.append(names.step_key(run_id, step_id, int(try_no)))
+        parsed = names.parse_checkpoint(c["checkpoint_name"])
+        if parsed and parsed[0] == names.SEND and parsed[2] is not None:
+            out.append(names.step_key(run_id, parsed[1], parsed[2]))
+    return out
+
+
+# Checkpoints that record a decision the run took: a replay reads them and takes the same path.
+_DECISIONS = {
+    names.DECIDE: "condition",
+    names.UNTIL: "until",
+    names.ITEMS: "foreach list",
+    names.WINNER: "first finished",
+    names.CARRIED: "carried over",
+}
+
+
+def _decisions(checkpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for c in checkpoints:
+        parsed = names.parse_checkpoint(c["checkpoint_name"])
+        if parsed is None or parsed[0] not in _DECISIONS or parsed[3] is not None:
+            continue
+        state = c["state"] if isinstance(c["state"], dict) else {}
+        if "error" in state:
+            value = f"error: {state['error']}"
+        elif parsed[0] in (names.DECIDE, names.UNTIL):
+            value = f"{state.get('value')}" + (f" ({state['why']})" if state.get("why") else "")
+        elif parsed[0] == names.ITEMS:
+            value = f"{len(state.get('items') or [])} items"
+        elif parsed[0] == names.WINNER:
+            value = f"branch {state.get('branch')} ({state.get('status')})"
+        else:
+            value = f"from run {state.get('from')}"
+        out.append(
+            {
+                "what": _DECISIONS[parsed[0]],
+                "step": parsed[1],
+                "try": parsed[2],
+                "value": value,
+                "at": c["updated_at"],
+            }
+        )
     return out
 
 

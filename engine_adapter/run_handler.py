@@ -22,12 +22,14 @@ from psycopg.types.json import Jsonb
 from . import child_runs, db, domain, expressions, names, threads
 from .domain import StepResult
 from .recipes import RecipeError, Step, check_wake, parse_duration
-from .render import RenderError, as_text, render, render_command
+from .recipes import PLACEHOLDER
+from .render import RenderError, as_text, render, render_command, resolve
 from .settings import QUEUE
 from .spawn import admit_event
 from .workers import crash_point
 
 INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
+_BLOCKS = (*domain.BLOCK_KINDS, domain.WORKFLOW)
 
 
 class EndRun(Exception):
@@ -47,6 +49,7 @@ class RunHandler:
         self.recipe = params["recipe"]
         self.steps = [snapshot_step(s) for s in self.recipe["steps"]]
         self.admit = bool(params.get("admit"))
+        self.last_output: Any = ""  # the last top-level step's: what a branch run hands back
         self.carried: dict[str, Any] | None = params.get("carried")  # a rerun's taken-over results
         self.is_child = "inherited" in params
         inherited = params.get("inherited") or {}
@@ -78,7 +81,10 @@ class RunHandler:
             if not scope and step.id in (self.carried or {}).get("steps", ()):
                 self.carry(step, path)
                 continue
-            self.record(step, self.run_with_tries(step, path, scope))
+            result = self.run_with_tries(step, path, scope)
+            self.record(step, result)
+            if not scope:
+                self.last_output = _trimmed(result.output)
 
     def carry(self, step: Step, path: str) -> None:
         """A rerun takes this step's results over from its original run, running nothing."""
@@ -108,6 +114,10 @@ class RunHandler:
         try_no = 1
         while True:
             result = self.try_once(step, path, scope, try_no)
+            if step.kind in _BLOCKS and result.status != domain.SKIPPED:
+                # A block's result lives in memory only: write it down for the read model.
+                done = result.to_dict()
+                self.ctx.step(names.done_checkpoint(path, try_no), lambda: done)
             if result.ok or (result.status == domain.FAILED and step.on_failure == "continue"):
                 return result
             if result.extra.get("timed_out") and step.on_timeout == "continue":
@@ -154,6 +164,16 @@ class RunHandler:
         if step.kind == domain.WAIT_FOR_EVENT:
             return self.wait_step(step, path, try_no)
         return StepResult(domain.FAILED, f"step {step.id}: {step.kind} steps are not supported")
+
+    def value_of(self, template: Any) -> Any:
+        """A sub-workflow payload value: a lone placeholder keeps its value's type (a number, a
+        list); other text has its placeholders rendered."""
+        if not isinstance(template, str):
+            return template
+        lone = PLACEHOLDER.fullmatch(template.strip())
+        if lone:
+            return resolve(lone.group(1).strip(), self.payload, self.outputs, self.scope())
+        return render(template, self.payload, self.outputs, self.scope())
 
     def record(self, step: Step, result: StepResult) -> None:
         self.views[step.id] = result.view()
@@ -369,10 +389,7 @@ class RunHandler:
 
     def sub_workflow(self, step: Step, path: str, try_no: int) -> StepResult:
         try:
-            payload = {
-                k: render(v, self.payload, self.outputs, self.scope()) if isinstance(v, str) else v
-                for k, v in (step.payload or {}).items()
-            }
+            payload = {k: self.value_of(v) for k, v in (step.payload or {}).items()}
         except RenderError as err:
             return StepResult(domain.FAILED, str(err), reason=str(err))
         started = self.ctx.step(
@@ -715,7 +732,12 @@ class RunHandler:
 
     def finish(self, ended: EndRun | None = None) -> bool:
         declared = self.declared_outputs() if ended is None else {}
-        record = {"steps": self.views, "outputs": self.named, "declared": declared}
+        record = {
+            "steps": self.views,
+            "outputs": self.named,
+            "declared": declared,
+            "last": self.last_output,
+        }
         with self.conn.transaction():
             self.conn.execute(
                 db.q("set_run_outputs"), dict(run_id=self.run_id, outputs=Jsonb(record))
@@ -781,12 +803,12 @@ class RunHandler:
 
 
 def _branch_output(finished: dict[str, Any]) -> Any:
-    """A finished child's output: its declared outputs, else its last step's output."""
+    """A finished child's output: its declared outputs, else its last step's output (recorded as
+    such: a JSON object's keys keep no order in the database)."""
     outputs = finished.get("outputs") or {}
     if outputs.get("declared"):
         return outputs["declared"]
-    views = list((outputs.get("steps") or {}).values())
-    return _trimmed(views[-1].get("output")) if views else ""
+    return outputs.get("last", "")
 
 
 def _trimmed(output: Any) -> Any:

@@ -206,6 +206,11 @@ def _block(
         node["status"] = status
     else:
         _children(facts, step, node, kind, path, last, depth)
+    result = facts.cp(names.DONE, path, last) if last else None
+    if result is not None:  # the block's own result, written when it finished
+        node["status"] = result.get("status", node["status"])
+        node["output"] = result.get("output")
+        node["reason"] = result.get("reason") or node["reason"]
     if _current(facts, path) == domain.FAILED:
         node["status"] = domain.FAILED
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_adapter import commands, db, harness, step_tree
+from engine_adapter import commands, db, engine_debug, harness, step_tree
 from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
@@ -81,6 +81,11 @@ def test_conditions_branches_and_outputs(conn, apply, procs):
     assert '`steps.checks.status == "completed"` is false, so step celebrate is skipped.' in texts
     assert "`steps.checks.exit_code > 1` is true, so step triage takes its then branch." in texts
 
+    decisions = engine_debug.run_debug(conn, failing)["decisions"]
+    assert {(d["what"], d["step"], d["value"]) for d in decisions} >= {
+        ("condition", "investigate", 'True (`steps.checks.status == "failed"` is true)'),
+        ("condition", "triage", "True (`steps.checks.exit_code > 1` is true)"),
+    }
     view = harness.wait_for_state(procs.url, passing, "completed", timeout=60)
     assert statuses(view)["investigate"] == "skipped"
     assert statuses(view)["celebrate"] == "completed"
@@ -580,3 +585,60 @@ def test_rerun_from_a_step_carries_over_what_came_before(conn, apply, procs, tmp
     assert any(f"carried over from run {first}" in e["text"] for e in view["thread"])
     original = harness.wait_for_state(procs.url, first, "failed")
     assert any(e["text"].startswith("Rerun from step check by tester") for e in original["thread"])
+
+
+def test_nested_a_parallel_group_in_a_foreach_and_a_branch_in_a_sub_workflow(
+    conn, apply, procs, tmp_path
+):
+    apply("""
+slug: inner
+outputs:
+  said: steps.choose.output
+steps:
+  - id: choose
+    if: payload.n > 1
+    then:
+      - id: big
+        run_command: echo big {{payload.n}}
+    else:
+      - id: small
+        run_command: echo small {{payload.n}}
+""")
+    apply("""
+slug: outer
+steps:
+  - id: each
+    foreach: payload.ns
+    max_parallel: 2
+    steps:
+      - id: both
+        parallel:
+          left:
+            - id: left
+              run_command: echo "L{{item}}" >> {{payload.dir}}/left
+          right:
+            - id: right
+              run_command: echo "R{{item}}" >> {{payload.dir}}/right
+      - id: sub
+        workflow: inner
+        payload:
+          n: "{{item}}"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "outer", {"ns": [1, 2, 3], "dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=90)
+    assert sorted((tmp_path / "left").read_text().split()) == ["L1", "L2", "L3"]
+    assert sorted((tmp_path / "right").read_text().split()) == ["R1", "R2", "R3"]
+    each = node(view, "each")
+    assert [b["status"] for b in each["branches"]] == ["completed"] * 3
+    item = each["branches"][1]  # item 2: its own steps, drawn inside the foreach
+    assert [s["id"] for s in item["steps"]] == ["both", "sub"]
+    both = item["steps"][0]
+    assert [b["name"] for b in both["branches"]] == ["left", "right"]
+    sub = item["steps"][1]
+    inner = sub["branches"][0]["steps"]
+    assert inner[0]["id"] == "choose" and inner[0]["output"] == "then"
+    # A lone placeholder keeps its type: {{item}} passed the number 2, so n > 1 held.
+    assert inner[0]["blocks"][0]["steps"][0]["output"].strip() == "big 2"
+    assert each["output"] == [{"said": "else"}, {"said": "then"}, {"said": "then"}]

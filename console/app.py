@@ -139,4 +139,25 @@ def serve(
             flush=True,
         )
     server.start()
+    stop_on_signals(server)
     server.io_loop.start()
+
+
+def stop_on_signals(server: Any) -> None:
+    """Ctrl-C (on `up`, it reaches the whole process group) or SIGTERM: close the browser
+    sessions and stop the loop in order, rather than die inside Tornado writing to sockets that
+    just closed (a WebSocketClosedError traceback on every stop)."""
+    import signal
+
+    def stop() -> None:
+        server.stop()  # no new connections; the open ones close below
+        for connection in list(server._tornado._clients):  # Bokeh's open websockets
+            connection.detach_session()
+            connection._socket.close()
+        server.io_loop.add_callback(server.io_loop.stop)
+
+    def on_signal(*_: object) -> None:
+        server.io_loop.add_callback_from_signal(stop)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)

@@ -24,6 +24,17 @@ from engine_adapter.spawn import spawn  # noqa: E402
 from engine_adapter.workflows import apply_recipe  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
+
+
+def require_emoji_font() -> None:
+    """Without a colour emoji font the buttons' 👍/👎 photograph as empty boxes."""
+    import subprocess
+
+    fonts = subprocess.run(["fc-list"], capture_output=True, text=True).stdout
+    if "Noto Color Emoji" not in fonts:
+        sys.exit("install Debian's fonts-noto-color-emoji first: emoji would show as empty boxes")
+
+
 DEMO = """slug: release-check
 name: Release check
 bot: local
@@ -51,6 +62,8 @@ steps:
 
 def main() -> int:
     from playwright.sync_api import sync_playwright
+
+    require_emoji_font()
 
     out = ROOT / "assets"
     home = Path(tempfile.mkdtemp(prefix="threadline-shots-"))

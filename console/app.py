@@ -140,7 +140,24 @@ def serve(
         )
     server.start()
     stop_on_signals(server)
+    quiet_closed_sockets(server.io_loop.asyncio_loop)
     server.io_loop.start()
+
+
+def quiet_closed_sockets(loop: Any) -> None:
+    """A browser that leaves (a tab closed, a page changed) while the console writes to it is
+    normal: Tornado reports the write it could not finish as a never-retrieved task exception
+    with a traceback. Say it in one debug line instead; every other error is reported as ever."""
+    from tornado.iostream import StreamClosedError
+    from tornado.websocket import WebSocketClosedError
+
+    def handler(loop: Any, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), (WebSocketClosedError, StreamClosedError)):
+            log.debug("a browser left while the console wrote to it")
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def stop_on_signals(server: Any) -> None:

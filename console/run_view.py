@@ -17,7 +17,7 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter import commands, read_model, reruns, threads
+from engine_adapter import commands, events, read_model, reruns, threads
 from engine_adapter.engine_debug import run_debug
 from engine_adapter.spawn import SpawnError, describe_trigger
 
@@ -108,6 +108,13 @@ class RunView(Viewer):
         )
         self.rerun = pn.widgets.Button(name="Rerun from step", button_type="primary")
         self.rerun.on_click(lambda _e: self._rerun())
+        self.outside_name = pn.widgets.TextInput(
+            name="Deliver an event (ends waits for it)", placeholder="event name, e.g. deploy.done"
+        )
+        self.outside_key = pn.widgets.TextInput(name="key", placeholder="correlation key")
+        self.outside_payload = pn.widgets.TextInput(name="payload", placeholder="{}")
+        self.deliver = pn.widgets.Button(name="Deliver")
+        self.deliver.on_click(lambda _e: self._deliver())
         self.event_name = pn.widgets.TextInput(
             placeholder="event name", name="Emit an event (debug)"
         )
@@ -150,6 +157,7 @@ class RunView(Viewer):
         actions = pn.Card(
             pn.Row(self.cancel, self.retry),
             pn.Row(self.rerun_from, self.rerun_payload, self.rerun),
+            pn.Row(self.outside_name, self.outside_key, self.outside_payload, self.deliver),
             pn.Row(self.event_name, self.event_payload, self.emit),
             title="Actions",
             collapsed=True,
@@ -199,6 +207,11 @@ class RunView(Viewer):
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
         self.related.object = state.related_runs_html(run)
+        waiting = state.event_wait(run)
+        if waiting and not self.outside_name.value:  # offer what the run waits for
+            self.outside_name.value = waiting["events"][0]
+            self.outside_key.value = waiting.get("key") or ""
+        self.deliver.disabled = not self._may(access.OPERATE)
         top = [step["id"] for step in run["steps"]]
         if list(self.rerun_from.options) != top:
             self.rerun_from.options = top
@@ -380,6 +393,30 @@ class RunView(Viewer):
             f'<div id="tl-rerun-link"><a href="{state.run_url(spawned.run_id)}">open the rerun '
             f"{spawned.run_id}</a></div>"
         )
+
+    def _deliver(self) -> None:
+        text = self.outside_payload.value.strip()
+        try:
+            payload = json.loads(text) if text else {}
+        except json.JSONDecodeError as err:
+            self._say(f"payload: not valid JSON: {err}", ok=False)
+            return
+        try:
+            actor = access.actor_for("deliver an event", access.OPERATE)
+            with data.connection() as conn:
+                emitted = events.emit(
+                    conn,
+                    self.outside_name.value.strip(),
+                    payload,
+                    caller=actor.label,
+                    key=self.outside_key.value.strip() or None,
+                    via="console",
+                )
+        except (access.NotAllowed, SpawnError) as err:
+            self._say(str(err), ok=False)
+            return
+        n = len(emitted.released)
+        self._say(f"Delivered {emitted.name}: {n} waiting step{'s' if n != 1 else ''} released.")
 
     def _emit(self) -> None:
         try:

@@ -108,6 +108,11 @@ STATUS_ICONS = {
 }
 
 
+def event_wait(run: dict[str, Any]) -> dict[str, Any] | None:
+    """What a run waiting for an outside event waits for: {events, key}, or None."""
+    return run.get("event_wait")
+
+
 def related_runs_html(run: dict[str, Any]) -> str:
     """Links between runs: the parent a branch or sub-workflow belongs to, the run a rerun came
     from, and the child runs this run's steps started."""

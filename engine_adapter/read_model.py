@@ -60,6 +60,7 @@ def show_run(
         "wake_at": run["wake_at"].isoformat() if run["wake_at"] and state == "sleeping" else None,
         "await_key": run["await_key"] if run["awaiting"] else None,
         "gate": _gate_view(run),
+        "event_wait": _event_wait(conn, run),
         "steps": step_tree.steps_tree(facts),
         "outputs": (run["outputs"] or {}).get("declared") or {},
         "parent": run["parent"],
@@ -76,6 +77,14 @@ def show_run(
             for e in entries
         ],
     }
+
+
+def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> dict[str, Any] | None:
+    """The outside event a run waits for ({events, key}), or None."""
+    if not (run["awaiting"] and run["await_kind"] == "event"):
+        return None
+    row = db.fetch_one(conn, "event_wait", dict(step_key=run["await_key"]))
+    return None if row is None else {"events": row["names"], "key": row["key"]}
 
 
 def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:

@@ -122,6 +122,10 @@ select threadline.deliver_event(%(queue)s, %(name)s, %(key)s, %(event_id)s, %(pa
 select threadline.register_wait(%(queue)s, %(run_id)s, %(step_key)s, %(names)s, %(key)s)
   as released
 
+-- event_wait --
+-- What a waiting step waits for (migration 010).
+select names, key from threadline.event_waits where step_key = %(step_key)s
+
 -- release_wait --
 -- End a wait once (a timeout); false when an event ended it first (migration 010).
 select threadline.release_wait(%(queue)s, %(step_key)s, %(payload)s) as released

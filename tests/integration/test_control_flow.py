@@ -429,6 +429,7 @@ def test_wait_for_event_by_key_and_an_early_event_is_not_lost(conn, apply, procs
     late = spawn(conn, "wait-deploy", {"sha": "aaa", "nap": 0}).run_id
     view = harness.wait_for_state(procs.url, late, "waiting", timeout=30)
     assert statuses(view)["deployed"] == "waiting"
+    assert view["event_wait"] == {"events": ["deploy.done", "deploy.failed"], "key": "aaa"}
     other = emit(conn, "deploy.done", {"url": "x"}, key="zzz")  # another key: no effect
     assert other.released == []
     assert harness.wait_for_state(procs.url, late, "waiting")["state"] == "waiting"

@@ -465,3 +465,53 @@ def test_an_open_page_ends_when_the_users_file_vanishes(browser, users_console, 
         ".tl-user:has-text('otto')"
     )  # the file back: the same session holds again
     page.context.close()
+
+
+FLOW = """slug: ui-control-flow
+bot: local
+steps:
+  - id: fan
+    parallel:
+      left:
+        - id: left
+          run_command: echo L
+      right:
+        - id: right
+          run_command: echo R
+  - id: go
+    wait_for_event: ui.go
+    key: "{{ payload.k }}"
+  - id: after
+    run_command: echo "after {{ steps.left.output }}"
+"""
+
+
+def test_run_page_shows_the_tree_delivers_an_event_and_reruns_from_a_step(page, stack):
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, FLOW)
+        run_id = spawn(conn, "ui-control-flow", {"k": "k1"}).run_id
+    page.goto(stack.base + f"/run?id={run_id}")
+    page.wait_for_selector("#tl-run-state:text-is('waiting')", timeout=30000)
+    for step in ("left", "right"):  # branch steps, drawn inside the group
+        wait_status(page, step, "completed")
+    wait_status(page, "go", "waiting")
+    related = page.locator("#tl-related").inner_text()
+    assert "runs started by its steps: fan/left (completed), fan/right (completed)" in related
+    page.click("text=Actions")
+    name = page.get_by_label("Deliver an event (ends waits for it)")
+    harness.wait_for(lambda: name.input_value() == "ui.go", timeout=10, what="the event offered")
+    assert page.get_by_label("key").input_value() == "k1"
+    page.click("button:has-text('Deliver')")
+    page.wait_for_selector("#tl-run-state:text-is('completed')", timeout=30000)
+    wait_status(page, "after", "completed")
+
+    page.locator("select").filter(has_text="after").select_option("after")
+    page.click("button:has-text('Rerun from step')")
+    link = page.wait_for_selector("#tl-rerun-link a", timeout=10000)
+    page.goto(stack.base + link.get_attribute("href"))
+    page.wait_for_selector("#tl-run-state:text-is('completed')", timeout=30000)
+    wait_status(page, "fan", "carried_over")
+    wait_status(page, "go", "carried_over")
+    assert "rerun of" in page.locator("#tl-related").inner_text()
+    # Leaving a live page mid-write is normal: no traceback for it in the console's log.
+    assert "WebSocketClosedError" not in (stack.procs.home / "console.log").read_text()

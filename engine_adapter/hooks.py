@@ -38,8 +38,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import db
+from .events import emit
 from .hook_requests import content_type_problem, framing_problem, header_problem, request_path
 from .roles import warn_if_superuser
+from .render import as_text
 from .settings import database_url
 from .spawn import BadPayload, PayloadRejected, SpawnError, spawn
 from .webhook_auth import (
@@ -50,7 +52,7 @@ from .webhook_auth import (
     SignatureError,
     verify,
 )
-from .webhook_spec import map_payload, secret_env
+from .webhook_spec import MappingError, map_payload, resolve, secret_env
 from .workflows import WorkflowNotFound
 
 log = logging.getLogger("threadline.hooks")
@@ -144,6 +146,8 @@ def receive(
     except ValueError as err:
         return _error(400, str(err))
 
+    if trigger["event"]:
+        return _deliver(conn, trigger, d, delivery, signature, payload)
     run_trigger = {"kind": "webhook", "path": d.path, "delivery": delivery, "caller": d.caller}
     try:
         with conn.transaction():
@@ -173,6 +177,49 @@ def receive(
         return _error(400, f"the body cannot be stored: {err.diag.message_primary}")
     status = 202 if spawned.created else 200
     return _accepted(status, {"run_id": spawned.run_id, "delivery": delivery})
+
+
+def _deliver(
+    conn: psycopg.Connection[Any],
+    trigger: dict[str, Any],
+    d: Delivery,
+    delivery: str,
+    signature: str | None,
+    payload: dict[str, Any],
+) -> Reply:
+    """A webhook with `event:` delivers that outside event: the runs waiting for it (by key) go
+    on, and workflows with `on_event` start. Once per delivery: a signed request's signature, or
+    else its delivery id, is the event's id, so a repeat (or a replay) delivers nothing again."""
+    key = None
+    if trigger["event_key"]:
+        try:
+            key = as_text(resolve(parse_body(d.body), trigger["event_key"]))
+        except (ValueError, MappingError) as err:
+            return _error(400, f"the event key {trigger['event_key']}: {err}")
+    event_id = f"webhook:{d.path}:{signature or delivery}"
+    try:
+        emitted = emit(
+            conn,
+            trigger["event"],
+            payload,
+            event_id=event_id,
+            caller=d.caller,
+            key=key,
+            via="webhook",
+        )
+    except BadPayload as err:
+        return _error(400, f"the body cannot be stored: {err}")
+    except SpawnError as err:
+        return _error(409, str(err))
+    body = {
+        "event": emitted.name,
+        "event_id": emitted.event_id,
+        "key": key,
+        "released": len(emitted.released),
+        "runs": [r.run_id for r in emitted.runs],
+        "delivery": delivery,
+    }
+    return Reply(202, body)
 
 
 def _repeat(path: str, seen: dict[str, Any]) -> Reply:

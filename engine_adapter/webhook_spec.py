@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .recipes import _q
+from .recipes import EVENT_NAME, _q
 
-KEYS = ("path", "secret", "map")
+KEYS = ("path", "secret", "map", "event", "key")
 MAX_PATH = 200
 _PATH = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_-][A-Za-z0-9_.-]*)*")
 _SECRET = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
@@ -33,6 +33,10 @@ class Webhook:
     path: str
     secret: str | None = None  # "env:NAME"
     map: tuple[tuple[str, str], ...] = ()  # (payload field, "$.a.b"); empty: the whole body
+    # Instead of starting a run: deliver this outside event (ending `wait_for_event` steps), its
+    # correlation key read from the body at `key` ("$.sha").
+    event: str | None = None
+    key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"path": self.path}
@@ -40,6 +44,10 @@ class Webhook:
             d["secret"] = self.secret
         if self.map:
             d["map"] = dict(self.map)
+        if self.event is not None:
+            d["event"] = self.event
+        if self.key is not None:
+            d["key"] = self.key
         return d
 
 
@@ -110,8 +118,20 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
                     )
                 else:
                     pairs.append((field, expr.strip()))
+        event, key = d.get("event"), d.get("key")
+        if event is not None and (not isinstance(event, str) or not EVENT_NAME.fullmatch(event)):
+            errors.append(
+                f"{where}.event: {_q(event)} must be an event name matching {EVENT_NAME.pattern}"
+            )
+        if key is not None:
+            if event is None:
+                errors.append(f"{where}.key: only applies with event")
+            elif not isinstance(key, str) or not _EXPR.fullmatch(key.strip()):
+                errors.append(f"{where}.key: {_q(key)} must be an expression like $.sha")
+            else:
+                key = key.strip()
         if len(errors) == n_before:
-            hooks.append(Webhook(path=path, secret=secret, map=tuple(pairs)))
+            hooks.append(Webhook(path=path, secret=secret, map=tuple(pairs), event=event, key=key))
     return tuple(hooks)
 
 

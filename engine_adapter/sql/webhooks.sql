@@ -1,8 +1,11 @@
 -- webhook_trigger --
--- The trigger a webhook path names, with whether its workflow is enabled.
-select t.path, t.workflow, t.secret, t.map, w.enabled
+-- The trigger a webhook path names, with whether its workflow is enabled and, for a webhook
+-- that delivers an outside event rather than start a run, the event and its key expression.
+select t.path, t.workflow, t.secret, t.map, w.enabled,
+       h ->> 'event' as event, h ->> 'key' as event_key
   from threadline.webhook_triggers t
   join threadline.workflows w on w.slug = t.workflow
+  left join lateral jsonb_array_elements(w.recipe -> 'webhooks') h on h ->> 'path' = t.path
  where t.path = %(path)s
 
 -- list_webhook_triggers --

@@ -579,3 +579,50 @@ def _healthy(base: str) -> bool:
         return request(base, "GET", "/healthz")[0] == 200
     except OSError:
         return False
+
+
+DEPLOY_WAIT = f"""
+slug: waits-for-deploy
+webhooks:
+  - path: deployed
+    secret: env:{SECRET_VAR}
+    event: deploy.done
+    key: $.sha
+steps:
+  - id: deployed
+    wait_for_event: deploy.done
+    key: "{{{{payload.sha}}}}"
+  - id: after
+    run_command: echo "deployed {{{{steps.deployed.output}}}}"
+"""
+
+
+def test_a_webhook_with_event_delivers_it_to_the_waiting_run_once(
+    db_url, conn, apply, procs, hooks
+):
+    from engine_adapter.spawn import spawn
+
+    apply(DEPLOY_WAIT)
+    procs.start("conductor")
+    procs.start("bots")
+    base = hooks()
+    run_id = spawn(conn, "waits-for-deploy", {"sha": "c0ffee"}).run_id
+    harness.wait_for_state(db_url, run_id, "waiting", timeout=30)
+    body = json.dumps({"sha": "c0ffee", "url": "https://example.test"}).encode()
+    captured = signed(body, delivery="d-1")
+    status, answer, _ = request(base, "POST", "/hooks/deployed", body, captured)
+    assert status == 202, answer
+    assert (answer["event"], answer["key"], answer["released"]) == ("deploy.done", "c0ffee", 1)
+    again = request(base, "POST", "/hooks/deployed", body, captured)  # a replay: nothing more
+    assert again[0] == 202 and again[1]["released"] == 0
+    view = harness.wait_for_state(db_url, run_id, "completed", timeout=30)
+    assert view["steps"][1]["output"].strip() == (
+        'deployed {"sha": "c0ffee", "url": "https://example.test"}'
+    )
+    delivered = conn.execute(
+        "select count(*) as n from threadline.outside_events where name = 'deploy.done'"
+    ).fetchone()["n"]
+    assert delivered == 1
+    no_key = json.dumps({"url": "x"}).encode()
+    status, answer, _ = request(base, "POST", "/hooks/deployed", no_key, signed(no_key))
+    assert status == 400 and "$.sha" in answer["error"], answer

@@ -13,7 +13,7 @@ from panel.viewable import Viewer
 from engine_adapter.names import short_run_id
 from engine_adapter import run_list
 from engine_adapter.read_model import RUN_STATES
-from engine_adapter.run_list import Cursor, FilterError, RunFilters
+from engine_adapter.run_list import Cursor, FilterError, RunFilters, RunRow
 from engine_adapter.workflows import list_workflows
 
 from . import charts, data, state
@@ -186,18 +186,18 @@ class RunsPage(Viewer):
                 pass
 
 
-def runs_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def runs_frame(rows: list[RunRow]) -> pd.DataFrame:
     columns = ["run", "workflow", "state", "step", "trigger", "started", "finished"]
     return pd.DataFrame(
         [
             {
-                "run": f'<a href="{state.run_url(r["run_id"])}">{short_run_id(r["run_id"])}</a>',
-                "workflow": f"{r['workflow']} v{r['workflow_version']}",
-                "state": r["state"],
-                "step": r["current_step"] or "",
-                "trigger": r["trigger_kind"] or "manual",
-                "started": r["created_at"].strftime("%Y-%m-%d %H:%M:%S"),
-                "finished": r["finished_at"].strftime("%H:%M:%S") if r["finished_at"] else "",
+                "run": f'<a href="{state.run_url(r.run_id)}">{short_run_id(r.run_id)}</a>',
+                "workflow": f"{r.workflow} v{r.workflow_version}",
+                "state": r.state,
+                "step": r.current_step or "",
+                "trigger": r.trigger_kind,
+                "started": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                "finished": r.finished_at.strftime("%H:%M:%S") if r.finished_at else "",
             }
             for r in rows
         ],

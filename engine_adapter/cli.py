@@ -380,21 +380,24 @@ def cmd_recipe_enable(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .read_model import health, list_runs
+    from .read_model import health
+    from .run_list import RunFilters, runs_page
 
+    filters = RunFilters(workflow=args.workflow, state=args.state)
+    filters.check()
     with _conn() as conn:
         h = health(conn)
-        runs = list_runs(conn, workflow=args.workflow, state=args.state, limit=args.limit)
-    value = {"health": h["status"], "runs": runs}
+        rows = runs_page(conn, filters, limit=args.limit).rows
+    value = {"health": h["status"], "runs": [r.to_json() for r in rows]}
 
     def text(v: dict[str, Any]) -> str:
         lines = [f"health: {v['health']}"]
         lines += [
-            f"{r['run_id']}  {r['workflow']:<20} {r['state']:<10} {r['current_step'] or '':<14} "
-            f"{r['created_at']:%Y-%m-%d %H:%M:%S}"
-            for r in v["runs"]
+            f"{r.run_id}  {r.workflow:<20} {r.state:<10} {r.current_step or '':<14} "
+            f"{r.created_at:%Y-%m-%d %H:%M:%S}"
+            for r in rows
         ]
-        return "\n".join(lines if v["runs"] else lines + ["no runs yet: `threadline spawn SLUG`"])
+        return "\n".join(lines if rows else lines + ["no runs yet: `threadline spawn SLUG`"])
 
     _print(args, value, text)
     return 0

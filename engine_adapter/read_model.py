@@ -7,9 +7,8 @@ from typing import Any
 import psycopg
 
 from . import db, step_tree, threads
+from .domain import FINISHED
 from .workers import list_workers
-
-from .domain import FINISHED, RUN_STATES
 
 
 def run_state(run: dict[str, Any], task: dict[str, Any] | None) -> str:
@@ -98,18 +97,6 @@ def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
         "approvers": gate.get("approvers") or [],
         "on_timeout": gate.get("on_timeout"),
     }
-
-
-def list_runs(
-    conn: psycopg.Connection[Any],
-    *,
-    workflow: str | None = None,
-    state: str | None = None,
-    limit: int = 50,
-) -> list[dict[str, Any]]:
-    if state is not None and state not in RUN_STATES:
-        raise ValueError(f"state must be one of {', '.join(RUN_STATES)}, not {state!r}")
-    return db.fetch_all(conn, "list_runs", dict(workflow=workflow, state=state, limit=limit))
 
 
 def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The runs list: filters that round-trip through a URL, keyset pages, counts and chart data.
+"""The one runs list (the CLI's `runs` and the console's runs page): filters that round-trip
+through a URL, keyset pages of typed rows, counts and chart data.
 
 Every query is bounded; pages are keyset (created_at, run_id), so page 2,000 costs what page 1 does.
 """
@@ -114,8 +115,36 @@ class Cursor:
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """One run as every list shows it (the CLI's `runs`, the console's runs page)."""
+
+    run_id: str
+    workflow: str
+    workflow_version: int
+    state: str
+    current_step: str | None
+    trigger_kind: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RunRow:
+        return cls(
+            **{f.name: row[f.name] for f in fields(cls)}
+            | {
+                "run_id": str(row["run_id"]),
+                "trigger_kind": row["trigger_kind"] or "manual",
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
 class Page:
-    rows: list[dict[str, Any]]
+    rows: list[RunRow]
     next_cursor: Cursor | None
 
 
@@ -130,12 +159,9 @@ def runs_page(
         "after_id": after.run_id if after else None,
         "limit": limit + 1,  # one more tells whether a next page exists
     }
-    rows = db.fetch_all(conn, "runs_page", params)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    for row in rows:
-        row["run_id"] = str(row["run_id"])
-    cursor = Cursor(rows[-1]["created_at"], rows[-1]["run_id"]) if more else None
+    found = db.fetch_all(conn, "runs_page", params)
+    rows = [RunRow.from_row(r) for r in found[:limit]]
+    cursor = Cursor(rows[-1].created_at, rows[-1].run_id) if len(found) > limit else None
     return Page(rows, cursor)
 
 

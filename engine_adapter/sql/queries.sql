@@ -294,16 +294,6 @@ select seq, author_kind, author, kind, step_key, text, data, created_at
  where run_id = %(run_id)s and seq > %(after)s
  order by seq limit %(limit)s
 
--- list_runs --
--- Newest runs first, filtered; bounded.
-select run_id, workflow, workflow_version, state, current_step, trigger, created_at, updated_at, finished_at
-  from threadline.run_threads
- where (%(workflow)s::text is null or workflow = %(workflow)s)
-   and (%(state)s::text is null or state = %(state)s)
-   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
- order by created_at desc, run_id desc
- limit %(limit)s
-
 -- health_counts --
 -- Runnable engine runs nobody claimed, and instructions waiting for a bot.
 select (select count(*) from absurd.r_threadline

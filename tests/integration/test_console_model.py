@@ -36,8 +36,8 @@ def test_keyset_pages_cover_every_run_once_in_order(conn):
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
-    assert pages == 25 and len(seen) == 1234 == len({r["run_id"] for r in seen})
-    keys = [(r["created_at"], r["run_id"]) for r in seen]
+    assert pages == 25 and len(seen) == 1234 == len({r.run_id for r in seen})
+    keys = [(r.created_at, r.run_id) for r in seen]
     assert keys == sorted(keys, reverse=True)
 
 
@@ -45,25 +45,23 @@ def test_filters_search_and_counts_agree(conn):
     seed_runs(conn, 700, claims=100)
     failed = RunFilters(state="failed", workflow="seed-2")
     rows = run_list.runs_page(conn, failed, limit=500).rows
-    assert rows and all(r["state"] == "failed" and r["workflow"] == "seed-2" for r in rows)
+    assert rows and all(r.state == "failed" and r.workflow == "seed-2" for r in rows)
     counts = run_list.state_counts(
         conn, failed
     )  # counts ignore the state filter: one pill per state
     assert counts["failed"] == len(rows) and counts["completed"] > 0 and sum(counts.values()) == 140
     webhook = run_list.runs_page(conn, RunFilters(trigger="webhook"), limit=500).rows
-    assert len(webhook) == 175 and {r["trigger_kind"] for r in webhook} == {"webhook"}
+    assert len(webhook) == 175 and {r.trigger_kind for r in webhook} == {"webhook"}
     hit = run_list.runs_page(conn, RunFilters(search='"T-7919"')).rows  # inside the payload
     assert len(hit) == 1
-    by_id = run_list.runs_page(
-        conn, RunFilters(search=hit[0]["run_id"][:18])
-    ).rows  # by run id prefix
-    assert [r["run_id"] for r in by_id] == [hit[0]["run_id"]]
-    by_short = run_list.runs_page(conn, RunFilters(search=short_run_id(hit[0]["run_id"]))).rows
-    assert [r["run_id"] for r in by_short] == [hit[0]["run_id"]]  # the short form the console shows
+    by_id = run_list.runs_page(conn, RunFilters(search=hit[0].run_id[:18])).rows  # by run id prefix
+    assert [r.run_id for r in by_id] == [hit[0].run_id]
+    by_short = run_list.runs_page(conn, RunFilters(search=short_run_id(hit[0].run_id))).rows
+    assert [r.run_id for r in by_short] == [hit[0].run_id]  # the short form the console shows
     assert (
         run_list.runs_page(conn, RunFilters(search="100%")).rows == []
     )  # % is a character, not a wildcard
-    newest = run_list.runs_page(conn, RunFilters(), limit=1).rows[0]["created_at"]
+    newest = run_list.runs_page(conn, RunFilters(), limit=1).rows[0].created_at
     recent = run_list.runs_page(conn, RunFilters(since=newest), limit=500).rows
     assert len(recent) == 1
 

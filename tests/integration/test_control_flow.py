@@ -257,10 +257,9 @@ def test_parallel_all_joins_branch_results(conn, apply, procs):
     child = db.fetch_one(conn, "get_run", dict(run_id=tests_branch["run_id"]))
     assert str(child["parent_run_id"]) == run_id and child["parent"]["branch"] == "tests"
     # Branch runs hold no place of their own and are not listed as runs of their own.
-    listed = {
-        str(r["run_id"])
-        for r in db.fetch_all(conn, "list_runs", dict(workflow="fan", state=None, limit=50))
-    }
+    from engine_adapter.run_list import RunFilters, runs_page
+
+    listed = {r.run_id for r in runs_page(conn, RunFilters(workflow="fan")).rows}
     assert listed == {run_id}
 
 

@@ -17,7 +17,8 @@ from engine_adapter import db, harness
 from engine_adapter.commands import CommandRefused, cancel_run, retry_run
 from engine_adapter.events import emit
 from engine_adapter.identity import Actor, os_user
-from engine_adapter.read_model import health, list_runs, show_run
+from engine_adapter.read_model import health, show_run
+from engine_adapter.run_list import RunFilters, runs_page
 from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.threads import decide
 from engine_adapter.workflows import set_enabled
@@ -198,7 +199,8 @@ def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn,
     harness.wait_for_state(db_url, a, "waiting")
     assert states(conn, [b, c]) == ["queued", "queued"]
     # Queued everywhere: the run list, show, the CLI; and parked in the engine, holding no process.
-    assert [r["state"] for r in list_runs(conn, workflow="limited")] == [
+    limited = runs_page(conn, RunFilters(workflow="limited")).rows
+    assert [r.state for r in limited] == [
         "queued",
         "queued",
         "waiting",

@@ -126,7 +126,7 @@ def test_cli_end_to_end(db_url, procs, tmp_path):
     runs = json.loads(cli(db_url, "runs", "--json", "--workflow", "hello").stdout)
     assert runs["health"] == "ok" and runs["runs"][0]["run_id"] == out["run_id"]
     bad = cli(db_url, "runs", "--state", "bogus")
-    assert bad.returncode == 2 and "state must be one of" in bad.stderr
+    assert bad.returncode == 2 and "state: 'bogus' is not a run state" in bad.stderr
     refused = cli(db_url, "approve", out["run_id"])
     assert refused.returncode == 2 and "not waiting at a gate" in refused.stderr
     h = cli(db_url, "health", "--json")

@@ -576,17 +576,7 @@ class RunHandler:
                 "key": corr,
                 "deadline": deadline,
             }
-            seq = threads.append(
-                self.conn,
-                self.run_id,
-                "system",
-                "threadline",
-                "note",
-                text,
-                step_key=key,
-                dedupe_key=f"wait:{key}",
-                data=data,
-            )
+            seq = self.note(text, key, f"wait:{key}", data=data)
             if seq is not None:
                 self.set_state("waiting", path, try_no, await_key=key, await_kind="event")
             db.fetch_one(
@@ -786,8 +776,9 @@ class RunHandler:
             wake_at=wake_at,
         )
 
-    def note(self, text: str, key: str | None, dedupe: str) -> None:
-        threads.append(
+    def note(self, text: str, key: str | None, dedupe: str, data: Any = None) -> int | None:
+        """A System note in the thread, once per dedupe key; its seq, or None if written before."""
+        return threads.append(
             self.conn,
             self.run_id,
             "system",
@@ -796,6 +787,7 @@ class RunHandler:
             text,
             step_key=key,
             dedupe_key=dedupe,
+            data=data,
         )
 
     def db_now(self) -> datetime:

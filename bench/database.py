@@ -3,8 +3,12 @@ embedded one; everything it creates is removed again on the way out, also after 
 
 from __future__ import annotations
 
+import argparse
+import shutil
+import tempfile
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import ContextManager, Iterator
 
 import psycopg
@@ -32,3 +36,22 @@ def fresh_database(server_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"drop database if exists {name} with (force)")
+
+
+def add_database_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        help="a server URL allowed to create databases (default: a private embedded Postgres)",
+    )
+
+
+@contextmanager
+def session(server_url: str | None, prefix: str) -> Iterator[tuple[str, Path]]:
+    """(a fresh database's URL, a temp home for its processes) on server_url, or on a private
+    embedded server; all of it removed on the way out."""
+    with ExitStack() as stack:
+        server_url = server_url or stack.enter_context(embedded_server())
+        url = stack.enter_context(fresh_database(server_url))
+        home = Path(tempfile.mkdtemp(prefix=prefix))
+        stack.callback(shutil.rmtree, home, ignore_errors=True)
+        yield url, home

@@ -12,14 +12,11 @@ import argparse
 import http.client
 import json
 import re
-import shutil
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
-from bench.database import embedded_server, fresh_database
+from bench.database import add_database_option, session
 from bench.stats import Summary
 from engine_adapter import db, harness
 from engine_adapter.recipes import load_recipe_text
@@ -86,16 +83,9 @@ def measure(url: str, home: Path, samples: int) -> dict[str, Summary]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument(
-        "--database-url",
-        help="a server URL allowed to create databases (default: a private embedded Postgres)",
-    )
+    add_database_option(parser)
     args = parser.parse_args(argv)
-    with ExitStack() as stack:
-        server_url = args.database_url or stack.enter_context(embedded_server())
-        url = stack.enter_context(fresh_database(server_url))
-        home = Path(tempfile.mkdtemp(prefix="threadline-bench-hooks-"))
-        stack.callback(shutil.rmtree, home, ignore_errors=True)
+    with session(args.database_url, "threadline-bench-hooks-") as (url, home):
         figures = measure(url, home, args.samples)
     for name, summary in figures.items():
         print(f"webhook delivery to 202, {name:<15} {summary.fmt(1000, digits=2)}")

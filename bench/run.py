@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import bare_figures as bare
 from bench import chaos
 from bench import console_figures as console
+from bench import parallel_figures as parallel
 from bench import threadline_figures as tl
-from bench.database import embedded_server, fresh_database
+from bench.database import add_database_option, embedded_server, fresh_database
 from bench.stats import Summary, ratio
 from engine_adapter import db, harness
 
@@ -41,6 +42,8 @@ Threadline benchmark ({mode})
   conductor SEND, a bot turn (a `true` subprocess) and thread writes, woken by LISTEN/NOTIFY.
   Bare Absurd: absurd_sdk tasks on queue {queue!r} in the same database; steps are in-process
   no-op ctx.step() calls, the worker is a thread of this process (no bot, no thread writes).
+  Parallel: a parallel group's branches (child runs) against the same steps in sequence, with
+  a bot slot per branch.
   Latencies use the database clock; 2 shared cores, so expect noise."""
 
 
@@ -54,6 +57,8 @@ class Sizes:
     page_samples: int
     seeded_runs: int
     query_repeats: int
+    parallel_branches: int  # a parallel group of `sleep 1` branches against them in sequence
+    parallel_repeats: int
     chaos: chaos.ChaosSizes
 
 
@@ -66,6 +71,8 @@ SMOKE = Sizes(
     page_samples=5,
     seeded_runs=20_000,
     query_repeats=3,
+    parallel_branches=4,
+    parallel_repeats=1,
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -77,6 +84,8 @@ FULL = Sizes(
     page_samples=30,
     seeded_runs=100_000,
     query_repeats=10,
+    parallel_branches=20,
+    parallel_repeats=3,
     chaos=chaos.FULL,
 )
 
@@ -234,6 +243,21 @@ def console_rows(url: str, procs: harness.ProcessSet, sizes: Sizes) -> list[Row]
     return rows
 
 
+def parallel_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
+    n = sizes.parallel_branches
+    progress(f"parallel: {n} branches of `sleep 1` against {n} such steps in sequence")
+    figures = parallel.measure(url, home, n, sizes.parallel_repeats, sizes.timeout_s + 2 * n)
+    return [
+        (
+            f"{n} x `sleep 1`, parallel group ({n} child runs)",
+            figures.parallel.fmt(1, "s", 2),
+            "-",
+            f"sequential / parallel {figures.speedup} (perfect: {n})",
+        ),
+        (f"{n} x `sleep 1`, in sequence", figures.sequential.fmt(1, "s", 2), "-", ""),
+    ]
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -246,10 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke", action="store_true", help="small sizes, well under a minute (CI)"
     )
-    parser.add_argument(
-        "--database-url",
-        help="a server URL allowed to create databases (default: a private embedded Postgres)",
-    )
+    add_database_option(parser)
     args = parser.parse_args(argv)
     sizes = SMOKE if args.smoke else FULL
     chaos.exit_on_sigterm()
@@ -264,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(url, harness.ProcessSet(url, home), sizes)
         console_url = stack.enter_context(fresh_database(server_url))
         rows += console_rows(console_url, harness.ProcessSet(console_url, home), sizes)
+        parallel_url = stack.enter_context(fresh_database(server_url))
+        rows += parallel_rows(parallel_url, home / "parallel", sizes)
         chaos_url = stack.enter_context(fresh_database(server_url))
         outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()

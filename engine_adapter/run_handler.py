@@ -178,8 +178,8 @@ class RunHandler:
     def record(self, step: Step, result: StepResult) -> None:
         self.views[step.id] = result.view()
         self.outputs[step.id] = result.output
-        if step.output_name:
-            self.named[step.output_name] = result.output
+        if step.output_name:  # read as steps.<id>.output is: without final newlines
+            self.named[step.output_name] = _trimmed(result.output)
 
     def scope(self) -> dict[str, Any]:
         return {"payload": self.payload, "steps": self.views, "outputs": self.named, **self.loop}

@@ -4,6 +4,7 @@ repeat, foreach (in turn and in parallel), parallel groups (all / any), sub-work
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from engine_adapter import commands, db, engine_debug, harness, step_tree
@@ -17,6 +18,7 @@ slug: checks
 outputs:
   verdict: steps.triage.output
   check_status: steps.checks.status
+  alarm: outputs.alarm
 steps:
   - id: checks
     run_command: echo "checking {{payload.target}}"; exit {{payload.code}}
@@ -75,7 +77,7 @@ def test_conditions_branches_and_outputs(conn, apply, procs):
     assert node(view, "celebrate")["reason"] == '`steps.checks.status == "completed"` is false'
     assert node(view, "triage")["output"] == "then"
     assert node(view, "report")["output"].strip() == "alarm=paging"
-    assert view["outputs"] == {"verdict": "then", "check_status": "failed"}
+    assert view["outputs"] == {"verdict": "then", "check_status": "failed", "alarm": "paging"}
     texts = [e["text"] for e in view["thread"]]
     assert '`steps.checks.status == "failed"` is true, so step investigate runs.' in texts
     assert '`steps.checks.status == "completed"` is false, so step celebrate is skipped.' in texts
@@ -239,6 +241,8 @@ steps:
           run_command: echo "e2e after {{steps.unit.output}}"
   - id: join
     run_command: echo "{{steps.lint.output}} + {{steps.e2e.output}}"
+  - id: report
+    run_command: echo "{{steps.fan.output}}"
 """
 
 
@@ -249,6 +253,11 @@ def test_parallel_all_joins_branch_results(conn, apply, procs):
     run_id = spawn(conn, "fan").run_id
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
     assert node(view, "join")["output"].strip() == "lint base + e2e after unit"
+    # Each branch's output is its last step's, not an inherited step's.
+    assert json.loads(node(view, "report")["output"]) == {
+        "lint": "lint base",
+        "tests": "e2e after unit",
+    }
     fan = node(view, "fan")
     assert [b["name"] for b in fan["branches"]] == ["lint", "tests"]
     tests_branch = fan["branches"][1]

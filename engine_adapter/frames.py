@@ -12,14 +12,18 @@ from typing import Any
 import pandas as pd
 import psycopg
 
-from . import db, names, threads
+from . import db, domain, names, step_tree, threads
 from .read_model import show_run
+from .render import as_text
 from .workers import list_workers
 
 STEP_COLUMNS = ["id", "kind", "status", "attempts", "tries", "output"]
 THREAD_COLUMNS = ["seq", "created_at", "author_kind", "author", "kind", "step", "step_key", "text"]
 TRY_COLUMNS = ["step_key", "step", "try", "sent_at", "ended_at", "outcome"]
 TIMELINE_COLUMNS = ["lane", "kind", "start", "finish", "outcome", "detail"]
+TREE_COLUMNS = ["depth", "step", "kind", "status", "attempts", "detail", "output"]
+HEADINGS = ("branch", "iteration")  # tree rows that head a branch or an iteration, not steps
+NO_ATTEMPTS = (*HEADINGS, *domain.BLOCK_KINDS, domain.WORKFLOW)  # no bot ever runs these rows
 FINAL_RESULT = (
     "signal.dispatch."  # entry kinds of a bot's final result for a step: completed, failed
 )
@@ -36,6 +40,52 @@ def steps_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     steps = show_run(conn, run_id)["steps"]
     extra = [k for k in (steps[0] if steps else {}) if k not in STEP_COLUMNS]
     return pd.DataFrame(steps, columns=STEP_COLUMNS + extra)
+
+
+def tree_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
+    """The run's step tree in drawing order (step_tree.flatten): one row per step, and a heading
+    row per branch (of an if, or a parallel group's child run) and per iteration, with its depth.
+    attempts counts a step's bot attempts (none for headings and blocks); detail says why a step
+    was skipped, which branch was taken, or which child run a branch is and whether it finished
+    first."""
+    rows = []
+    for depth, node in step_tree.flatten(show_run(conn, run_id)["steps"]):
+        detail = node.get("reason") or ""
+        if "taken" in node:
+            detail = "taken" if node["taken"] else "not taken"
+        if node.get("run_id"):
+            detail = f"run {names.short_run_id(node['run_id'])}"
+            detail += " · finished first" if node.get("winner") else ""
+        output = node.get("output")
+        last = [] if output is None else as_text(output).strip().splitlines()[-1:]
+        rows.append(
+            {
+                "depth": depth,
+                "step": node["id"],
+                "kind": node["kind"],
+                "status": node["status"],
+                "attempts": None if node["kind"] in NO_ATTEMPTS else node.get("attempts", 0),
+                "detail": detail,
+                "output": last[0][:80] if last else "",
+            }
+        )
+    return pd.DataFrame(rows, columns=TREE_COLUMNS).astype({"attempts": "Int64"})
+
+
+def tree_text(tree: pd.DataFrame) -> str:
+    """A tree_frame drawn as text, nested rows indented under what holds them."""
+    lines = []
+    for row in tree.to_dict("records"):
+        name = "  " * row["depth"] + row["step"]
+        tail = [row["detail"], row["output"]]
+        if not pd.isna(row["attempts"]):
+            n = row["attempts"]
+            tail.insert(0, f"{n} attempt{'' if n == 1 else 's'}")
+        line = f"{name:<24} {row['kind']:<12} {row['status']:<10} " + " · ".join(
+            t for t in tail if t
+        )
+        lines.append(line.rstrip())
+    return "\n".join(lines)
 
 
 def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:

@@ -345,6 +345,7 @@ def flatten(nodes: list[dict[str, Any]], depth: int = 0) -> list[tuple[int, dict
                         "kind": "branch",
                         "status": branch["status"],
                         "run_id": branch["run_id"],
+                        **({"winner": branch["winner"]} if "winner" in branch else {}),
                     },
                 )
             )

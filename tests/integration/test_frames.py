@@ -163,3 +163,62 @@ steps:
     assert list(slots["slot"]) == [first, first + timedelta(minutes=1)]
     assert [str(r) for r in slots["run_id"]] == [f.run_id for f in fired]
     assert list(slots["skipped"]) == [0, 0]
+
+
+NESTED = """
+slug: framed-tree
+steps:
+  - id: pick
+    if: payload.n > 1
+    then:
+      - id: big
+        run_command: echo big
+    else:
+      - id: small
+        run_command: echo small
+  - id: race
+    parallel:
+      fast:
+        - id: fast
+          run_command: echo fast
+      slow:
+        - id: slow
+          run_command: sleep 30
+    completion: any
+"""
+
+
+def test_tree_frame_draws_branches_and_child_runs_indented(conn, apply, procs):
+    apply(NESTED)
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "framed-tree", {"n": 2}).run_id
+    harness.wait_for_state(procs.url, run_id, "completed")
+
+    tree = frames.tree_frame(conn, run_id)
+    assert list(tree.columns) == frames.TREE_COLUMNS
+    rows = {r["step"] + "/" + r["kind"]: r for r in tree.to_dict("records")}
+    drawn = [(r["depth"], r["step"], r["status"]) for r in tree.to_dict("records")]
+    assert drawn[:-1] == [
+        (0, "pick", "completed"),
+        (1, "then", "completed"),
+        (2, "big", "completed"),
+        (1, "else", "skipped"),
+        (2, "small", "skipped"),
+        (0, "race", "completed"),
+        (1, "fast", "completed"),
+        (2, "fast", "completed"),
+        (1, "slow", "cancelled"),
+    ]
+    assert drawn[-1][:2] == (2, "slow")  # a stopped step; how it shows is not the claim here
+    assert rows["pick/conditional"]["output"] == "then"
+    assert pd.isna(rows["pick/conditional"]["attempts"])  # a block: no bot attempts
+    assert rows["then/branch"]["detail"] == "taken" and rows["else/branch"]["detail"] == "not taken"
+    assert rows["small/run_command"]["detail"] == "the then branch was taken"
+    assert rows["big/run_command"]["attempts"] == 1 and rows["big/run_command"]["output"] == "big"
+    assert rows["fast/branch"]["detail"].endswith("· finished first")
+    assert "finished first" not in rows["slow/branch"]["detail"]
+
+    lines = frames.tree_text(tree).splitlines()
+    assert lines[0].startswith("pick ") and lines[2].startswith("    big ")
+    assert "1 attempt · big" in lines[2] and "attempt" not in lines[0]

@@ -59,6 +59,8 @@ def test_the_notebooks_are_there_and_committed_without_outputs():
         "01_quickstart.ipynb",
         "02_kill_mid_run.ipynb",
         "03_human_gate.ipynb",
+        "04_schedule.ipynb",
+        "05_control_flow.ipynb",
     }
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)

@@ -240,7 +240,12 @@ class Step:
             for name, steps in self.blocks:
                 d[name] = [s.to_dict() for s in steps]
         elif self.kind == domain.PARALLEL:
-            d["parallel"] = {name: [s.to_dict() for s in steps] for name, steps in self.blocks}
+            # A list, not a mapping: JSON objects keep no key order in the database, and the
+            # branches' order is the join order.
+            d["parallel"] = [
+                {"branch": name, "steps": [s.to_dict() for s in steps]}
+                for name, steps in self.blocks
+            ]
             d.update(completion=self.completion, max_parallel=self.max_parallel)
         elif self.kind == domain.FOREACH:
             d.update(foreach=self.text, steps=[s.to_dict() for s in self.block("steps")])
@@ -287,6 +292,19 @@ class Step:
         return step
 
 
+def branches_of(step: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """A parallel step's (branch name, steps) in order: written as a mapping in a recipe, stored
+    as a list of {branch, steps} (the canonical form). Empty when it is neither."""
+    raw = step.get("parallel")
+    if isinstance(raw, dict):
+        return list(raw.items())
+    if isinstance(raw, list) and all(
+        isinstance(b, dict) and set(b) == {"branch", "steps"} for b in raw
+    ):
+        return [(b["branch"], b["steps"]) for b in raw]
+    return []
+
+
 def step_docs(steps: Any, path: str = "steps") -> Iterator[tuple[str, dict[str, Any]]]:
     """(path, step) of every step of a canonical recipe's step list, nested ones included, in
     recipe order."""
@@ -295,7 +313,7 @@ def step_docs(steps: Any, path: str = "steps") -> Iterator[tuple[str, dict[str, 
         yield here, step
         for key in ("then", "else", "steps", "repeat"):
             yield from step_docs(step.get(key), f"{here}.{key}")
-        for name, branch in (step.get("parallel") or {}).items():
+        for name, branch in branches_of(step):
             yield from step_docs(branch, f"{here}.parallel.{name}")
 
 
@@ -585,14 +603,16 @@ def _parse_block(
             blocks.append(("else", _parse_steps(d["else"], f"{path}.else", earlier, in_loop, tree)))
             tree.output_names = {**named_by_then, **tree.output_names}
     elif kind == domain.PARALLEL:
-        raw = d.get("parallel")
         blocks = []
-        if not isinstance(raw, dict) or not raw:
+        pairs = branches_of(d)
+        if not pairs:
             errors.append(f"{path}.parallel: must map branch names to step lists")
-        elif len(raw) > MAX_BRANCHES:
-            errors.append(f"{path}.parallel: {len(raw)} branches; at most {MAX_BRANCHES}")
+        elif len(pairs) > MAX_BRANCHES:
+            errors.append(f"{path}.parallel: {len(pairs)} branches; at most {MAX_BRANCHES}")
+        elif len({name for name, _ in pairs}) < len(pairs):
+            errors.append(f"{path}.parallel: names a branch twice")
         else:
-            for name, steps in raw.items():
+            for name, steps in pairs:
                 if not isinstance(name, str) or not _NAME.fullmatch(name):
                     errors.append(f"{path}.parallel: branch name {_q(name)} must match [a-z0-9_-]+")
                     continue

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from . import domain, names
+from .recipes import branches_of
 
 MAX_DEPTH = 4  # child runs of child runs...: deeper ones are linked, not drawn
 # A fan-out's first children are drawn with their steps; the rest by their status alone, so a
@@ -100,8 +101,11 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
         _block(facts, step, node, kind, path, scope, last, depth)
     else:
         _leaf(facts, step, node, kind, path, last)
-    if node["status"] == domain.PENDING and facts.state == domain.CANCELLED:
-        node["status"] = domain.SKIPPED
+    if node["status"] in (domain.PENDING, domain.ACTIVE) and facts.state == domain.CANCELLED:
+        # Cancelled while it ran (its command stopped), or never reached.
+        node["status"] = (
+            domain.CANCELLED if last and kind not in domain.BLOCK_KINDS else (domain.SKIPPED)
+        )
     first = facts.at(names.SEND, path, 1) or facts.at(names.DECIDE, path, 1)
     node["started_at"] = first.isoformat() if first else node["started_at"]
     return node
@@ -234,7 +238,7 @@ def _children(
 ) -> None:
     """A parallel group, a parallel foreach or a sub-workflow: its child runs."""
     if kind == domain.PARALLEL:
-        labels = list(step["parallel"])
+        labels = [name for name, _ in branches_of(step)]
     elif kind == domain.WORKFLOW:
         labels = ["run"]
     else:

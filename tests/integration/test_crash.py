@@ -192,7 +192,8 @@ steps:
         what="claim closed",
     )
     assert not (tmp_path / "never").exists()
-    assert [s["status"] for s in view["steps"]] == ["skipped", "skipped"]
+    # The step it stopped shows cancelled; the one never reached, skipped.
+    assert [s["status"] for s in view["steps"]] == ["cancelled", "skipped"]
     assert view["thread"][-1]["text"] == "Run cancelled by tester: changed my mind"
     assert db.fetch_one(conn, "engine_task", dict(run_id=run_id))["state"] == "cancelled"
 

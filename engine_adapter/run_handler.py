@@ -21,7 +21,8 @@ from psycopg.types.json import Jsonb
 
 from . import child_runs, db, domain, expressions, gates, names, run_state, thread_entries
 from .domain import StepResult
-from .recipes import RecipeError, Step, check_wake, parse_duration
+from .recipe_values import parse_duration
+from .recipes import RecipeError, Step, check_wake
 from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
 from .settings import QUEUE

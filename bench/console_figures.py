@@ -12,7 +12,7 @@ import psycopg
 
 from bench.seed import seed_runs
 from bench.stats import Summary
-from engine_adapter import harness, run_list, threads
+from engine_adapter import harness, run_list, run_state, thread_entries
 from engine_adapter.recipes import load_recipe_text
 from engine_adapter.run_list import Cursor, RunFilters
 from engine_adapter.spawn import spawn
@@ -53,13 +53,13 @@ def change_to_page(procs: harness.ProcessSet, conn: Conn, samples: int) -> dict[
         page.wait_for_selector("#tl-run-state")
         for i in range(samples):
             with conn.transaction():
-                seq = threads.append(
+                seq = thread_entries.append(
                     conn, run_id, "system", "threadline", "note", f"bench entry {i}"
                 )
             entry.append(_until_visible(page, f".tl-entry[data-seq='{seq}']"))
             target = "sleeping" if i % 2 == 0 else "pending"
             with conn.transaction():
-                threads.set_run_state(conn, run_id, target, None, None)
+                run_state.set_run_state(conn, run_id, target, None, None)
             state.append(_until_visible(page, f"#tl-run-state:text-is('{target}')"))
         browser.close()
     return {"entry": Summary.of(entry), "state": Summary.of(state)}

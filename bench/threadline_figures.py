@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from engine_adapter import harness, names, threads
+from engine_adapter import gates, harness, names
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import load_recipe_text
 from engine_adapter.spawn import spawn
@@ -171,7 +171,7 @@ def gate_release(url: str, conn: Conn, n: int, timeout: float) -> tuple[list[flo
         run_id = spawn(conn, "bench-gate").run_id
         harness.wait_for_state(url, run_id, "waiting", timeout=timeout)
         release_pause()
-        outcome = threads.reply(conn, run_id, "👍", Actor("bench", "console"))
+        outcome = gates.reply(conn, run_id, "👍", Actor("bench", "console"))
         # The reply's transaction has committed when reply() returns (autocommit connection); the
         # clock read costs one round trip, so this anchor is a little late, never early.
         replied = db_clock(conn)

@@ -10,7 +10,7 @@ import panel as pn
 from panel.viewable import Viewer
 
 from engine_adapter.names import short_run_id
-from engine_adapter import read_model, threads
+from engine_adapter import gates, read_model, thread_entries
 
 from . import access, data, state
 from .live import Change
@@ -39,9 +39,9 @@ class NeedsYouPage(Viewer):
 
     def load(self) -> None:
         with data.connection() as conn:
-            gates = read_model.open_gates(conn)
+            open_gates = read_model.open_gates(conn)
         now = datetime.now(UTC)
-        found = {g["gate_key"]: g for g in gates}
+        found = {g["gate_key"]: g for g in open_gates}
         for key in list(self._cards):
             if key not in found:  # decided elsewhere: drop it in place
                 self.list.remove(self._cards.pop(key)[0])
@@ -95,20 +95,18 @@ class NeedsYouPage(Viewer):
                 )
                 with data.connection() as conn:
                     if kind == "reply":
-                        outcome = threads.reply(conn, run_id, reason.value, actor)
+                        outcome = gates.reply(conn, run_id, reason.value, actor)
                         text = (
                             outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
                         )
                     else:
-                        threads.decide(
-                            conn, run_id, kind, actor, reason.value or None, gate_key=key
-                        )
+                        gates.decide(conn, run_id, kind, actor, reason.value or None, gate_key=key)
                         text = f"{kind.capitalize()}d {short_run_id(run_id)} · {row['step']}."
             except (
                 ValueError,
                 access.NotAllowed,
-                threads.DecisionRefused,
-                threads.RunNotFound,
+                gates.DecisionRefused,
+                thread_entries.RunNotFound,
             ) as err:
                 self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
                 return

@@ -17,9 +17,10 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter import commands, events, read_model, reruns, threads
+from engine_adapter import commands, events, gates, read_model, reruns
 from engine_adapter.engine_debug import run_debug
 from engine_adapter.spawn import SpawnError, describe_trigger
+from engine_adapter.thread_entries import RunNotFound
 
 from . import access, data, state
 from .debug_pane import debug_html
@@ -180,7 +181,7 @@ class RunView(Viewer):
         try:
             with data.connection() as conn:
                 self.run = read_model.show_run(conn, self.run_id, thread_limit=0)
-        except threads.RunNotFound:
+        except RunNotFound:
             return False
         self._render_summary()
         if not self.debug.collapsed:
@@ -331,8 +332,8 @@ class RunView(Viewer):
         try:
             actor = access.actor_for("reply", self._reply_roles())
             with data.connection() as conn:
-                outcome = threads.reply(conn, self.run_id, text, actor)
-        except (ValueError, access.NotAllowed, threads.DecisionRefused, threads.RunNotFound) as err:
+                outcome = gates.reply(conn, self.run_id, text, actor)
+        except (ValueError, access.NotAllowed, gates.DecisionRefused, RunNotFound) as err:
             self._say(str(err), ok=False)
             return
         self.reply_box.value = ""
@@ -347,7 +348,7 @@ class RunView(Viewer):
         try:
             actor = access.actor_for(f"{decision} a gate", access.DECIDE)
             with data.connection() as conn:
-                threads.decide(
+                gates.decide(
                     conn,
                     self.run_id,
                     decision,
@@ -355,7 +356,7 @@ class RunView(Viewer):
                     self.reason.value or None,
                     gate_key=gate["key"] if gate else None,
                 )
-        except (ValueError, access.NotAllowed, threads.DecisionRefused) as err:
+        except (ValueError, access.NotAllowed, gates.DecisionRefused) as err:
             self._say(str(err), ok=False)
             return
         self.reason.value = ""

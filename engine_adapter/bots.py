@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, names, threads
+from . import db, names, run_state, thread_entries
 from .domain import Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
@@ -133,7 +133,7 @@ class BotSlot:
             )
             self.conn.execute(db.q("insert_claim"), claim_row)
             if counts["next_attempt"] > 1:
-                threads.append(
+                thread_entries.append(
                     self.conn,
                     str(cand["run_id"]),
                     "bot",
@@ -268,7 +268,7 @@ class BotSlot:
 
     def progress(self, claim: Claim, text: str) -> None:
         with self.conn.transaction():
-            threads.append(
+            thread_entries.append(
                 self.conn,
                 claim.run_id,
                 "bot",
@@ -313,7 +313,7 @@ class BotSlot:
                     claim.step_key,
                 )
                 return
-            run = threads.lock_run(self.conn, claim.run_id)
+            run = run_state.lock_run(self.conn, claim.run_id)
             if not (
                 run["state"] == "running" and run["await_key"] == claim.step_key and run["awaiting"]
             ):
@@ -323,7 +323,7 @@ class BotSlot:
             if status == "failed" and claim.failures < retries:
                 backoff = min(2.0**claim.failures, MAX_BACKOFF_S)
                 self.finish(claim, "failed", backoff)
-                threads.append(
+                thread_entries.append(
                     self.conn,
                     claim.run_id,
                     "bot",
@@ -340,7 +340,7 @@ class BotSlot:
             payload = bot_result(
                 status, output, exit_code, claim.attempt, result.duration_s if result else 0.0
             )
-            threads.append(
+            thread_entries.append(
                 self.conn,
                 claim.run_id,
                 "bot",
@@ -350,7 +350,7 @@ class BotSlot:
                 step_key=claim.step_key,
                 data={"attempt": claim.attempt, "exit_code": exit_code},
             )
-            threads.append(
+            thread_entries.append(
                 self.conn,
                 claim.run_id,
                 "bot",
@@ -361,7 +361,7 @@ class BotSlot:
                 dedupe_key=f"terminal:{claim.step_key}",
                 data=payload,
             )
-            threads.emit_step_done(self.conn, claim.run_id, claim.step_key, payload)
+            run_state.emit_step_done(self.conn, claim.run_id, claim.step_key, payload)
         crash_point("bot_after_terminal")
 
     def finish(self, claim: Claim, outcome: str, backoff_s: float | None) -> None:

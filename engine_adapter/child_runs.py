@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, domain, names, threads
+from . import db, domain, names, run_state, thread_entries
 from .settings import QUEUE
 from .spawn import ChildOf, Snapshot, SpawnError, spawn
 
@@ -123,7 +123,7 @@ def spawn_workflow(
     except (SpawnError, LookupError) as err:
         error = f"Step {names.step_id_of(path)}: workflow {workflow} could not start: {err}"
         with conn.transaction():
-            threads.append(
+            thread_entries.append(
                 conn,
                 parent_id,
                 "system",
@@ -145,7 +145,7 @@ def _note(
     branch: str,
     child_id: str,
 ) -> None:
-    threads.append(
+    thread_entries.append(
         conn,
         parent_id,
         "system",
@@ -175,7 +175,7 @@ def cancel_losers(
                 run_id,
                 f"branch {won['branch']} of step {step_id} finished first (completion: any)",
             )
-        threads.append(
+        thread_entries.append(
             conn,
             parent_id,
             "system",
@@ -192,12 +192,12 @@ def cancel_losers(
 
 def cancel_run_tree(conn: psycopg.Connection[Any], run_id: str, why: str) -> bool:
     """Cancel a child run that has not finished, and its own open children; False if finished."""
-    run = threads.lock_run(conn, run_id)
+    run = run_state.lock_run(conn, run_id)
     if run["state"] in domain.FINISHED:
         return False
     db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
-    threads.set_run_state(conn, run_id, domain.CANCELLED, run["current_step"], run["current_try"])
-    threads.append(
+    run_state.set_run_state(conn, run_id, domain.CANCELLED, run["current_step"], run["current_try"])
+    thread_entries.append(
         conn,
         run_id,
         "system",

@@ -435,7 +435,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_reply(args: argparse.Namespace) -> int:
-    from .threads import reply
+    from .gates import reply
 
     with _conn() as conn:
         outcome = reply(conn, args.run_id, args.text, _actor(args))
@@ -452,7 +452,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
 
 
 def cmd_decide(args: argparse.Namespace) -> int:
-    from .threads import decide
+    from .gates import decide
 
     with _conn() as conn:
         key = decide(conn, args.run_id, args.command, _actor(args), args.reason, gate_key=args.gate)
@@ -754,12 +754,12 @@ def main(argv: list[str] | None = None) -> int:
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from . import commands, recipes, spawn, threads
+        from . import commands, gates, recipes, spawn
 
         known += (
             LookupError,
             commands.CommandRefused,
-            threads.DecisionRefused,
+            gates.DecisionRefused,
             spawn.SpawnError,
             recipes.RecipeError,
             ValueError,

@@ -1,4 +1,5 @@
-"""Operator commands on runs: cancel and retry (replies and decisions live in threads.py)."""
+"""Operator commands on runs: cancel, retry and a hand-emitted debug event (replies and decisions
+live in gates.py, the run-state writes they build on in run_state.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, names, threads
+from . import child_runs, db, names, run_state, thread_entries
 from .domain import ENDED, FINISHED
 from .identity import Actor
 from .settings import QUEUE
@@ -22,13 +23,13 @@ def cancel_run(
 ) -> None:
     """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL)."""
     with conn.transaction():
-        run = threads.lock_run(conn, run_id)
+        run = run_state.lock_run(conn, run_id)
         if run["state"] in ENDED or (run["parent_run_id"] and run["state"] in FINISHED):
             raise CommandRefused(f"run {run_id} is already {run['state']}")
         db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
-        threads.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
+        run_state.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
         text = f"Run cancelled by {actor.label}" + (f": {reason}" if reason else ".")
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "human",
@@ -46,12 +47,12 @@ def cancel_run(
 def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
     """Resume a failed run at its failed step with a new try; completed steps are not re-run."""
     with conn.transaction():
-        run = threads.lock_run(conn, run_id)
+        run = run_state.lock_run(conn, run_id)
         task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
         if task and task["state"] == "failed":
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
-            threads.append(
+            thread_entries.append(
                 conn,
                 run_id,
                 "human",
@@ -76,8 +77,8 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             "emit_retry",
             dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
         )
-        threads.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
-        threads.append(
+        run_state.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
+        thread_entries.append(
             conn,
             run_id,
             "human",
@@ -121,11 +122,11 @@ def emit_debug_event(
             "their bot, gates by a decision (approve/deny/reply), failed runs by retry"
         )
     with conn.transaction():
-        threads.lock_run(conn, run_id)
+        run_state.lock_run(conn, run_id)
         db.fetch_one(
             conn, "emit_debug_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload))
         )
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "human",

@@ -17,7 +17,7 @@ import psycopg
 from absurd_sdk import Absurd
 from psycopg.types.json import Jsonb
 
-from . import db, schedules, threads
+from . import db, run_state, schedules
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
 from .workers import Worker
@@ -113,7 +113,7 @@ class Conductor:
         emitted = 0
         for row in db.fetch_all(self.conn, "unreconciled_terminals"):
             with self.conn.transaction():
-                threads.emit_step_done(
+                run_state.emit_step_done(
                     self.conn, str(row["run_id"]), row["await_key"], row["payload"]
                 )
             emitted += 1

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
-from .recipes import EVENT_NAME
+from .recipe_values import EVENT_NAME
 from .settings import QUEUE
 from .spawn import SpawnError, check_payload, spawn
 

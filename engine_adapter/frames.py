@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import psycopg
 
-from . import db, domain, names, step_tree, threads
+from . import db, domain, names, step_tree, thread_entries
 from .read_model import show_run
 from .render import as_text
 from .workers import list_workers
@@ -181,7 +181,7 @@ def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     first; `alive` is their liveness lock."""
     run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     if run is None:
-        raise threads.RunNotFound(f"no run {run_id}")
+        raise thread_entries.RunNotFound(f"no run {run_id}")
     end = run["finished_at"] or db.fetch_one(conn, "db_now")["now"]
     rows = [
         w

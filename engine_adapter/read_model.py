@@ -6,8 +6,9 @@ from typing import Any
 
 import psycopg
 
-from . import db, step_tree, threads
+from . import db, gates, step_tree
 from .domain import FINISHED
+from .thread_entries import RunNotFound
 from .workers import list_workers
 
 
@@ -43,7 +44,7 @@ def show_run(
 ) -> dict[str, Any]:
     run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     if run is None:
-        raise threads.RunNotFound(f"no run {run_id}")
+        raise RunNotFound(f"no run {run_id}")
     facts = run_facts(conn, run)
     state = facts.state
     entries = db.fetch_all(conn, "run_entries", dict(run_id=run_id, after=0, limit=thread_limit))
@@ -87,7 +88,7 @@ def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> dict[str,
 
 
 def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
-    gate = threads.current_gate(run)
+    gate = gates.current_gate(run)
     if gate is None:
         return None
     return {
@@ -162,7 +163,7 @@ def thread_entries(
 def entry_text(conn: psycopg.Connection[Any], run_id: str, seq: int) -> str:
     row = db.fetch_one(conn, "entry_text", dict(run_id=run_id, seq=seq))
     if row is None:
-        raise threads.RunNotFound(f"run {run_id} has no entry {seq}")
+        raise RunNotFound(f"run {run_id} has no entry {seq}")
     return row["text"]
 
 

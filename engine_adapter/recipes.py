@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from . import cron, domain, expressions, payload_schema, recipe_doc, shell_context
-
-if TYPE_CHECKING:
-    from .webhook_spec import Webhook
+from .recipe_values import (
+    EVENT_NAME,
+    MAX_DURATION,
+    MAX_DURATION_S,
+    RecipeError,
+    format_duration,
+    parse_duration,
+)
+from .recipe_values import quote as _q  # short: nearly every message here quotes a value
+from .webhook_spec import Webhook, parse_webhooks
 
 KINDS = domain.KINDS
 TOP_KEYS = (
@@ -42,11 +48,6 @@ TOP_KEYS = (
 )
 MAX_RETRIES = 10
 MAX_CONCURRENT_RUNS = 10_000
-# Every duration (a sleep, a step or gate timeout, how far ahead a sleep_until lies): a year and
-# a day covers any real schedule, and keeps every deadline far inside what clocks can hold.
-MAX_DURATION_S = 366 * 86_400.0
-MAX_DURATION = "366 days"
-_MAX_DURATION_TEXT = 64
 DEFAULT_CATCH_UP = "latest"
 
 _SLUG = re.compile(r"[a-z0-9-]{1,64}")
@@ -61,66 +62,12 @@ def is_reserved_env(name: str) -> bool:
     return name.upper().startswith(RESERVED_ENV_PREFIXES)
 
 
-EVENT_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")  # `on_event` and `threadline emit NAME`
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # No braces inside: a scan from each "{{" stops at the next brace, so matching stays linear.
 PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _PAYLOAD_REF = re.compile(r"payload(?:\.[A-Za-z0-9_-]+)+")
 _STEP_REF = re.compile(r"steps\.([a-z0-9_-]+)\.(?:output|status|exit_code|reason)")
 _OUTPUTS_REF = re.compile(r"outputs(?:\.[A-Za-z0-9_-]+)+")
 _PATH_REF = re.compile(r"[a-z]+(?:\.[A-Za-z0-9_-]+)*")
-
-
-class RecipeError(ValueError):
-    """A recipe is invalid; `errors` holds every problem as "<path>: <problem>"."""
-
-    def __init__(self, errors: list[str], source: str | None = None) -> None:
-        self.errors = list(errors)
-        self.source = source
-        super().__init__("\n".join(self.errors))
-
-    def __reduce__(self) -> tuple[Any, ...]:  # across processes (the console's bounded check)
-        return (RecipeError, (self.errors, self.source))
-
-
-def _q(value: Any) -> str:
-    """Quote a value for an error message: strings in double quotes, others as JSON; cut short."""
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def parse_duration(text: str | float) -> float:
-    """ "30s", "10m", "2h", "1d", "1h30m", "500ms" or bare seconds ("90", 90) -> seconds, whole
-    milliseconds, at most MAX_DURATION_S; ValueError saying which rule the text breaks."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        # A huge int would not fit a float; NaN is no duration.
-        seconds = -1.0 if math.isnan(text) else float(min(text, MAX_DURATION_S + 1))
-    else:
-        s = text.strip() if isinstance(text, str) else ""
-        parts = _DURATION_PART.findall(s) if len(s) <= _MAX_DURATION_TEXT else []
-        if re.fullmatch(r"\d{1,20}", s):
-            seconds = float(s)
-        elif not s or "".join(n + u for n, u in parts) != s:
-            raise ValueError(f"{_q(text)} is not a duration")
-        else:
-            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not 0 <= seconds:
-        raise ValueError(f"{_q(text)} is not a duration")
-    if seconds > MAX_DURATION_S:
-        raise ValueError(f"{_q(text)} is longer than {MAX_DURATION}, the longest a duration may be")
-    return round(seconds * 1000) / 1000
-
-
-def format_duration(seconds: float) -> str:
-    """Canonical duration string, the inverse of parse_duration: 5400 -> "1h30m", 0.5 -> "500ms"."""
-    ms = round(seconds * 1000)
-    out = []
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        if ms >= size:
-            out.append(f"{ms // size}{unit}")
-            ms %= size
-    return "".join(out) or "0s"
 
 
 def find_placeholders(text: str) -> list[str]:
@@ -876,8 +823,6 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     else:
         steps = _parse_steps(d["steps"], "steps", set(), False, tree)
     outputs = _parse_outputs(d.get("outputs"), {s.id for s in walk_steps(steps)}, errors)
-
-    from .webhook_spec import parse_webhooks  # imports this module: import it late
 
     webhooks = parse_webhooks(d.get("webhooks"), errors)
     secrets = {w.secret.removeprefix("env:") for w in webhooks if w.secret}

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, domain, names, step_tree, threads
+from . import db, domain, names, run_state, step_tree, thread_entries
 from .commands import CommandRefused
 from .identity import Actor
 from .read_model import run_facts
@@ -29,7 +29,7 @@ def rerun(
 ) -> Spawned:
     """Start the rerun; CommandRefused (nothing written) names why it cannot be."""
     with conn.transaction():
-        run = threads.lock_run(conn, run_id)
+        run = run_state.lock_run(conn, run_id)
         if run["parent_run_id"]:
             raise CommandRefused(
                 f"run {run_id} is part of run {run['parent_run_id']}: rerun that run"
@@ -77,7 +77,7 @@ def rerun(
             snapshot=Snapshot(run["recipe"], run["workflow_version"], run["recipe_hash"]),
             carried=carried,
         )
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "human",

@@ -19,9 +19,10 @@ from absurd_sdk import CancelledTask
 from absurd_sdk import TimeoutError as AwaitTimeout
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, domain, expressions, names, threads
+from . import child_runs, db, domain, expressions, gates, names, run_state, thread_entries
 from .domain import StepResult
-from .recipes import RecipeError, Step, check_wake, parse_duration
+from .recipe_values import parse_duration
+from .recipes import RecipeError, Step, check_wake
 from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
 from .settings import QUEUE
@@ -496,7 +497,7 @@ class RunHandler:
         except AwaitTimeout:
             # Absurd writes no checkpoint on timeout: emit the same done event with a timeout
             # decision (first write wins against a late approval) and await it again.
-            threads.time_out_gate(self.conn, self.run_id, key)
+            gates.time_out_gate(self.conn, self.run_id, key)
             decision = self.ctx.await_event(
                 names.done_event(key), names.late_done_checkpoint(path, try_no)
             )
@@ -613,7 +614,7 @@ class RunHandler:
             except RenderError as err:
                 self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
-            seq = threads.append(
+            seq = thread_entries.append(
                 self.conn,
                 self.run_id,
                 "system",
@@ -765,7 +766,7 @@ class RunHandler:
         await_kind: str | None = None,
         wake_at: datetime | None = None,
     ) -> None:
-        threads.set_run_state(
+        run_state.set_run_state(
             self.conn,
             self.run_id,
             state,
@@ -778,7 +779,7 @@ class RunHandler:
 
     def note(self, text: str, key: str | None, dedupe: str, data: Any = None) -> int | None:
         """A System note in the thread, once per dedupe key; its seq, or None if written before."""
-        return threads.append(
+        return thread_entries.append(
             self.conn,
             self.run_id,
             "system",

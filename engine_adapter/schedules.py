@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, threads
+from . import db, thread_entries
 from .cron import CronError, Schedule
 from .spawn import spawn
 
@@ -149,7 +149,7 @@ def _handle(
     run_id = spawn(conn, slug, {}, trigger=trigger, idempotency_key=key).run_id
     conn.execute(db.q("set_schedule_tick_run"), dict(workflow=slug, slot=slot, run_id=run_id))
     if due.skipped:
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "system",

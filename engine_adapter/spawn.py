@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, payload_schema, recipe_doc, threads
+from . import db, payload_schema, recipe_doc, thread_entries
 from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
@@ -194,7 +194,7 @@ def spawn(
                 db.q("set_run_parent"),
                 dict(run_id=run_id, parent_run_id=child.run_id, parent=Jsonb(child.record())),
             )
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "system",
@@ -217,7 +217,7 @@ def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int
     place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
     if place["state"] == "queued":
         ahead = f", {place['ahead']} ahead of it in line" if place["ahead"] else ""
-        threads.append(
+        thread_entries.append(
             conn,
             run_id,
             "system",

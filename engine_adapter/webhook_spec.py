@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .recipes import EVENT_NAME, _q
+from .recipe_values import EVENT_NAME, quote
 
 KEYS = ("path", "secret", "map", "event", "key")
 MAX_PATH = 200
@@ -55,7 +55,7 @@ def secret_env(secret: str) -> str:
     """The environment variable a `env:NAME` secret names."""
     match = _SECRET.fullmatch(secret)
     if match is None:
-        raise ValueError(f"{_q(secret)} is not env:NAME")
+        raise ValueError(f"{quote(secret)} is not env:NAME")
     return match.group(1)
 
 
@@ -64,14 +64,14 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        errors.append(f"webhooks: {_q(raw)[:60]} must be a list of webhook triggers")
+        errors.append(f"webhooks: {quote(raw)[:60]} must be a list of webhook triggers")
         return ()
     hooks: list[Webhook] = []
     seen: dict[str, int] = {}
     for i, d in enumerate(raw):
         where = f"webhooks[{i}]"
         if not isinstance(d, dict):
-            errors.append(f"{where}: must be a mapping with a path, got {_q(d)[:60]}")
+            errors.append(f"{where}: must be a mapping with a path, got {quote(d)[:60]}")
             continue
         n_before = len(errors)
         errors += [
@@ -82,19 +82,19 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
             errors.append(f"{where}.path: required")
         elif not isinstance(path, str) or len(path) > MAX_PATH or not _PATH.fullmatch(path):
             errors.append(
-                f'{where}.path: {_q(path)} must be like "github" or "ci/push": '
+                f'{where}.path: {quote(path)} must be like "github" or "ci/push": '
                 f"letters, digits, _ . - in segments joined by /, no leading /, "
                 f"at most {MAX_PATH} characters (served at POST /hooks/<path>)"
             )
         elif path in seen:
-            errors.append(f"{where}.path: {_q(path)} is used by webhooks[{seen[path]}] too")
+            errors.append(f"{where}.path: {quote(path)} is used by webhooks[{seen[path]}] too")
         else:
             seen[path] = i
         secret = d.get("secret")
         if secret is not None and (not isinstance(secret, str) or not _SECRET.fullmatch(secret)):
             # A literal is not echoed: it may be the secret itself.
             named = isinstance(secret, str) and secret.startswith("env:")
-            got = _q(secret) if named else "a literal"
+            got = quote(secret) if named else "a literal"
             errors.append(
                 f"{where}.secret: must be env:NAME, naming the environment variable of "
                 f"`threadline hooks` that holds the secret (secrets are not stored in "
@@ -110,10 +110,10 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
         elif mapping:
             for field, expr in mapping.items():
                 if not isinstance(field, str) or not _FIELD.fullmatch(field):
-                    errors.append(f"{where}.map: field {_q(field)} must match [A-Za-z0-9_-]+")
+                    errors.append(f"{where}.map: field {quote(field)} must match [A-Za-z0-9_-]+")
                 elif not isinstance(expr, str) or not _EXPR.fullmatch(expr.strip()):
                     errors.append(
-                        f"{where}.map.{field}: {_q(expr)} must be an expression like "
+                        f"{where}.map.{field}: {quote(expr)} must be an expression like "
                         f"$, $.a.b or $.items[0].name"
                     )
                 else:
@@ -121,13 +121,13 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
         event, key = d.get("event"), d.get("key")
         if event is not None and (not isinstance(event, str) or not EVENT_NAME.fullmatch(event)):
             errors.append(
-                f"{where}.event: {_q(event)} must be an event name matching {EVENT_NAME.pattern}"
+                f"{where}.event: {quote(event)} must be an event name matching {EVENT_NAME.pattern}"
             )
         if key is not None:
             if event is None:
                 errors.append(f"{where}.key: only applies with event")
             elif not isinstance(key, str) or not _EXPR.fullmatch(key.strip()):
-                errors.append(f"{where}.key: {_q(key)} must be an expression like $.sha")
+                errors.append(f"{where}.key: {quote(key)} must be an expression like $.sha")
             else:
                 key = key.strip()
         if len(errors) == n_before:
@@ -141,7 +141,7 @@ def resolve(body: Any, expr: str) -> Any:
     for key, index in _SEGMENT.findall(expr):
         if key:
             if not isinstance(value, dict) or key not in value:
-                raise MappingError(f"{walked} has no key {_q(key)}")
+                raise MappingError(f"{walked} has no key {quote(key)}")
             value, walked = value[key], f"{walked}.{key}"
         else:
             n = int(index)

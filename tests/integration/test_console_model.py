@@ -9,7 +9,7 @@ from datetime import datetime
 from bench.seed import seed_runs
 from console.live import Change, LiveHub
 from engine_adapter.names import short_run_id
-from engine_adapter import engine_debug, harness, read_model, run_list, threads
+from engine_adapter import engine_debug, gates, harness, read_model, run_list
 from engine_adapter.identity import Actor
 from engine_adapter.run_list import RunFilters
 from engine_adapter.spawn import spawn
@@ -102,11 +102,11 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         assert any(run_id in c.run_ids and "run_threads" in c.tables for c in changes)
         harness.wait_for_state(db_url, run_id, "waiting")
 
-        gates = read_model.open_gates(conn)
-        assert [(g["run_id"], g["step"], g["question"]) for g in gates] == [
+        open_gates = read_model.open_gates(conn)
+        assert [(g["run_id"], g["step"], g["question"]) for g in open_gates] == [
             (run_id, "ok", "Ship 7?")
         ]
-        assert gates[0]["deadline"] is not None
+        assert open_gates[0]["deadline"] is not None
 
         # The run shows `waiting` once its question is posted; its await follows a moment later.
         debug = harness.wait_for(
@@ -128,7 +128,7 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
         )
         assert debug["bot_attempts"][0]["outcome"] == "completed"
 
-        threads.decide(conn, run_id, "approve", Actor("ann", "console"))
+        gates.decide(conn, run_id, "approve", Actor("ann", "console"))
         harness.wait_for_state(db_url, run_id, "completed")
         assert read_model.open_gates(conn) == []
         run = read_model.show_run(conn, run_id)

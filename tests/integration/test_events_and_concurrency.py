@@ -20,7 +20,7 @@ from engine_adapter.identity import Actor, os_user
 from engine_adapter.read_model import health, show_run
 from engine_adapter.run_list import RunFilters, runs_page
 from engine_adapter.spawn import SpawnError, manual_key, spawn
-from engine_adapter.threads import decide
+from engine_adapter.gates import decide
 from engine_adapter.workflows import set_enabled
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine_adapter import frames, harness, threads
+from engine_adapter import frames, gates, harness
 from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
@@ -29,7 +29,7 @@ def test_frames_of_a_run_through_every_step_kind(conn, apply, procs):
     procs.start("bots")
     run_id = spawn(conn, "framed").run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
-    threads.reply(conn, run_id, "👍 go", Actor("alice", "console"))
+    gates.reply(conn, run_id, "👍 go", Actor("alice", "console"))
     harness.wait_for_state(procs.url, run_id, "completed")
 
     steps = frames.steps_frame(conn, run_id)

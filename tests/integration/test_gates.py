@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine_adapter import db, harness, threads
+from engine_adapter import db, gates, harness
 from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
@@ -46,10 +46,10 @@ def test_reply_with_thumbs_up_releases_the_gate(conn, apply, procs):
     assert view["steps"][0]["status"] == "gate"
     questions = [e["text"] for e in view["thread"] if e["kind"] == "question"]
     assert questions == ["Go ahead with deploy?"], view["thread"]
-    hint = threads.reply(conn, run_id, "what does it change?", Actor("bob", "console"))
+    hint = gates.reply(conn, run_id, "what does it change?", Actor("bob", "console"))
     assert hint.decision is None and "👍" in hint.hint
     assert harness.wait_for_state(procs.url, run_id, "waiting")["state"] == "waiting"
-    outcome = threads.reply(conn, run_id, "approve, ship it", Actor("bob", "console"))
+    outcome = gates.reply(conn, run_id, "approve, ship it", Actor("bob", "console"))
     assert outcome.decision == "approve"
     view = harness.wait_for_state(procs.url, run_id, "completed")
     assert view["steps"][1]["output"].strip() == "after approve, ship it"
@@ -63,18 +63,18 @@ def test_approve_command_and_stale_decision_refused(conn, apply, procs):
     start(procs)
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
-    with pytest.raises(threads.GateClosed):
-        threads.decide(
+    with pytest.raises(gates.GateClosed):
+        gates.decide(
             conn, run_id, "approve", Actor("alice", "console"), gate_key=f"{run_id}:other:1"
         )
-    key = threads.decide(conn, run_id, "approve", Actor("alice", "console"), "lgtm")
+    key = gates.decide(conn, run_id, "approve", Actor("alice", "console"), "lgtm")
     assert key == f"{run_id}:ask:1"
     harness.wait_for_state(procs.url, run_id, "completed")
     entries_before = conn.execute(
         "select count(*) as n from threadline.thread_entries where run_id = %s", (run_id,)
     ).fetchone()["n"]
-    with pytest.raises(threads.GateClosed, match="not waiting at a gate"):
-        threads.decide(conn, run_id, "deny", Actor("alice", "console"), gate_key=key)
+    with pytest.raises(gates.GateClosed, match="not waiting at a gate"):
+        gates.decide(conn, run_id, "deny", Actor("alice", "console"), gate_key=key)
     entries_after = conn.execute(
         "select count(*) as n from threadline.thread_entries where run_id = %s", (run_id,)
     ).fetchone()["n"]
@@ -86,7 +86,7 @@ def test_deny_ends_the_run_cancelled_with_the_reason(conn, apply, procs):
     start(procs)
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
-    threads.reply(conn, run_id, "👎 not today", Actor("carol", "console"))
+    gates.reply(conn, run_id, "👎 not today", Actor("carol", "console"))
     view = harness.wait_for_state(procs.url, run_id, "cancelled")
     assert [s["status"] for s in view["steps"]] == ["failed", "skipped"]
     assert "denied by carol: 👎 not today" in view["thread"][-1]["text"]
@@ -98,10 +98,10 @@ def test_approvers_narrow_who_decides(conn, apply, procs):
     start(procs)
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
-    with pytest.raises(threads.DecisionRefused, match="not an approver"):
-        threads.decide(conn, run_id, "approve", Actor("mallory", "console"))
-    assert threads.reply(conn, run_id, "👍", Actor("mallory", "console")).decision is None
-    assert threads.reply(conn, run_id, "👍", Actor("alice", "console")).decision == "approve"
+    with pytest.raises(gates.DecisionRefused, match="not an approver"):
+        gates.decide(conn, run_id, "approve", Actor("mallory", "console"))
+    assert gates.reply(conn, run_id, "👍", Actor("mallory", "console")).decision is None
+    assert gates.reply(conn, run_id, "👍", Actor("alice", "console")).decision == "approve"
     harness.wait_for_state(procs.url, run_id, "completed")
 
 
@@ -110,9 +110,9 @@ def test_any_reply_gate_from_one_person(conn, apply, procs):
     start(procs)
     run_id = spawn(conn, "gated", {"what": "x"}).run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
-    assert threads.reply(conn, run_id, "me first", Actor("eve", "console")).decision is None
+    assert gates.reply(conn, run_id, "me first", Actor("eve", "console")).decision is None
     assert (
-        threads.reply(conn, run_id, "here are the numbers", Actor("dana", "console")).decision
+        gates.reply(conn, run_id, "here are the numbers", Actor("dana", "console")).decision
         == "reply"
     )
     view = harness.wait_for_state(procs.url, run_id, "completed")
@@ -145,9 +145,9 @@ def test_late_approval_racing_a_timeout_has_one_winner(conn, apply, procs):
         now = conn.execute("select now() as n").fetchone()["n"]
         time.sleep(max(0.0, offset - (now - opened).total_seconds()))
         try:
-            threads.decide(conn, run_id, "approve", Actor("late", "console"))
+            gates.decide(conn, run_id, "approve", Actor("late", "console"))
             approved = True
-        except threads.GateClosed:
+        except gates.GateClosed:
             approved = False
         view = harness.wait_for_state(procs.url, run_id, ("completed", "cancelled"), timeout=30)
         taken = decisions(conn, run_id)
@@ -165,7 +165,7 @@ def test_gate_release_latency_from_the_reply_commit(conn, apply, procs):
     for _ in range(5):
         run_id = spawn(conn, "gated", {"what": "x"}).run_id
         harness.wait_for_state(procs.url, run_id, "waiting")
-        threads.reply(conn, run_id, "👍", Actor("alice", "console"))
+        gates.reply(conn, run_id, "👍", Actor("alice", "console"))
         reply_at = conn.execute(
             "select max(created_at) as t from threadline.thread_entries where run_id = %s "
             "and author_kind = 'human'",

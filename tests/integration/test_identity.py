@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter import commands, harness, names, threads
+from engine_adapter import commands, gates, harness, names
 from engine_adapter.identity import Actor, os_user
 from engine_adapter.spawn import spawn
 
@@ -120,5 +120,5 @@ def test_a_gate_may_refuse_the_runs_initiator(conn, apply, procs):
         harness.run_cli(procs.url, "reply", run_id, "👍").returncode == 0
     )  # kept, decides nothing
     assert decisions(conn, run_id) == []
-    threads.decide(conn, run_id, "approve", Actor("alice", "console"))
+    gates.decide(conn, run_id, "approve", Actor("alice", "console"))
     harness.wait_for_state(procs.url, run_id, "completed")

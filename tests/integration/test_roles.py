@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from engine_adapter import db, harness, names, roles, threads
+from engine_adapter import db, gates, harness, names, roles, run_state, thread_entries
 from engine_adapter.identity import Actor
 from engine_adapter.settings import QUEUE
 from engine_adapter.spawn import spawn
@@ -105,7 +105,7 @@ def test_the_viewer_reads_and_writes_nothing(conn, apply, logins):
         )
         refused(v, "delete from threadline.workflows")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            threads.append(v, run_id, "human", "someone", "message", "hello")
+            thread_entries.append(v, run_id, "human", "someone", "message", "hello")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             spawn(v, "ask")
 
@@ -119,7 +119,7 @@ def test_bots_cannot_release_a_gate_or_speak_for_people(conn, apply, procs, logi
     decision = {"decision": "approve", "actor": "alice", "text": "", "at": "2026-01-01T00:00:00Z"}
     with as_role(logins, "bots") as b:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="releasing step"):
-            threads.emit_step_done(b, run_id, key, decision)
+            run_state.emit_step_done(b, run_id, key, decision)
         refused(
             b,
             "select absurd.emit_event(%s, %s, %s)",
@@ -132,7 +132,7 @@ def test_bots_cannot_release_a_gate_or_speak_for_people(conn, apply, procs, logi
             (key, run_id),
         )
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="writing a human entry"):
-            threads.append(b, run_id, "human", "alice", "message", "👍")
+            thread_entries.append(b, run_id, "human", "alice", "message", "👍")
         refused(
             b,
             "insert into threadline.thread_entries (run_id, seq, author_kind, author, kind, text) "
@@ -151,10 +151,10 @@ def test_a_bot_releases_only_the_bot_step_awaited(conn, logins, awaiting_bot):
     run_id = awaiting_bot
     with as_role(logins, "bots") as b:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            threads.emit_step_done(
+            run_state.emit_step_done(
                 b, run_id, names.step_key(run_id, "ask", 1), {"status": "completed"}
             )
-        threads.emit_step_done(
+        run_state.emit_step_done(
             b, run_id, names.step_key(run_id, "work", 1), {"status": "completed", "output": "ok"}
         )
     row = db.fetch_one(conn, "get_run", dict(run_id=run_id))
@@ -168,7 +168,7 @@ def test_people_doors_cannot_fake_a_step_result_or_emit_threadline_events(
     key = names.step_key(run_id, "work", 1)
     with as_role(logins, "console") as c:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="releasing step"):
-            threads.emit_step_done(c, run_id, key, {"status": "completed", "output": "forged"})
+            run_state.emit_step_done(c, run_id, key, {"status": "completed", "output": "forged"})
         refused(c, "select absurd.emit_event(%s, %s, '{}'::jsonb)", (QUEUE, names.done_event(key)))
         refused(
             c,
@@ -190,7 +190,7 @@ def test_the_console_decides_gates_through_the_checked_path(conn, apply, procs, 
     run_id = spawn(conn, "ask").run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
     with as_role(logins, "console") as c:
-        threads.decide(c, run_id, "approve", Actor("alice", "console"), "fine")
+        gates.decide(c, run_id, "approve", Actor("alice", "console"), "fine")
     harness.wait_for_state(procs.url, run_id, "completed")
 
 
@@ -202,9 +202,9 @@ def test_the_ingress_spawns_and_does_nothing_else(conn, apply, procs, logins):
         harness.wait_for_state(procs.url, run_id, "waiting")
         key = names.step_key(run_id, "ask", 1)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            threads.decide(h, run_id, "approve", Actor("alice", "console"))
+            gates.decide(h, run_id, "approve", Actor("alice", "console"))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            threads.emit_step_done(h, run_id, key, {"decision": "approve"})
+            run_state.emit_step_done(h, run_id, key, {"decision": "approve"})
         refused(h, "update threadline.run_threads set state = 'cancelled'")
         refused(h, "update threadline.workflows set enabled = false")
         refused(h, "select absurd.cancel_task(%s, %s)", (QUEUE, run_id))

@@ -211,7 +211,7 @@ def test_threadline_database_url_points_at_another_server():
 
 
 def test_one_bot_per_thread(conn, apply):
-    from engine_adapter import threads
+    from engine_adapter import thread_entries
 
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id
@@ -223,8 +223,8 @@ def test_one_bot_per_thread(conn, apply):
     )
     with pytest.raises(psycopg.errors.RaiseException, match='thread is bound to bot "shell"'):
         with conn.transaction():
-            threads.append(conn, run_id, "bot", "intruder", "message", "hi")
-    assert threads.append(conn, run_id, "bot", "shell", "message", "hi") == 2
+            thread_entries.append(conn, run_id, "bot", "intruder", "message", "hi")
+    assert thread_entries.append(conn, run_id, "bot", "shell", "message", "hi") == 2
 
 
 def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, procs):
@@ -243,13 +243,15 @@ def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, pr
 
 
 def test_show_into_a_closed_pipe_ends_quietly(conn, apply, db_url):
-    from engine_adapter import threads
+    from engine_adapter import thread_entries
 
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id
     with conn.transaction():
         for i in range(400):  # more than a pipe holds, so the writer meets the closed end
-            threads.append(conn, run_id, "system", "threadline", "note", f"line {i} " + "x" * 300)
+            thread_entries.append(
+                conn, run_id, "system", "threadline", "note", f"line {i} " + "x" * 300
+            )
     env = dict(os.environ, THREADLINE_DATABASE_URL=db_url)
     done = subprocess.run(
         f"{sys.executable} -m engine_adapter.cli show {run_id} | head -n 1",

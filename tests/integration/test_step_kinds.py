@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from engine_adapter import harness, threads
+from engine_adapter import gates, harness
 from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
@@ -49,7 +49,7 @@ def test_every_step_kind_runs_to_completion(conn, apply, procs):
     assert f"run={run_id} key={run_id}:build:1" in build
     assert view["steps"][1]["output"].startswith("AGENT SAYS: SUMMARISE: HELLO O'BRIEN")
 
-    threads.reply(conn, run_id, "👍 looks good", Actor("alice", "console"))
+    gates.reply(conn, run_id, "👍 looks good", Actor("alice", "console"))
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert view["steps"][-1]["output"].strip() == "approved-with 👍 looks good"
     kinds = [e["kind"] for e in view["thread"]]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from console.users import add_user
-from engine_adapter import db, harness, threads
+from engine_adapter import db, gates, harness
 from engine_adapter.identity import Actor
 from engine_adapter.spawn import spawn
 
@@ -114,7 +114,7 @@ def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
         page.reload()
         page.wait_for_selector(f"a[href='/run?id={run_id}']")
         assert page.locator("select").nth(1).input_value() == "waiting"
-        threads.decide(conn, run_id, "deny", Actor("tester", "console"))
+        gates.decide(conn, run_id, "deny", Actor("tester", "console"))
 
 
 def harness_apply(conn: Any, text: str) -> str:

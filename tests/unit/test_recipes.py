@@ -13,10 +13,8 @@ from engine_adapter.recipes import (
     RecipeError,
     Step,
     find_placeholders,
-    format_duration,
     load_recipe_file,
     load_recipe_text,
-    parse_duration,
 )
 
 RECIPES = Path(__file__).resolve().parents[2] / "assets" / "recipes"
@@ -379,30 +377,3 @@ def test_placeholders() -> None:
         "inside a foreach)",
         'steps[2].human_gate: has an unclosed "{{"',
     ]
-
-
-def test_parse_duration() -> None:
-    assert parse_duration("1h30m") == 5400
-    assert parse_duration("500ms") == 0.5
-    assert parse_duration("30s") == 30
-    assert parse_duration("10m") == 600
-    assert parse_duration("2h") == 7200
-    assert parse_duration("1d") == 86400
-    assert parse_duration("45") == 45
-    assert parse_duration(" 90 ") == 90
-    assert parse_duration(12) == 12.0
-    for bad in ("10x", "", "h", "1h 30m", "-5", "1.5", True):
-        with pytest.raises(ValueError):
-            parse_duration(bad)  # type: ignore[arg-type]
-
-
-def test_format_duration_inverts_parse() -> None:
-    for text in ("1h30m", "500ms", "30s", "1d2h3m4s5ms", "0s"):
-        assert format_duration(parse_duration(text)) == text
-    assert format_duration(5400) == "1h30m"
-
-
-def test_recipe_error_str_joins_lines() -> None:
-    err = RecipeError(["a: one", "b: two"])
-    assert isinstance(err, ValueError)
-    assert str(err) == "a: one\nb: two"

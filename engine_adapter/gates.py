@@ -1,23 +1,22 @@
-"""Run threads: appending entries, emitting a step's done event, and human replies and decisions.
+"""Human gates: replies and decisions on the gate a run waits at, and a gate's timeout.
 
-Every write that can release a step happens in one transaction that appends the entry, runs the
-done-check, emits the event (first write wins) and NOTIFYs.
+Every write that can release a gate happens in one transaction that appends the entry, records
+the decision, emits the step's done event (first write wins) and NOTIFYs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from . import db
 from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
-from .settings import QUEUE
+from .run_state import emit_step_done, lock_run
+from .thread_entries import append
 
 APPROVE_WORDS = ("👍", "approve")
 DENY_WORDS = ("👎", "deny")
@@ -29,85 +28,6 @@ class DecisionRefused(RuntimeError):
 
 class GateClosed(DecisionRefused):
     """A decision for a gate that is not (or no longer) open."""
-
-
-class RunNotFound(LookupError):
-    pass
-
-
-def append(
-    conn: psycopg.Connection[Any],
-    run_id: str,
-    author_kind: str,
-    author: str,
-    kind: str,
-    text: str,
-    *,
-    step_key: str | None = None,
-    dedupe_key: str | None = None,
-    data: Any = None,
-) -> int | None:
-    """Append an entry; returns its seq, or None when dedupe_key was used before."""
-    row = db.fetch_one(
-        conn,
-        "append_entry",
-        dict(
-            run_id=run_id,
-            author_kind=author_kind,
-            author=author,
-            kind=kind,
-            step_key=step_key,
-            dedupe_key=dedupe_key,
-            text=text,
-            data=None if data is None else Jsonb(data),
-        ),
-    )
-    return row["seq"] if row else None
-
-
-def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, payload: Any) -> None:
-    """Emit the step's done event (first write wins), clear `awaiting` with a compare-and-set
-    on the key and wake the conductor. The database checks that the caller may release it:
-    a bot only the bot step the run awaits, a human door only a gate it decided."""
-    db.fetch_one(
-        conn,
-        "emit_step_done",
-        dict(queue=QUEUE, run_id=run_id, step_key=step_key, payload=Jsonb(payload)),
-    )
-
-
-def set_run_state(
-    conn: psycopg.Connection[Any],
-    run_id: str,
-    state: str,
-    step: str | None,
-    try_no: int | None,
-    *,
-    await_key: str | None = None,
-    await_kind: str | None = None,
-    wake_at: datetime | None = None,
-) -> None:
-    """Where the run stands; `awaiting` is armed exactly when an await key is given."""
-    conn.execute(
-        db.q("set_run_state"),
-        {
-            "run_id": run_id,
-            "state": state,
-            "step": step,
-            "try": try_no,
-            "await_key": await_key,
-            "await_kind": await_kind,
-            "awaiting": await_key is not None,
-            "wake_at": wake_at,
-        },
-    )
-
-
-def lock_run(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
-    row = db.fetch_one(conn, "lock_run", dict(run_id=run_id))
-    if row is None:
-        raise RunNotFound(f"no run {run_id}")
-    return row
 
 
 def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from panel.viewable import Viewer
 
 from engine_adapter.names import short_run_id
 from engine_adapter import run_list
-from engine_adapter.read_model import RUN_STATES
+from engine_adapter.domain import RUN_STATES
 from engine_adapter.run_list import Cursor, FilterError, RunFilters, RunRow
 from engine_adapter.workflows import list_workflows
 

@@ -123,12 +123,9 @@ def spawn_workflow(
     except (SpawnError, LookupError) as err:
         error = f"Step {names.step_id_of(path)}: workflow {workflow} could not start: {err}"
         with conn.transaction():
-            thread_entries.append(
+            thread_entries.system_note(
                 conn,
                 parent_id,
-                "system",
-                "threadline",
-                "note",
                 error,
                 dedupe_key=f"spawn-failed:{path}:{try_no}",
             )
@@ -145,12 +142,9 @@ def _note(
     branch: str,
     child_id: str,
 ) -> None:
-    thread_entries.append(
+    thread_entries.system_note(
         conn,
         parent_id,
-        "system",
-        "threadline",
-        "note",
         text,
         dedupe_key=f"spawn:{path}:{try_no}:{branch}",
         data={"child_run": child_id, "step": path, "branch": branch},
@@ -175,12 +169,9 @@ def cancel_losers(
                 run_id,
                 f"branch {won['branch']} of step {step_id} finished first (completion: any)",
             )
-        thread_entries.append(
+        thread_entries.system_note(
             conn,
             parent_id,
-            "system",
-            "threadline",
-            "note",
             f"Step {step_id}: branch {won['branch']} finished first ({won['status']}); "
             f"{len(losers)} other branch{'es' if len(losers) != 1 else ''} cancelled.",
             dedupe_key=f"winner:{step_id}:{won['run_id']}",
@@ -197,12 +188,9 @@ def cancel_run_tree(conn: psycopg.Connection[Any], run_id: str, why: str) -> boo
         return False
     db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
     run_state.set_run_state(conn, run_id, domain.CANCELLED, run["current_step"], run["current_try"])
-    thread_entries.append(
+    thread_entries.system_note(
         conn,
         run_id,
-        "system",
-        "threadline",
-        "note",
         f"Run cancelled: {why}.",
         dedupe_key="cancelled-by-parent",
     )

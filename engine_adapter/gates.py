@@ -16,7 +16,7 @@ from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
 from .run_state import emit_step_done, lock_run
-from .thread_entries import append
+from .thread_entries import append, system_note
 
 APPROVE_WORDS = ("👍", "approve")
 DENY_WORDS = ("👎", "deny")
@@ -58,7 +58,7 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         refusal = _why_not_decider(gate, run, actor) if decision else None
         if decision is None or refusal:
             hint = f"Noted. {refusal}." if refusal else _gate_hint(gate, actor)
-            append(conn, run_id, "system", "threadline", "note", hint, step_key=run["await_key"])
+            system_note(conn, run_id, hint, step_key=run["await_key"])
             db.notify(conn, run_id, "thread")
             return ReplyOutcome(seq, None, hint)
         _record_decision(conn, run, decision, actor, text)

@@ -779,12 +779,9 @@ class RunHandler:
 
     def note(self, text: str, key: str | None, dedupe: str, data: Any = None) -> int | None:
         """A System note in the thread, once per dedupe key; its seq, or None if written before."""
-        return thread_entries.append(
+        return thread_entries.system_note(
             self.conn,
             self.run_id,
-            "system",
-            "threadline",
-            "note",
             text,
             step_key=key,
             dedupe_key=dedupe,

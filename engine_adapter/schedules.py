@@ -149,12 +149,9 @@ def _handle(
     run_id = spawn(conn, slug, {}, trigger=trigger, idempotency_key=key).run_id
     conn.execute(db.q("set_schedule_tick_run"), dict(workflow=slug, slot=slot, run_id=run_id))
     if due.skipped:
-        thread_entries.append(
+        thread_entries.system_note(
             conn,
             run_id,
-            "system",
-            "threadline",
-            "note",
             _skipped_note(schedule, slot, due.skipped),
             dedupe_key="catch-up",
             data={"skipped": [s.isoformat() for s in due.skipped]},

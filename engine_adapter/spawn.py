@@ -194,12 +194,9 @@ def spawn(
                 db.q("set_run_parent"),
                 dict(run_id=run_id, parent_run_id=child.run_id, parent=Jsonb(child.record())),
             )
-        thread_entries.append(
+        thread_entries.system_note(
             conn,
             run_id,
-            "system",
-            "threadline",
-            "note",
             _opening_line(wf, recipe, payload, trigger),
             dedupe_key="opened",
             data={"trigger": trigger, "payload": payload},
@@ -217,12 +214,9 @@ def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int
     place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
     if place["state"] == "queued":
         ahead = f", {place['ahead']} ahead of it in line" if place["ahead"] else ""
-        thread_entries.append(
+        thread_entries.system_note(
             conn,
             run_id,
-            "system",
-            "threadline",
-            "note",
             f"Queued: {place['active']} of {limit} runs allowed at once are active{ahead}; "
             f"it starts when a place is free (max_concurrent_runs {limit}).",
             dedupe_key="queued",

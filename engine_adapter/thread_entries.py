@@ -42,3 +42,26 @@ def append(
         ),
     )
     return row["seq"] if row else None
+
+
+def system_note(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    text: str,
+    *,
+    step_key: str | None = None,
+    dedupe_key: str | None = None,
+    data: Any = None,
+) -> int | None:
+    """A note from Threadline itself (System in the thread): what it decided, started, noticed."""
+    return append(
+        conn,
+        run_id,
+        "system",
+        "threadline",
+        "note",
+        text,
+        step_key=step_key,
+        dedupe_key=dedupe_key,
+        data=data,
+    )

@@ -53,7 +53,7 @@ class RunView(Viewer):
             data.configure(database_url)
         self.run_id = run_id
         self.highlight = step
-        self.run: dict[str, Any] | None = None
+        self.run: read_model.RunView | None = None
         # For showing what the user may do; every write checks the session again, server-side.
         self.session = access.current_session()
         self.permissions = html_pane("", sizing_mode="stretch_width")
@@ -180,7 +180,7 @@ class RunView(Viewer):
         """Re-read the run's summary and patch the header, stepper and gate buttons."""
         try:
             with data.connection() as conn:
-                self.run = read_model.show_run(conn, self.run_id, thread_limit=0)
+                self.run = read_model.run_view(conn, self.run_id, thread_limit=0)
         except RunNotFound:
             return False
         self._render_summary()
@@ -196,32 +196,32 @@ class RunView(Viewer):
         run = self.run
         assert run is not None
         now = now or datetime.now(UTC)
-        trigger = html.escape(describe_trigger(run["trigger"] or {}))
+        trigger = html.escape(describe_trigger(run.trigger or {}))
         self.header.object = (
-            f"<h4>{run['workflow']} <small>v{run['workflow_version']}</small> "
-            f'<span class="tl-state tl-state-{run["state"]}" id="tl-run-state">'
-            f"{run['state']}</span></h4>"
-            f"<div><code>{run['run_id']}</code> · {run['created_at'][:19].replace('T', ' ')} UTC"
-            f" · started {trigger}</div>"
+            f"<h4>{run.workflow} <small>v{run.workflow_version}</small> "
+            f'<span class="tl-state tl-state-{run.state}" id="tl-run-state">'
+            f"{run.state}</span></h4>"
+            f"<div><code>{run.run_id}</code> · {run.created_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+            f" UTC · started {trigger}</div>"
         )
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
         self.related.object = state.related_runs_html(run)
-        waiting = state.event_wait(run)
+        waiting = run.event_wait
         if waiting and not self.outside_name.value:  # offer what the run waits for
             self.outside_name.value = waiting["events"][0]
             self.outside_key.value = waiting.get("key") or ""
         self.deliver.disabled = not self._may(access.OPERATE)
-        top = [step["id"] for step in run["steps"]]
+        top = [step["id"] for step in run.steps]
         if list(self.rerun_from.options) != top:
             self.rerun_from.options = top
-        self.rerun.disabled = bool(run.get("parent")) or not self._may(access.OPERATE)
-        at_gate = run["gate"] is not None
+        self.rerun.disabled = bool(run.parent) or not self._may(access.OPERATE)
+        at_gate = run.gate is not None
         for widget in (self.approve, self.deny, self.reason):
-            widget.visible = state.gate_takes_decisions(run["gate"])
-        self.retry.disabled = run["state"] != "failed" or not self._may(access.OPERATE)
-        self.cancel.disabled = run["state"] in ("completed", "cancelled") or not self._may(
+            widget.visible = state.gate_takes_decisions(run.gate)
+        self.retry.disabled = run.state != "failed" or not self._may(access.OPERATE)
+        self.cancel.disabled = run.state in ("completed", "cancelled") or not self._may(
             access.OPERATE
         )
         self.approve.disabled = self.deny.disabled = not self._may(access.DECIDE)
@@ -307,7 +307,7 @@ class RunView(Viewer):
             self._reload.poke()
         elif change.beat is not None:
             self._reload.beat()
-            if self.run and self.run["state"] in ("sleeping", "running", "waiting"):
+            if self.run and self.run.state in ("sleeping", "running", "waiting"):
                 self._render_summary()  # countdowns and running durations tick without a query
 
     # -- acting ----------------------------------------------------------------------------------
@@ -316,7 +316,7 @@ class RunView(Viewer):
 
     def _reply_roles(self) -> tuple[str, ...]:
         """An operator replies; at a gate an approver may too (the reply may decide it)."""
-        at_gate = bool(self.run and self.run["gate"])
+        at_gate = bool(self.run and self.run.gate)
         return access.OPERATE + access.DECIDE if at_gate else access.OPERATE
 
     def _say(self, text: str, ok: bool = True) -> None:
@@ -344,7 +344,7 @@ class RunView(Viewer):
         )
 
     def _decide(self, decision: str) -> None:
-        gate = self.run and self.run["gate"]
+        gate = self.run.gate if self.run else None
         try:
             actor = access.actor_for(f"{decision} a gate", access.DECIDE)
             with data.connection() as conn:
@@ -390,7 +390,8 @@ class RunView(Viewer):
             self._say(str(err), ok=False)
             return
         self._say(f"Rerun started: run {spawned.run_id}.")
-        self.related.object = state.related_runs_html(self.run or {}) + (
+        related = state.related_runs_html(self.run) if self.run else ""
+        self.related.object = related + (
             f'<div id="tl-rerun-link"><a href="{state.run_url(spawned.run_id)}">open the rerun '
             f"{spawned.run_id}</a></div>"
         )

@@ -14,6 +14,7 @@ import yaml
 
 from engine_adapter import domain, step_tree
 from engine_adapter.names import short_run_id
+from engine_adapter.read_model import RunView
 from engine_adapter.recipes import KINDS, TOP_KEYS
 
 # -- links -----------------------------------------------------------------------------------------
@@ -108,23 +109,18 @@ STATUS_ICONS = {
 }
 
 
-def event_wait(run: dict[str, Any]) -> dict[str, Any] | None:
-    """What a run waiting for an outside event waits for: {events, key}, or None."""
-    return run.get("event_wait")
-
-
-def related_runs_html(run: dict[str, Any]) -> str:
+def related_runs_html(run: RunView) -> str:
     """Links between runs: the parent a branch or sub-workflow belongs to, the run a rerun came
     from, and the child runs this run's steps started."""
     parts = []
-    parent = run.get("parent")
+    parent = run.parent
     if parent:
         parts.append(
             f'part of run <a href="{run_url(parent["run_id"], parent.get("step"))}">'
             f"{short_run_id(parent['run_id'])}</a> (step {html.escape(str(parent.get('step')))}, "
             f"{html.escape(str(parent.get('branch')))})"
         )
-    trigger = run.get("trigger") or {}
+    trigger = run.trigger or {}
     if trigger.get("kind") == "rerun":
         parts.append(
             f'rerun of <a href="{run_url(trigger["run_id"])}">{short_run_id(trigger["run_id"])}'
@@ -132,7 +128,7 @@ def related_runs_html(run: dict[str, Any]) -> str:
         )
     children = [
         (n, b)
-        for _, n in step_tree.flatten(run.get("steps") or [])
+        for _, n in step_tree.flatten(run.steps)
         for b in n.get("branches") or []
         if b.get("run_id")
     ]
@@ -146,17 +142,15 @@ def related_runs_html(run: dict[str, Any]) -> str:
     return '<div class="tl-muted" id="tl-related">' + " · ".join(parts) + "</div>" if parts else ""
 
 
-def stepper_rows(
-    run: dict[str, Any], now: datetime, highlight: str | None = None
-) -> list[dict[str, Any]]:
+def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> list[dict[str, Any]]:
     """One row per step: status (with a countdown while sleeping), attempts, duration, output
     preview; the step a link pointed at is marked ▶."""
     rows = []
-    for depth, step in step_tree.flatten(run["steps"]):
+    for depth, step in step_tree.flatten(run.steps):
         status = step["status"]
         detail = step.get("reason") or ""
-        if status == "sleeping" and run.get("wake_at"):
-            left = (parse_time(run["wake_at"]) - now).total_seconds()
+        if status == "sleeping" and run.wake_at:
+            left = (run.wake_at - now).total_seconds()
             detail = f"wakes in {age_text(left)}" if left > 0 else "waking"
         elif status == "gate":
             detail = "waiting for a human"

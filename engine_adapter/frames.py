@@ -6,6 +6,8 @@ Every time in these frames comes from the database clock, so they can be compare
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ import pandas as pd
 import psycopg
 
 from . import db, domain, names, step_tree, thread_entries
-from .read_model import show_run
+from .read_model import run_view
 from .render import as_text
 from .workers import list_workers
 
@@ -37,7 +39,7 @@ MARGIN = timedelta(seconds=1)
 
 def steps_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """One row per step of the recipe, as the read model shows it (its fields beyond these too)."""
-    steps = show_run(conn, run_id)["steps"]
+    steps = run_view(conn, run_id).steps
     extra = [k for k in (steps[0] if steps else {}) if k not in STEP_COLUMNS]
     return pd.DataFrame(steps, columns=STEP_COLUMNS + extra)
 
@@ -49,7 +51,7 @@ def tree_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     was skipped, which branch was taken, or which child run a branch is and whether it finished
     first."""
     rows = []
-    for depth, node in step_tree.flatten(show_run(conn, run_id)["steps"]):
+    for depth, node in step_tree.flatten(run_view(conn, run_id).steps):
         detail = node.get("reason") or ""
         if "taken" in node:
             detail = "taken" if node["taken"] else "not taken"
@@ -90,10 +92,10 @@ def tree_text(tree: pd.DataFrame) -> str:
 
 def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The run thread in order, one row per entry."""
-    frame = pd.DataFrame(show_run(conn, run_id)["thread"])
+    frame = pd.DataFrame([asdict(e) for e in run_view(conn, run_id).thread])
     if frame.empty:
         return pd.DataFrame(columns=THREAD_COLUMNS)
-    frame["created_at"] = pd.to_datetime(frame["created_at"], format="ISO8601")
+    frame["created_at"] = pd.to_datetime(frame["created_at"])
     frame["step"] = frame["step_key"].map(_step_of)
     return frame[THREAD_COLUMNS]
 
@@ -227,10 +229,10 @@ def schedule_slots_frame(conn: psycopg.Connection[Any], workflow: str) -> pd.Dat
 def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Bars for a timeline: process liveness (start to last heartbeat, or now while alive), step
     tries (sent to ended) and bot attempts (claimed to finished). Open bars end at now."""
-    run = show_run(conn, run_id, thread_limit=1)
+    run = run_view(conn, run_id, thread_limit=1)
     now = db.fetch_one(conn, "db_now")["now"]
-    run_start = datetime.fromisoformat(run["created_at"])
-    run_end = datetime.fromisoformat(run["finished_at"]) if run["finished_at"] else now
+    run_start = run.created_at
+    run_end = run.finished_at or now
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     workers = workers_frame(conn, run_id).sort_values(["kind", "started_at"], key=_conductors_first)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -39,44 +41,83 @@ def run_facts(conn: psycopg.Connection[Any], run: dict[str, Any]) -> step_tree.R
     )
 
 
-def show_run(
-    conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 1000
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a run's thread."""
+
+    seq: int
+    author_kind: str
+    author: str
+    kind: str
+    step_key: str | None
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A run as the CLI, the console and the notebooks show it. `steps` is the step tree
+    (step_tree.py: JSON-shaped nodes, nested by branch, iteration and child run);
+    `to_json()` is `threadline show --json`."""
+
+    run_id: str
+    workflow: str
+    workflow_version: int
+    state: str
+    trigger: dict[str, Any]
+    payload: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+    wake_at: datetime | None  # while sleeping
+    await_key: str | None
+    gate: dict[str, Any] | None  # the open gate: step, key, accept, approvers, on_timeout
+    event_wait: dict[str, Any] | None  # the outside event it waits for: events, key
+    steps: list[dict[str, Any]]
+    outputs: dict[str, Any]  # the run's declared outputs, once it completed
+    parent: dict[str, Any] | None  # a child run's place in its parent
+    thread: list[Entry] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        def value(v: Any) -> Any:
+            return v.isoformat() if isinstance(v, datetime) else v
+
+        out = {f.name: value(getattr(self, f.name)) for f in fields(self) if f.name != "thread"}
+        out["thread"] = [{k: value(v) for k, v in asdict(e).items()} for e in self.thread]
+        return out
+
+
+def run_view(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 1000) -> RunView:
     run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     facts = run_facts(conn, run)
     state = facts.state
     entries = db.fetch_all(conn, "run_entries", dict(run_id=run_id, after=0, limit=thread_limit))
-    return {
-        "run_id": str(run["run_id"]),
-        "workflow": run["workflow"],
-        "workflow_version": run["workflow_version"],
-        "state": state,
-        "trigger": run["trigger"],
-        "payload": run["payload"],
-        "created_at": run["created_at"].isoformat(),
-        "finished_at": run["finished_at"].isoformat() if run["finished_at"] else None,
-        "wake_at": run["wake_at"].isoformat() if run["wake_at"] and state == "sleeping" else None,
-        "await_key": run["await_key"] if run["awaiting"] else None,
-        "gate": _gate_view(run),
-        "event_wait": _event_wait(conn, run),
-        "steps": step_tree.steps_tree(facts),
-        "outputs": (run["outputs"] or {}).get("declared") or {},
-        "parent": run["parent"],
-        "thread": [
-            {
-                "seq": e["seq"],
-                "author_kind": e["author_kind"],
-                "author": e["author"],
-                "kind": e["kind"],
-                "step_key": e["step_key"],
-                "text": e["text"],
-                "created_at": e["created_at"].isoformat(),
-            }
-            for e in entries
-        ],
-    }
+    return RunView(
+        run_id=str(run["run_id"]),
+        workflow=run["workflow"],
+        workflow_version=run["workflow_version"],
+        state=state,
+        trigger=run["trigger"],
+        payload=run["payload"],
+        created_at=run["created_at"],
+        finished_at=run["finished_at"],
+        wake_at=run["wake_at"] if state == "sleeping" else None,
+        await_key=run["await_key"] if run["awaiting"] else None,
+        gate=_gate_view(run),
+        event_wait=_event_wait(conn, run),
+        steps=step_tree.steps_tree(facts),
+        outputs=(run["outputs"] or {}).get("declared") or {},
+        parent=run["parent"],
+        thread=[Entry(**{f.name: e[f.name] for f in fields(Entry)}) for e in entries],
+    )
+
+
+def show_run(
+    conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 1000
+) -> dict[str, Any]:
+    """A run's view in its JSON form (`threadline show --json`)."""
+    return run_view(conn, run_id, thread_limit=thread_limit).to_json()
 
 
 def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> dict[str, Any] | None:

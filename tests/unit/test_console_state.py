@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from console import state
+from engine_adapter.read_model import RunView
 from engine_adapter.run_list import Cursor, FilterError, RunFilters
 
 NOW = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
@@ -51,8 +52,25 @@ def test_age_text(seconds, text):
     assert state.age_text(seconds) == text
 
 
-def run_with(steps: list[dict], **run) -> dict:
-    return {"steps": steps, "wake_at": None, **run}
+def run_with(steps: list[dict], **run) -> RunView:
+    fields = dict(
+        run_id="01a20a4c-0000-7000-8000-000000000001",
+        workflow="w",
+        workflow_version=1,
+        state="running",
+        trigger={"kind": "manual"},
+        payload={},
+        created_at=NOW,
+        finished_at=None,
+        wake_at=None,
+        await_key=None,
+        gate=None,
+        event_wait=None,
+        steps=steps,
+        outputs={},
+        parent=None,
+    )
+    return RunView(**(fields | run))
 
 
 def step(id_: str, kind: str, status: str, **extra) -> dict:
@@ -85,7 +103,7 @@ def test_stepper_counts_down_to_a_wake_time_and_previews_the_last_output_line():
             step("nap", "sleep", "sleeping", started_at=(NOW - timedelta(seconds=1)).isoformat()),
             step("ask", "human_gate", "pending"),
         ],
-        wake_at=(NOW + timedelta(seconds=90)).isoformat(),
+        wake_at=NOW + timedelta(seconds=90),
     )
     rows = state.stepper_rows(run, NOW, highlight="nap")
     assert [r["status"] for r in rows] == ["✓ completed", "☾ sleeping", "○ pending"]

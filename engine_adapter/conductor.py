@@ -18,6 +18,7 @@ from absurd_sdk import Absurd
 from psycopg.types.json import Jsonb
 
 from . import db, run_state, schedules
+from .domain import decision_result
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
 from .workers import Worker
@@ -112,10 +113,13 @@ class Conductor:
         """The finish backstop: emit done events for terminals already in a thread."""
         emitted = 0
         for row in db.fetch_all(self.conn, "unreconciled_terminals"):
-            with self.conn.transaction():
-                run_state.emit_step_done(
-                    self.conn, str(row["run_id"]), row["await_key"], row["payload"]
+            payload = row["payload"]
+            if payload is None:  # a decided gate
+                payload = decision_result(
+                    row["decision"], row["actor"], row["reason"], row["decided_at"]
                 )
+            with self.conn.transaction():
+                run_state.emit_step_done(self.conn, str(row["run_id"]), row["await_key"], payload)
             emitted += 1
         return emitted
 

@@ -8,6 +8,7 @@ module must agree on lives here and is imported from here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Mapping
 
 # -- step kinds ----------------------------------------------------------------------------------
@@ -89,6 +90,12 @@ def gate_outcome(decision: Mapping[str, Any], on_timeout: str | None) -> GateOut
     if said in (APPROVE, REPLY):
         return GateOutcome(True, f"{'approved' if said == APPROVE else 'answered'} by {who}")
     return GateOutcome(False, f"denied by {who}" + (f": {text}" if text else ""))
+
+
+def decision_result(decision: str, actor: str, text: str | None, at: datetime) -> dict[str, Any]:
+    """The done payload of a decided gate (a person's decision, or a timeout's), from the
+    decision as recorded; the reconcile sweep rebuilds it from the same row."""
+    return {"decision": decision, "actor": actor, "text": text or "", "at": at.isoformat()}
 
 
 # -- a step's result -----------------------------------------------------------------------------

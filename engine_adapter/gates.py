@@ -16,6 +16,7 @@ from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
 from .run_state import emit_step_done, lock_run
+from .domain import decision_result
 from .thread_entries import append, system_note
 
 APPROVE_WORDS = ("👍", "approve")
@@ -150,12 +151,7 @@ def _record_decision(
     )
     if row is None:
         raise GateClosed(f"gate {key} was decided already")
-    payload = {
-        "decision": decision,
-        "actor": actor.label,
-        "text": text or "",
-        "at": row["created_at"].isoformat(),
-    }
+    payload = decision_result(decision, actor.label, text, row["created_at"])
     emit_step_done(conn, str(run["run_id"]), key, payload)
 
 

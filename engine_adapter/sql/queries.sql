@@ -181,16 +181,18 @@ select absurd.fail_run(%(queue)s, %(run_id)s, %(reason)s, absurd.current_time())
 
 -- unreconciled_terminals --
 -- Runs still awaiting a step whose terminal signal or decision is already in the thread.
-select rt.run_id, rt.await_key, e.data as payload
+-- A bot's terminal signal carries its done payload; a gate's is rebuilt from its decision row
+-- (domain.decision_result).
+select rt.run_id, rt.await_key, e.data as payload, null as decision, null as actor,
+       null as reason, null::timestamptz as decided_at
   from threadline.run_threads rt
   join threadline.thread_entries e
     on e.run_id = rt.run_id and e.step_key = rt.await_key
    and e.kind in ('signal.dispatch.completed', 'signal.dispatch.failed')
  where rt.awaiting and rt.await_kind = 'bot'
 union all
-select rt.run_id, rt.await_key,
-       jsonb_build_object('decision', d.decision, 'actor', d.actor, 'text', coalesce(d.reason, ''),
-                          'at', d.created_at) as payload
+select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
+       d.created_at as decided_at
   from threadline.run_threads rt
   join threadline.decisions d on d.step_key = rt.await_key
  where rt.awaiting and rt.await_kind = 'gate'

@@ -651,3 +651,23 @@ steps:
     # A lone placeholder keeps its type: {{item}} passed the number 2, so n > 1 held.
     assert inner[0]["blocks"][0]["steps"][0]["output"].strip() == "big 2"
     assert each["output"] == [{"said": "else"}, {"said": "then"}, {"said": "then"}]
+
+
+def test_the_reconcile_sweep_releases_a_gate_decided_without_its_event(conn, apply, procs):
+    """The backstop: a decision row with no done event (written here by hand, as a crash
+    between them would leave it) is found by the conductor's sweep, which emits the event with
+    the same payload a decision emits (domain.decision_result)."""
+    apply(
+        "slug: swept\nsteps:\n- {id: ask, human_gate: Go on}\n- {id: after, run_command: echo done}"
+    )
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "swept").run_id
+    view = harness.wait_for_state(procs.url, run_id, "waiting", timeout=30)
+    conn.execute(
+        "insert into threadline.decisions (step_key, run_id, decision, actor, via, reason) "
+        "values (%s, %s, 'approve', 'alice', 'console', 'by hand')",
+        (view["gate"]["key"], run_id),
+    )
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert node(view, "ask")["status"] == "completed" and node(view, "ask")["output"] == "by hand"

@@ -5,6 +5,7 @@ repeat, foreach (in turn and in parallel), parallel groups (all / any), sub-work
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from engine_adapter import commands, db, engine_debug, harness, step_tree
@@ -671,3 +672,34 @@ def test_the_reconcile_sweep_releases_a_gate_decided_without_its_event(conn, app
     )
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert node(view, "ask")["status"] == "completed" and node(view, "ask")["output"] == "by hand"
+
+
+def test_a_late_finishing_loser_changes_nothing(conn, apply, procs):
+    """Two branches that finish together: the first to finish wins, once; the other, finishing a
+    moment later (or cancelled), leaves the parent's result and thread as they were."""
+    apply("""
+slug: photo-finish
+steps:
+  - id: race
+    parallel:
+      a: [{id: a, run_command: echo a}]
+      b: [{id: b, run_command: echo b}]
+    completion: any
+  - id: after
+    run_command: echo "won by {{steps.race.output}}"
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "photo-finish").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    race = node(view, "race")
+    winner = race["output"]
+    assert winner in ("a", "b") and node(view, "after")["output"].strip() == f"won by {winner}"
+    loser = next(b for b in race["branches"] if b["name"] != winner)
+    harness.wait_for_state(procs.url, loser["run_id"], ("completed", "cancelled"))
+    time.sleep(1)  # the loser's run.done and first-finished events have been emitted by now
+    again = harness.wait_for_state(procs.url, run_id, "completed")
+    assert node(again, "race")["output"] == winner
+    assert len(again["thread"]) == len(view["thread"])
+    won = [b for b in node(again, "race")["branches"] if b.get("winner")]
+    assert [b["name"] for b in won] == [winner]

@@ -523,7 +523,6 @@ def test_conductor_sigkill_during_control_flow_changes_nothing(conn, apply, proc
     """The conductor is SIGKILLed again and again while a branch, a parallel group, a parallel
     foreach and a sub-workflow run: every side effect happens once, the branch never changes."""
     import random
-    import time
 
     apply(CHAOS_CHILD)
     apply(CHAOS)

@@ -15,6 +15,7 @@ import yaml
 from engine_adapter import domain, step_tree
 from engine_adapter.names import short_run_id
 from engine_adapter.read_model import RunView
+from engine_adapter.render import as_text
 from engine_adapter.recipes import KINDS, TOP_KEYS
 
 # -- links -----------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
         elif step.get("winner"):
             detail = "finished first"
         output = step.get("output")
-        preview = "" if output is None else str(output).strip().splitlines()[-1:] or [""]
+        preview = "" if output is None else as_text(output).strip().splitlines()[-1:] or [""]
         indent = "\u2003" * depth  # em spaces: nesting reads as indentation in any font
         rows.append(
             {
@@ -169,7 +170,9 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
                 "kind": step["kind"].replace("_", " "),
                 "status": f"{STATUS_ICONS.get(status, '')} {status}",
                 "detail": detail,
-                "attempts": step.get("attempts")
+                "attempts": 0
+                if status == "skipped"
+                else step.get("attempts")
                 or (step.get("tries", 0) if step["kind"] in domain.BOT_KINDS else 0),
                 "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
                 "output": (preview[0][:120] if isinstance(preview, list) else preview),

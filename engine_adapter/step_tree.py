@@ -107,7 +107,8 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
             domain.CANCELLED if last and kind not in domain.BLOCK_KINDS else (domain.SKIPPED)
         )
     first = facts.at(names.SEND, path, 1) or facts.at(names.DECIDE, path, 1)
-    node["started_at"] = first.isoformat() if first else node["started_at"]
+    if node["status"] != domain.SKIPPED:  # a skipped step never started
+        node["started_at"] = first.isoformat() if first else node["started_at"]
     return node
 
 

@@ -39,10 +39,17 @@ DEMO = """slug: release-check
 name: Release check
 bot: local
 steps:
-  - id: tests
-    run_command: printf 'collected 214 items\\n214 passed in 3.1s\\n'
-  - id: lint
-    run_command: echo "lint clean"
+  - id: checks
+    parallel:
+      tests:
+        - id: tests
+          run_command: printf 'collected 214 items\\n214 passed in 3.1s\\n'
+      lint:
+        - id: lint
+          run_command: echo "lint clean"
+  - id: investigate
+    if: steps.tests.status == "failed"
+    dispatch_task: "Why did the tests fail? {{ steps.tests.output }}"
   - id: cool-off
     sleep: 2s
   - id: approve
@@ -94,7 +101,7 @@ def main() -> int:
                     )
                     page = browser.new_page(viewport={"width": 1280, "height": 1000})
                     link = harness.run_cli(
-                        url, "console", "link", "--port", str(port), home=home
+                        url, "console", "link", "--port", str(port), home=procs.threadline_home
                     ).stdout.strip()
                     page.goto(link)  # signs in, then shows the runs page
                     page.wait_for_selector(".tl-counts")

@@ -49,6 +49,16 @@ class RunFacts:
                     if n[:-1].isdigit():
                         self.iterations[loop] = max(self.iterations.get(loop, 0), int(n[:-1]))
 
+    def started_within(self, path: str) -> datetime | None:
+        """When a block started: its first checkpoint, or its iterations' first."""
+        times = [
+            at
+            for name, at in self.written_at.items()
+            if (parsed := names.parse_checkpoint(name))
+            and (parsed[1] == path or parsed[1].startswith(path + "["))
+        ]
+        return min(times, default=None)
+
     def cp(self, kind: str, path: str, try_no: int | None, branch: str | None = None) -> Any:
         return self.checkpoints.get(names.checkpoint(kind, path, try_no, branch))
 
@@ -107,6 +117,11 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
             domain.CANCELLED if last and kind not in domain.BLOCK_KINDS else (domain.SKIPPED)
         )
     first = facts.at(names.SEND, path, 1) or facts.at(names.DECIDE, path, 1)
+    if kind in domain.BLOCK_KINDS or kind == domain.WORKFLOW:
+        first = facts.started_within(path) or first
+        done = facts.at(names.DONE, path, last) if last else None
+        if done and node["status"] in (domain.COMPLETED, domain.FAILED):
+            node["finished_at"] = done.isoformat()
     if node["status"] != domain.SKIPPED:  # a skipped step never started
         node["started_at"] = first.isoformat() if first else node["started_at"]
     return node

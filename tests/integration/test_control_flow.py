@@ -261,6 +261,7 @@ def test_parallel_all_joins_branch_results(conn, apply, procs):
     }
     fan = node(view, "fan")
     assert [b["name"] for b in fan["branches"]] == ["lint", "tests"]
+    assert fan["started_at"] and fan["finished_at"] and fan["started_at"] <= fan["finished_at"]
     tests_branch = fan["branches"][1]
     assert [s["id"] for s in tests_branch["steps"]] == ["unit", "e2e"]
     assert all(s["status"] == "completed" for s in tests_branch["steps"])

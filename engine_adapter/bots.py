@@ -11,13 +11,16 @@ import os
 import signal
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from . import db, names, run_state, thread_entries
+from . import agent_loop, agent_tools, db, names, run_state, thread_entries
+from .agent_journal import ThreadJournal
+from .bot_config import BotConfig
 from .domain import Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
@@ -178,6 +181,10 @@ class BotSlot:
             self.report(claim, "failed", f"the step cannot run: {err}", None)
             return
         if kind == "dispatch_task":
+            agent = db.fetch_one(self.conn, "run_agent", dict(run_id=claim.run_id))["agent"]
+            if agent is not None:
+                self.run_agent(claim, BotConfig.from_dict(agent), workdir, timeout_s)
+                return
             backend = agent_command(claim.bot)
             if backend is None:
                 self.report(
@@ -195,18 +202,7 @@ class BotSlot:
             command, stdin_text = backend, claim.text
         else:
             command, stdin_text = claim.text, None
-        result = run_process(
-            self.sandbox.argv(["bash", "-c", command], workdir, network=network),
-            cwd=str(workdir),
-            env=self.step_env(claim, workdir),
-            timeout_s=timeout_s,
-            stdin_text=stdin_text,
-            popen_kwargs=self.sandbox.popen_kwargs(),
-            on_start=lambda pgid: self.started(claim, pgid),
-            on_output=lambda text: self.progress(claim, text),
-            should_continue=lambda: self.still_current(claim),
-        )
-        self.current_pgid = None
+        result = self.run_command(claim, workdir, command, stdin_text, timeout_s)
         if self.abandoning:
             # The bot is shutting down and killed the command itself: not the step's failure. The
             # claim is left open; once this process is gone the next bot closes it as lost and runs
@@ -227,6 +223,64 @@ class BotSlot:
             return
         status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
         self.report(claim, status, self.summarise(result, timeout_s), result)
+
+    def run_command(
+        self, claim: Claim, workdir: Path, command: str, stdin_text: str | None, timeout_s: float
+    ) -> ProcessResult:
+        """A command in the step's sandbox and working directory, with its clean environment."""
+        result = run_process(
+            self.sandbox.argv(["bash", "-c", command], workdir, network=claim.instruction.network),
+            cwd=str(workdir),
+            env=self.step_env(claim, workdir),
+            timeout_s=timeout_s,
+            stdin_text=stdin_text,
+            popen_kwargs=self.sandbox.popen_kwargs(),
+            on_start=lambda pgid: self.started(claim, pgid),
+            on_output=lambda text: self.progress(claim, text),
+            should_continue=lambda: self.still_current(claim),
+        )
+        self.current_pgid = None
+        return result
+
+    def run_agent(self, claim: Claim, config: BotConfig, workdir: Path, timeout_s: float) -> None:
+        """The agent loop of a dispatch_task step whose run has an agent bot snapshot."""
+
+        def run_tool(call: agent_tools.Call) -> str:
+            return agent_tools.run_tool(
+                call, claim.instruction.tools, workdir, tool_command, self.sandbox.user
+            )
+
+        def tool_command(command: str) -> str:
+            result = self.run_command(claim, workdir, command, None, timeout_s)
+            if self.abandoning or result.stopped:
+                raise agent_loop.Stopped
+            return f"exit code {result.exit_code}\n{self.summarise(result, timeout_s)}"
+
+        step = agent_loop.Step(claim.step_key, claim.text, claim.instruction.tools, timeout_s)
+        loop = agent_loop.AgentLoop(
+            config,
+            step,
+            ThreadJournal(self.conn, claim.run_id, claim.step_key, claim.bot, claim.attempt),
+            run_tool,
+            lambda: self.still_current(claim),
+        )
+        started = time.monotonic()
+        try:
+            outcome = loop.run()
+        except agent_loop.Stopped:
+            if not self.abandoning:
+                self.close_claim(claim, "cancelled")
+            log.info("agent loop of attempt %s of %s stopped", claim.attempt, claim.step_key)
+            return
+        self.report(
+            claim,
+            outcome.status,
+            agent_loop.finish_text(outcome.output),
+            None,
+            value=outcome.output,
+            reason=outcome.reason,
+            duration_s=time.monotonic() - started,
+        )
 
     def prepare_workdir(self, claim: Claim) -> Path:
         declared = claim.instruction.workdir
@@ -298,8 +352,19 @@ class BotSlot:
         return text
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, claim: Claim, status: str, output: str, result: ProcessResult | None) -> None:
-        """Reply, terminal signal and done event in one transaction, fenced by the attempt."""
+    def report(
+        self,
+        claim: Claim,
+        status: str,
+        output: str,
+        result: ProcessResult | None,
+        *,
+        value: Any = None,
+        reason: str | None = None,
+        duration_s: float = 0.0,
+    ) -> None:
+        """Reply, terminal signal and done event in one transaction, fenced by the attempt.
+        `value`: the step's output when it is not the reply's text (an agent's finish JSON)."""
         crash_point("bot_before_terminal")
         retries = claim.instruction.retries
         with self.conn.transaction():
@@ -338,7 +403,12 @@ class BotSlot:
                 return
             self.finish(claim, status, None)
             payload = bot_result(
-                status, output, exit_code, claim.attempt, result.duration_s if result else 0.0
+                status,
+                output if value is None else value,
+                exit_code,
+                claim.attempt,
+                result.duration_s if result else duration_s,
+                reason,
             )
             thread_entries.append(
                 self.conn,

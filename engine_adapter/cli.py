@@ -254,6 +254,45 @@ def cmd_recipe_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bot_apply(args: argparse.Namespace) -> int:
+    from .bot_config import apply_bots, load_bots_file
+    from .recipes import RecipeError
+
+    try:
+        bots = load_bots_file(args.file)
+    except RecipeError as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_INVALID
+    with _conn() as conn:
+        apply_bots(conn, bots)
+    _print(
+        args,
+        [b.to_dict() for b in bots],
+        lambda bs: "\n".join(f"{b['name']}: {b['model']} at {b['base_url']}" for b in bs),
+    )
+    return 0
+
+
+def cmd_bot_list(args: argparse.Namespace) -> int:
+    from .bot_config import list_bots
+
+    with _conn() as conn:
+        rows = list_bots(conn)
+    _print(
+        args,
+        rows,
+        lambda rs: (
+            "\n".join(
+                f"{r['name']:<20} {r['model']:<28} {r['base_url']}  max_turns {r['max_turns']}"
+                + (f"  key ${r['api_key_env']}" if r["api_key_env"] else "")
+                for r in rs
+            )
+            or "no agent bots yet"
+        ),
+    )
+    return 0
+
+
 def cmd_recipe_show(args: argparse.Namespace) -> int:
     import yaml
 
@@ -661,6 +700,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("file", type=Path)
         sp.add_argument("--json", action="store_true")
         sp.set_defaults(fn=fn)
+    bp = sub.add_parser("bot", help="agent bots (model endpoints)").add_subparsers(
+        dest="bot_command", required=True
+    )
+    sp = bp.add_parser("apply", help="create or update the agent bots of FILE (YAML)")
+    sp.add_argument("file", type=Path)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_bot_apply)
+    sp = bp.add_parser("list", help="list agent bots")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_bot_list)
     sp = rp.add_parser("list", help="list workflows")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_recipe_list)

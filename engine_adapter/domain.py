@@ -25,6 +25,8 @@ FOREACH = "foreach"  # the same steps once per item of a list
 REPEAT = "repeat"  # the same steps again until a condition holds
 
 BOT_KINDS = (RUN_COMMAND, DISPATCH_TASK)  # done by a bot
+# What a dispatch_task step may let an agent bot call (`tools:`); `finish` is always available.
+AGENT_TOOLS = ("run_command", "read_file", "write_file")
 SLEEP_KINDS = (SLEEP, SLEEP_UNTIL)
 # Steps that do one thing, in the order a recipe names them (a step has exactly one of these keys).
 LEAF_KINDS = (RUN_COMMAND, DISPATCH_TASK, SLEEP, SLEEP_UNTIL, HUMAN_GATE, WAIT_FOR_EVENT, WORKFLOW)
@@ -151,11 +153,21 @@ class StepResult:
 
 
 def bot_result(
-    status: str, output: str, exit_code: int | None, attempt: int, duration_s: float
+    status: str,
+    output: Any,
+    exit_code: int | None,
+    attempt: int,
+    duration_s: float,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """The done payload a bot's terminal signal carries (the reconcile sweep re-emits it)."""
+    """The done payload a bot's terminal signal carries (the reconcile sweep re-emits it).
+    `output` is a command's output, or an agent's final answer (text, or finish's JSON)."""
     return StepResult(
-        status, output, exit_code, extra={"attempt": attempt, "duration_s": round(duration_s, 3)}
+        status,
+        output,
+        exit_code,
+        reason,
+        extra={"attempt": attempt, "duration_s": round(duration_s, 3)},
     ).to_dict()
 
 
@@ -173,6 +185,7 @@ class Instruction:
     env: tuple[str, ...] = ()
     network: bool = True
     values: Mapping[str, str] = field(default_factory=dict)  # placeholder values, as env vars
+    tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -185,6 +198,7 @@ class Instruction:
             "env": list(self.env),
             "network": self.network,
             "values": dict(self.values),
+            "tools": list(self.tools),
         }
 
     @classmethod
@@ -199,4 +213,5 @@ class Instruction:
             env=tuple(d.get("env") or ()),
             network=bool(d.get("network", True)),
             values=dict(d.get("values") or {}),
+            tools=tuple(d.get("tools") or ()),
         )

@@ -167,6 +167,7 @@ class Step:
     events: tuple[str, ...] = ()  # wait_for_event: the names, any of which ends the wait
     key: str | None = None  # wait_for_event: the correlation key (may hold placeholders)
     payload: dict[str, Any] | None = None  # workflow: the child's payload (values may hold {{…}})
+    tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call (finish aside)
 
     def block(self, name: str) -> tuple[Step, ...]:
         return dict(self.blocks).get(name, ())
@@ -225,6 +226,8 @@ class Step:
                 d["not_by_initiator"] = True
         if self.output_name is not None:
             d["output"] = self.output_name
+        if self.tools:  # omitted when none, so recipes without tools keep their hashes
+            d["tools"] = list(self.tools)
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -295,7 +298,7 @@ class _Tree:
 _COMMON_STEP_KEYS = {"id", "if", "output"}
 _STEP_KEYS: dict[str, set[str]] = {
     domain.RUN_COMMAND: {"timeout", "retries", "on_failure"},
-    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure"},
+    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure", "tools"},
     domain.SLEEP: set(),
     domain.SLEEP_UNTIL: set(),
     domain.HUMAN_GATE: {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
@@ -452,6 +455,8 @@ def _parse_step(
         )
     if kind == domain.HUMAN_GATE:
         _parse_gate(d, path, errors, fields)
+    if kind == domain.DISPATCH_TASK and "tools" in d:
+        fields["tools"] = _parse_tools(d["tools"], f"{path}.tools", errors)
     if len(errors) > n_before:
         return None
     return Step(
@@ -504,6 +509,20 @@ def _parse_leaf_text(
     if kind == "run_command" and isinstance(text, str):
         _check_command(text, f"{path}.{kind}", errors)
     return text
+
+
+def _parse_tools(raw: Any, path: str, errors: list[str]) -> tuple[str, ...]:
+    """The tools an agent may call on this step: a list of known names, each once."""
+    known = ", ".join(domain.AGENT_TOOLS)
+    if not isinstance(raw, list):
+        errors.append(f"{path}: {_q(raw)} must be a list of tool names ({known})")
+        return ()
+    for i, name in enumerate(raw):
+        if name not in domain.AGENT_TOOLS:
+            errors.append(f"{path}[{i}]: {_q(name)} is not a tool (known: {known})")
+        elif raw.index(name) != i:
+            errors.append(f"{path}[{i}]: {_q(name)} is listed twice")
+    return tuple(raw)
 
 
 def _parse_gate(d: dict, path: str, errors: list[str], fields: dict[str, Any]) -> None:

@@ -428,6 +428,7 @@ class RunHandler:
             workdir=self.recipe.get("workdir"),
             env=tuple(self.recipe.get("env", [])),
             network=self.recipe.get("network", True),
+            tools=step.tools,
         )
         sent = self.ctx.step(
             names.send_checkpoint(path, try_no),

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, payload_schema, recipe_doc, thread_entries
+from . import bot_config, db, payload_schema, recipe_doc, thread_entries
 from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
@@ -189,6 +189,9 @@ def spawn(
                 idempotency_key=idempotency_key,
             ),
         )
+        agent = _agent_snapshot(conn, wf["bot"], child)
+        if agent is not None:
+            conn.execute(db.q("set_run_agent"), dict(run_id=run_id, agent=Jsonb(agent)))
         if child is not None:
             conn.execute(
                 db.q("set_run_parent"),
@@ -205,6 +208,18 @@ def spawn(
             _queue(conn, run_id, workflow, wf["recipe"]["max_concurrent_runs"])
         db.notify(conn, run_id, "spawn")
     return Spawned(run_id, created=True)
+
+
+def _agent_snapshot(
+    conn: psycopg.Connection[Any], bot: str, child: ChildOf | None
+) -> dict[str, Any] | None:
+    """The agent settings the run keeps for its life: a child run of the same bot takes its
+    parent's (its run started under them), any other run its bot's settings as they are now."""
+    if child is not None:
+        parent = db.fetch_one(conn, "run_agent_of_bot", dict(run_id=child.run_id, bot=bot))
+        if parent is not None:
+            return parent["agent"]
+    return bot_config.snapshot(conn, bot)
 
 
 def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int) -> None:

@@ -1,0 +1,197 @@
+"""The durable agent loop of one dispatch_task step: call the model, run the tools it asks for,
+call it again, until it answers without tool calls, calls `finish`, or uses up max_turns.
+
+The run's thread is the journal. Each assistant message and each tool result is appended as a
+bot entry with a dedupe key of its step key, turn and call, the moment it completes. A new
+attempt (after the bot was killed) rebuilds the conversation from those entries and carries on
+where they stop: no finished model call is made again and no finished tool call runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import openai
+
+from .agent_tools import FINISH, Call, ToolError, declarations, parse_arguments
+from .bot_config import BotConfig
+from .domain import COMPLETED, FAILED
+from .workers import crash_point
+
+ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
+_SUMMARY_CHARS = 200
+
+
+class Stopped(Exception):
+    """The attempt is no longer current (run cancelled, attempt superseded, bot stopping)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # completed | failed
+    output: Any  # the final text, or finish's JSON; why it failed
+    reason: str | None = None
+
+
+class Journal(Protocol):
+    def load(self) -> list[dict[str, Any]]:
+        """The step's journal entries' data, in thread order."""
+        ...
+
+    def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
+        """Append one entry; False when its dedupe key was written before (another attempt)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str  # the step key: dedupe keys are unique per step and try
+    instruction: str
+    tools: tuple[str, ...]
+    timeout_s: float
+
+
+def _client(config: BotConfig, timeout_s: float) -> openai.OpenAI:
+    key = "unused"  # local servers want none, but the client insists on one
+    if config.api_key_env:
+        key = os.environ.get(config.api_key_env, "")
+        if not key:
+            raise AgentFailed(
+                f"bot {config.name!r}: environment variable {config.api_key_env} (its api_key) "
+                "is not set in the bot process"
+            )
+    return openai.OpenAI(base_url=config.base_url, api_key=key, timeout=timeout_s)
+
+
+class AgentFailed(Exception):
+    """The step fails with this reason (a model error, a missing key)."""
+
+
+def _assistant_message(msg: Any) -> dict[str, Any]:
+    """The assistant message as the conversation (and the journal) keep it: plain JSON."""
+    out: dict[str, Any] = {"role": "assistant", "content": msg.content or ""}
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": tc.id,
+                "type": "function",
+                "function": {"name": tc.function.name, "arguments": tc.function.arguments},
+            }
+            for tc in msg.tool_calls
+        ]
+    return out
+
+
+def _calls(message: dict[str, Any]) -> list[Call]:
+    return [
+        Call(str(tc.get("id") or i), tc["function"]["name"], tc["function"].get("arguments", ""))
+        for i, tc in enumerate(message.get("tool_calls") or [])
+    ]
+
+
+def _summary(text: str) -> str:
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 3] + "..."
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        config: BotConfig,
+        step: Step,
+        journal: Journal,
+        run_tool: Callable[[Call], str],
+        still_current: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.step = step
+        self.journal = journal
+        self.run_tool = run_tool
+        self.still_current = still_current
+
+    def run(self) -> Outcome:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": self.step.instruction}]
+        turn, last, answered = 0, None, 0
+        for data in self.journal.load():  # resume where the last attempt's journal stops
+            messages.append(data["message"])
+            if data["message"]["role"] == "assistant":
+                turn, last, answered = data["turn"], data["message"], 0
+            else:
+                answered += 1
+        try:
+            while True:
+                if last is not None:
+                    calls = _calls(last)
+                    if not calls:
+                        return Outcome(COMPLETED, last.get("content") or "")
+                    result = self.answer_calls(turn, calls[answered:], answered, messages)
+                    if result is not None:
+                        return result
+                    if turn >= self.config.max_turns:
+                        why = (
+                            f"the agent used all {self.config.max_turns} turns (max_turns) "
+                            "without finishing"
+                        )
+                        return Outcome(FAILED, why, why)
+                turn += 1
+                last, answered = self.model_turn(turn, messages), 0
+        except AgentFailed as err:
+            return Outcome(FAILED, str(err), str(err))
+
+    def model_turn(self, turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.still_current():  # also renews the claim's lease before a long call
+            raise Stopped
+        try:
+            response = _client(self.config, self.step.timeout_s).chat.completions.create(
+                model=self.config.model,
+                messages=messages,  # type: ignore[arg-type]
+                tools=declarations(self.step.tools),  # type: ignore[arg-type]
+                temperature=self.config.temperature,
+                max_tokens=self.config.max_tokens,
+            )
+        except openai.OpenAIError as err:
+            raise AgentFailed(f"the model call of turn {turn} failed: {err}") from None
+        if not response.choices:
+            raise AgentFailed(f"the model answered turn {turn} with no choices")
+        message = _assistant_message(response.choices[0].message)
+        names = [c.name for c in _calls(message)]
+        text = message["content"] or ""
+        if names:
+            text = (text + "\n" if text else "") + "calls " + ", ".join(names)
+        self.record(ASSISTANT, text or "(empty answer)", f"{turn}:assistant", turn, message)
+        messages.append(message)
+        crash_point("agent_after_model")
+        return message
+
+    def answer_calls(
+        self, turn: int, calls: list[Call], first: int, messages: list[dict[str, Any]]
+    ) -> Outcome | None:
+        """Answer the calls not yet answered, in order; an Outcome when one of them is a valid
+        finish."""
+        for i, call in enumerate(calls, start=first):
+            if call.name == FINISH:
+                try:
+                    return Outcome(COMPLETED, parse_arguments(call, self.step.tools)["result"])
+                except ToolError as err:
+                    content = f"error: {err}"
+            else:
+                content = self.run_tool(call)
+            message = {"role": "tool", "tool_call_id": call.id, "content": content}
+            self.record(
+                TOOL, f"{call.name}: {_summary(content)}", f"{turn}:tool:{i}", turn, message
+            )
+            messages.append(message)
+            crash_point("agent_after_tool")
+        return None
+
+    def record(self, kind: str, text: str, suffix: str, turn: int, message: dict) -> None:
+        key = f"agent:{self.step.key}:{suffix}"
+        if not self.journal.append(kind, text, key, {"turn": turn, "message": message}):
+            raise Stopped  # another attempt wrote this turn: this one is a zombie
+
+
+def finish_text(output: Any) -> str:
+    """The step's result as the thread's reply shows it."""
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)

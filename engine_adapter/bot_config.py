@@ -1,0 +1,154 @@
+"""Agent bots' settings: validating a bot file, storing it, and the snapshot a run keeps.
+
+A bot file maps bot names to settings:
+
+    helper:
+      base_url: http://127.0.0.1:8080/v1
+      model: qwen2.5-7b-instruct
+      api_key: env:OPENAI_API_KEY   # the variable's name; a key is never stored
+      temperature: 0
+      max_tokens: 1024
+      max_turns: 20
+
+Problems are reported like a recipe's: "<path>: <problem>" (RecipeError).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import db, recipe_doc
+from .recipe_values import RecipeError, quote
+
+BOT_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+DEFAULT_MAX_TURNS = 20
+MAX_TURNS = 1000
+MAX_TOKENS = 1_000_000
+_KEYS = ("base_url", "model", "api_key", "temperature", "max_tokens", "max_turns")
+
+
+@dataclass(frozen=True)
+class BotConfig:
+    name: str
+    base_url: str
+    model: str
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    api_key_env: str | None = None
+    max_turns: int = DEFAULT_MAX_TURNS
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BotConfig:
+        """From a run's snapshot or a row of threadline.bots."""
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+def _int(value: Any, path: str, low: int, high: int, errors: list[str]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        errors.append(f"{path}: {quote(value)} must be an integer from {low} to {high}")
+        return None
+    return value
+
+
+def _parse_bot(name: Any, d: Any, errors: list[str]) -> BotConfig | None:
+    n_before = len(errors)
+    path = str(name)
+    if not isinstance(name, str) or not BOT_NAME.fullmatch(name):
+        errors.append(f"{path}: bot name {quote(name)} must match [a-z0-9_-]{{1,64}}")
+        return None
+    if not isinstance(d, dict):
+        errors.append(f"{path}: must be a mapping of settings, got {quote(d)}")
+        return None
+    for key in d:
+        if key not in _KEYS:
+            errors.append(f"{path}.{key}: unknown field (known: {', '.join(_KEYS)})")
+    for key in ("base_url", "model"):
+        value = d.get(key)
+        if not isinstance(value, str) or not value.strip():
+            errors.append(f"{path}.{key}: required, a non-empty string")
+    base_url = d.get("base_url")
+    if isinstance(base_url, str) and not re.match(r"https?://\S+$", base_url.strip()):
+        errors.append(f"{path}.base_url: {quote(base_url)} must be an http(s) URL")
+    api_key_env = None
+    api_key = d.get("api_key")
+    if api_key is not None:
+        m = re.fullmatch(r"env:(.+)", api_key) if isinstance(api_key, str) else None
+        if m is None or not ENV_NAME.fullmatch(m.group(1)):
+            # Never echo the value: it may be the key itself.
+            errors.append(
+                f"{path}.api_key: must be env:NAME, the environment variable that holds the key "
+                "in the bot process (a key is never stored)"
+            )
+        else:
+            api_key_env = m.group(1)
+    temperature = d.get("temperature", 0)
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or not 0 <= temperature <= 2
+    ):
+        errors.append(f"{path}.temperature: {quote(temperature)} must be a number from 0 to 2")
+    max_tokens = d.get("max_tokens")
+    if max_tokens is not None:
+        max_tokens = _int(max_tokens, f"{path}.max_tokens", 1, MAX_TOKENS, errors)
+    max_turns = _int(
+        d.get("max_turns", DEFAULT_MAX_TURNS), f"{path}.max_turns", 1, MAX_TURNS, errors
+    )
+    if len(errors) > n_before:
+        return None
+    return BotConfig(
+        name=name,
+        base_url=base_url.strip(),
+        model=d["model"].strip(),
+        temperature=float(temperature),
+        max_tokens=max_tokens,
+        api_key_env=api_key_env,
+        max_turns=max_turns or DEFAULT_MAX_TURNS,
+    )
+
+
+def parse_bots(doc: Any, source: str = "<bots>") -> list[BotConfig]:
+    """Every bot of a parsed bot file; RecipeError listing every problem."""
+    errors = [f"{source}: {p}" for p in recipe_doc.check_document(doc)] if doc else []
+    if not isinstance(doc, dict) or not doc:
+        raise RecipeError(errors or [f"{source}: must map bot names to their settings"], source)
+    bots = [b for name, d in doc.items() if (b := _parse_bot(name, d, errors)) is not None]
+    if errors:
+        raise RecipeError(errors, source)
+    return bots
+
+
+def load_bots_file(path: Path) -> list[BotConfig]:
+    try:
+        doc = recipe_doc.parse_text(path.read_text())
+    except recipe_doc.DocumentError as err:
+        raise RecipeError([f"{path.name}: {err}"], str(path)) from None
+    return parse_bots(doc, path.name)
+
+
+def apply_bots(conn: psycopg.Connection[Any], bots: list[BotConfig]) -> None:
+    """Create or replace each bot's settings; runs already spawned keep their snapshot."""
+    with conn.transaction():
+        for bot in bots:
+            conn.execute(db.q("upsert_bot"), bot.to_dict())
+
+
+def list_bots(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return db.fetch_all(conn, "list_bots")
+
+
+def snapshot(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
+    """What a run spawned now keeps of bot `name`: its settings, or None when it has none."""
+    row = db.fetch_one(conn, "bot_snapshot", dict(name=name))
+    return BotConfig.from_dict(row).to_dict() if row else None

@@ -1,0 +1,38 @@
+-- upsert_bot --
+-- `threadline bot apply`: create or replace one agent bot's settings (migration 011).
+insert into threadline.bots (name, base_url, model, temperature, max_tokens, api_key_env, max_turns)
+values (%(name)s, %(base_url)s, %(model)s, %(temperature)s, %(max_tokens)s, %(api_key_env)s,
+        %(max_turns)s)
+on conflict (name) do update
+   set base_url = excluded.base_url, model = excluded.model, temperature = excluded.temperature,
+       max_tokens = excluded.max_tokens, api_key_env = excluded.api_key_env,
+       max_turns = excluded.max_turns, updated_at = now()
+
+-- list_bots --
+-- Every agent bot, by name.
+select name, base_url, model, temperature, max_tokens, api_key_env, max_turns, updated_at
+  from threadline.bots order by name
+
+-- bot_snapshot --
+-- What a new run keeps of its bot's settings (never the key, only its variable's name).
+select name, base_url, model, temperature, max_tokens, api_key_env, max_turns
+  from threadline.bots where name = %(name)s
+
+-- set_run_agent --
+-- The run's snapshot of its agent bot, written once at spawn.
+update threadline.run_threads set agent = %(agent)s where run_id = %(run_id)s
+
+-- run_agent --
+-- The agent settings a run was spawned with (null: its bot has none).
+select agent from threadline.run_threads where run_id = %(run_id)s
+
+-- agent_journal --
+-- A step's agent conversation so far, in thread order: what a new attempt resumes from.
+select dedupe_key, data from threadline.thread_entries
+ where run_id = %(run_id)s and step_key = %(step_key)s and kind in ('agent.assistant', 'agent.tool')
+ order by seq
+
+-- run_agent_of_bot --
+-- A parent run's agent snapshot, when it runs the same bot (a child keeps its parent's).
+select agent from threadline.run_threads
+ where run_id = %(run_id)s and bot = %(bot)s and agent is not null

@@ -1,0 +1,87 @@
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1, for tests with no network.
+
+Each POST to /v1/chat/completions answers the next message of the script and keeps the request,
+so a test can count model calls and read what the model was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def tool_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """One tool call of a scripted answer; `arguments` as JSON text, or a value to encode."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": text}}
+
+
+def answer(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
+    """A scripted assistant message: text, tool calls, or both."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = list(calls)
+    return message
+
+
+class ScriptedModel:
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> ScriptedModel:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _next(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.requests.append(body)
+            n = len(self.requests)
+            if n > len(self.script):
+                return 500, {"error": {"message": f"script has no answer for request {n}"}}
+            message = self.script[n - 1]
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        return 200, {
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    status, reply = 404, {"error": {"message": f"no route {self.path}"}}
+                else:
+                    status, reply = model._next(body)
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:  # quiet test output
+                pass
+
+        return Handler

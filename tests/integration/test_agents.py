@@ -1,0 +1,175 @@
+"""Agent bots: the durable agent loop over a scripted OpenAI-compatible server on 127.0.0.1.
+
+The `openai` client in the bot process talks to the server over real HTTP; the server counts the
+model calls, and the tools' side effects land on disk, so a test can prove what ran once."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from engine_adapter import harness
+from engine_adapter.bot_config import apply_bots, parse_bots
+from engine_adapter.spawn import spawn
+from tests.agent_server import ScriptedModel, answer, tool_call
+
+
+def setup(conn, apply, model: ScriptedModel, workdir: Path, max_turns: int = 20) -> None:
+    apply_bots(
+        conn,
+        parse_bots({"helper": {"base_url": model.base_url, "model": "m", "max_turns": max_turns}}),
+    )
+    apply(f"""
+slug: agent
+bot: helper
+workdir: {workdir}
+steps:
+  - id: think
+    dispatch_task: look around and report
+    tools: [run_command, read_file, write_file]
+""")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)  # steps may run as an unprivileged user
+    return path
+
+
+def agent_entries(conn, run_id: str) -> list[tuple[str, dict]]:
+    rows = conn.execute(
+        "select kind, data from threadline.thread_entries"
+        " where run_id = %s and kind like 'agent.%%' order by seq",
+        (run_id,),
+    ).fetchall()
+    return [(r["kind"], r["data"]) for r in rows]
+
+
+def test_multi_turn_tool_loop_is_journaled_in_the_thread(conn, apply, procs, workdir):
+    script = [
+        answer(
+            "writing first",
+            tool_call("c1", "write_file", {"path": "notes/a.txt", "content": "hello"}),
+            tool_call("c2", "run_command", {"command": "cat notes/a.txt; echo ran >> side"}),
+        ),
+        answer(None, tool_call("c3", "read_file", {"path": "notes/a.txt"})),
+        answer("all done: hello"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+        assert len(model.requests) == 3
+    assert view["steps"][0]["output"] == "all done: hello"
+    assert (workdir / "side").read_text() == "ran\n"
+    entries = agent_entries(conn, run_id)
+    assert [(k, d["turn"], d["message"]["role"]) for k, d in entries] == [
+        ("agent.assistant", 1, "assistant"),
+        ("agent.tool", 1, "tool"),
+        ("agent.tool", 1, "tool"),
+        ("agent.assistant", 2, "assistant"),
+        ("agent.tool", 2, "tool"),
+        ("agent.assistant", 3, "assistant"),
+    ]
+    results = [d["message"] for k, d in entries if k == "agent.tool"]
+    assert [m["tool_call_id"] for m in results] == ["c1", "c2", "c3"]
+    assert results[1]["content"] == "exit code 0\nhello"
+    assert results[2]["content"] == "hello"
+    # The model saw the whole conversation: the instruction, its calls and their results.
+    last = model.requests[2]["messages"]
+    assert last[0] == {"role": "user", "content": "look around and report"}
+    assert [m["role"] for m in last] == ["user", "assistant", "tool", "tool", "assistant", "tool"]
+    names = [t["function"]["name"] for t in model.requests[0]["tools"]]
+    assert names == ["run_command", "read_file", "write_file", "finish"]
+
+
+@pytest.mark.parametrize("point", ["agent_after_model", "agent_after_tool"])
+def test_sigkilled_bot_resumes_without_repeating_a_model_call_or_tool(
+    conn, apply, procs, workdir, point
+):
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": "echo x >> side"})),
+        answer(None, tool_call("c2", "finish", {"result": {"ok": True, "n": 1}})),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        procs.start("conductor")
+        doomed = procs.start("bots", env={"THREADLINE_CRASH_AT": point})
+        run_id = spawn(conn, "agent").run_id
+        assert doomed.wait(timeout=30) == -signal.SIGKILL
+        assert len(model.requests) == 1
+        procs.start("bots")
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+        assert len(model.requests) == 2  # the first model call was not made again
+    assert (workdir / "side").read_text() == "x\n"  # the tool ran once
+    assert view["steps"][0]["output"] == {"ok": True, "n": 1}
+    assert view["steps"][0]["attempts"] == 2
+    kinds = [k for k, _ in agent_entries(conn, run_id)]
+    assert kinds == ["agent.assistant", "agent.tool", "agent.assistant"]
+
+
+def test_malformed_tool_calls_are_answered_as_errors(conn, apply, procs, workdir, tmp_path):
+    (tmp_path / "outside.txt").write_text("secret")
+    (workdir / "link").symlink_to(tmp_path / "outside.txt")
+    script = [
+        answer(
+            None,
+            tool_call("c1", "run_command", "{not json"),
+            tool_call("c2", "delete_everything", {}),
+            tool_call("c3", "read_file", {"path": "../outside.txt"}),
+            tool_call("c4", "write_file", {"path": "x.txt"}),
+            tool_call("c5", "read_file", {"path": "link"}),
+            tool_call("c6", "write_file", {"path": str(tmp_path / "abs.txt"), "content": "no"}),
+            tool_call("c7", "finish", {"result": "not an object"}),
+        ),
+        answer("understood"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+        tool_messages = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert view["steps"][0]["output"] == "understood"
+    answers = [m["content"] for m in tool_messages]
+    assert all(a.startswith("error: ") for a in answers), answers
+    for text, expected in zip(
+        answers,
+        [
+            "not valid JSON",
+            "unknown tool 'delete_everything'",
+            "may not contain '..'",
+            "argument 'content' is required",
+            "leads outside the run's working directory",
+            "must be relative",
+            "argument 'result' must be a JSON object",
+        ],
+        strict=True,
+    ):
+        assert expected in text
+    assert not (tmp_path / "abs.txt").exists()
+
+
+def test_max_turns_fails_the_step_with_its_reason(conn, apply, procs, workdir):
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": "true"})),
+        answer(None, tool_call("c2", "run_command", {"command": "true"})),
+        answer("never asked for"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir, max_turns=2)
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+        assert len(model.requests) == 2
+    step = view["steps"][0]
+    assert step["status"] == "failed"
+    assert "used all 2 turns (max_turns) without finishing" in step["output"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -9,17 +10,15 @@ import psycopg
 from . import db, thread_entries
 
 
+@dataclass(frozen=True)
 class ThreadJournal:
     """One step's agent conversation, as entries of its run's thread (agent_loop.Journal)."""
 
-    def __init__(
-        self, conn: psycopg.Connection[Any], run_id: str, step_key: str, bot: str, attempt: int
-    ) -> None:
-        self.conn = conn
-        self.run_id = run_id
-        self.step_key = step_key
-        self.bot = bot
-        self.attempt = attempt
+    conn: psycopg.Connection[Any]
+    run_id: str
+    step_key: str
+    bot: str
+    attempt: int
 
     def load(self) -> list[dict[str, Any]]:
         rows = db.fetch_all(

@@ -70,6 +70,13 @@ def _print(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> 
         print(text(value))
 
 
+def _print_rows(
+    args: argparse.Namespace, rows: list[Any], line: Callable[[Any], str], empty: str
+) -> None:
+    """A listing: JSON with --json, else a line per row (`empty` when there is none)."""
+    _print(args, rows, lambda rs: "\n".join(line(r) for r in rs) or empty)
+
+
 def _actor(args: argparse.Namespace) -> Any:
     """The CLI acts as the OS account running it; --as NAME records an action for someone else."""
     from .identity import cli_actor
@@ -241,15 +248,11 @@ def cmd_recipe_list(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         rows = list_workflows(conn)
-    _print(
+    _print_rows(
         args,
         rows,
-        lambda rs: (
-            "\n".join(
-                f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}" for r in rs
-            )
-            or "no workflows yet"
-        ),
+        lambda r: f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}",
+        "no workflows yet",
     )
     return 0
 
@@ -278,17 +281,14 @@ def cmd_bot_list(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         rows = list_bots(conn)
-    _print(
+    _print_rows(
         args,
         rows,
-        lambda rs: (
-            "\n".join(
-                f"{r['name']:<20} {r['model']:<28} {r['base_url']}  max_turns {r['max_turns']}"
-                + (f"  key ${r['api_key_env']}" if r["api_key_env"] else "")
-                for r in rs
-            )
-            or "no agent bots yet"
+        lambda r: (
+            f"{r['name']:<20} {r['model']:<28} {r['base_url']}  max_turns {r['max_turns']}"
+            + (f"  key ${r['api_key_env']}" if r["api_key_env"] else "")
         ),
+        "no agent bots yet",
     )
     return 0
 

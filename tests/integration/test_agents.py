@@ -41,6 +41,19 @@ def workdir(tmp_path: Path) -> Path:
     return path
 
 
+def run_agent(
+    conn, apply, procs, workdir: Path, script: list, state: str, max_turns: int = 20
+) -> tuple[dict, ScriptedModel, str]:
+    """One run of the agent workflow to `state`; the view, the (stopped) model and the run id."""
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir, max_turns)
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, state, timeout=30)
+    return view, model, run_id
+
+
 def agent_entries(conn, run_id: str) -> list[tuple[str, dict]]:
     rows = conn.execute(
         "select kind, data from threadline.thread_entries"
@@ -60,13 +73,8 @@ def test_multi_turn_tool_loop_is_journaled_in_the_thread(conn, apply, procs, wor
         answer(None, tool_call("c3", "read_file", {"path": "notes/a.txt"})),
         answer("all done: hello"),
     ]
-    with ScriptedModel(script) as model:
-        setup(conn, apply, model, workdir)
-        procs.start("conductor")
-        procs.start("bots")
-        run_id = spawn(conn, "agent").run_id
-        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
-        assert len(model.requests) == 3
+    view, model, run_id = run_agent(conn, apply, procs, workdir, script, "completed")
+    assert len(model.requests) == 3
     assert view["steps"][0]["output"] == "all done: hello"
     assert (workdir / "side").read_text() == "ran\n"
     entries = agent_entries(conn, run_id)
@@ -131,13 +139,8 @@ def test_malformed_tool_calls_are_answered_as_errors(conn, apply, procs, workdir
         ),
         answer("understood"),
     ]
-    with ScriptedModel(script) as model:
-        setup(conn, apply, model, workdir)
-        procs.start("conductor")
-        procs.start("bots")
-        run_id = spawn(conn, "agent").run_id
-        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
-        tool_messages = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    view, model, _ = run_agent(conn, apply, procs, workdir, script, "completed")
+    tool_messages = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
     assert view["steps"][0]["output"] == "understood"
     answers = [m["content"] for m in tool_messages]
     assert all(a.startswith("error: ") for a in answers), answers
@@ -164,13 +167,8 @@ def test_max_turns_fails_the_step_with_its_reason(conn, apply, procs, workdir):
         answer(None, tool_call("c2", "run_command", {"command": "true"})),
         answer("never asked for"),
     ]
-    with ScriptedModel(script) as model:
-        setup(conn, apply, model, workdir, max_turns=2)
-        procs.start("conductor")
-        procs.start("bots")
-        run_id = spawn(conn, "agent").run_id
-        view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
-        assert len(model.requests) == 2
+    view, model, _ = run_agent(conn, apply, procs, workdir, script, "failed", max_turns=2)
+    assert len(model.requests) == 2
     step = view["steps"][0]
     assert step["status"] == "failed"
     assert "used all 2 turns (max_turns) without finishing" in step["output"]

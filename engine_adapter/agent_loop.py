@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Protocol
 
 import openai
@@ -104,12 +105,14 @@ class AgentLoop:
         journal: Journal,
         run_tool: Callable[[Call], str],
         still_current: Callable[[], bool],
+        lease_held: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.config = config
         self.step = step
         self.journal = journal
         self.run_tool = run_tool
         self.still_current = still_current
+        self.lease_held = lease_held
 
     def run(self) -> Outcome:
         messages: list[dict[str, Any]] = [{"role": "user", "content": self.step.instruction}]
@@ -141,18 +144,21 @@ class AgentLoop:
             return Outcome(FAILED, str(err), str(err))
 
     def model_turn(self, turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        if not self.still_current():  # also renews the claim's lease before a long call
+        if not self.still_current():
             raise Stopped
         try:
-            response = _client(self.config, self.step.timeout_s).chat.completions.create(
-                model=self.config.model,
-                messages=messages,  # type: ignore[arg-type]
-                tools=declarations(self.step.tools),  # type: ignore[arg-type]
-                temperature=self.config.temperature,
-                max_tokens=self.config.max_tokens,
-            )
+            with self.lease_held():
+                response = _client(self.config, self.step.timeout_s).chat.completions.create(
+                    model=self.config.model,
+                    messages=messages,  # type: ignore[arg-type]
+                    tools=declarations(self.step.tools),  # type: ignore[arg-type]
+                    temperature=self.config.temperature,
+                    max_tokens=self.config.max_tokens,
+                )
         except openai.OpenAIError as err:
             raise AgentFailed(f"the model call of turn {turn} failed: {err}") from None
+        if not self.still_current():  # cancelled, or superseded while the model thought
+            raise Stopped
         if not response.choices:
             raise AgentFailed(f"the model answered turn {turn} with no choices")
         message = _assistant_message(response.choices[0].message)

@@ -12,9 +12,10 @@ import signal
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 
@@ -263,6 +264,7 @@ class BotSlot:
             ThreadJournal(self.conn, claim.run_id, claim.step_key, claim.bot, claim.attempt),
             run_tool,
             lambda: self.still_current(claim),
+            lambda: self.lease_held(claim),
         )
         started = time.monotonic()
         try:
@@ -281,6 +283,27 @@ class BotSlot:
             reason=outcome.reason,
             duration_s=time.monotonic() - started,
         )
+
+    @contextmanager
+    def lease_held(self, claim: Claim) -> Iterator[None]:
+        """Renew the claim's lease while the bot waits on something that is not a process of its
+        own (a model call): an expired lease would let another bot start a second attempt."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(LEASE_S / 3):
+                try:
+                    self.still_current(claim)
+                except psycopg.Error:
+                    return
+
+        keeper = threading.Thread(target=renew, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join()
 
     def prepare_workdir(self, claim: Claim) -> Path:
         declared = claim.instruction.workdir

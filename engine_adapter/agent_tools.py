@@ -1,14 +1,16 @@
 """The tools an agent bot may call: their declarations for the model, their argument checks, and
-the file tools, confined to the run's working directory.
+how each runs.
 
-`run_command` runs through the bot's own command path (the step's sandbox, working directory,
-timeout, output cap and clean environment); this module only checks its arguments.
+Every tool runs through the bot's own command path: the step's sandbox, user, working directory,
+timeout, output cap and clean environment. The file tools are commands too (`head -c`, `cat >`),
+so they meet exactly the trust boundary `run_command` meets; the bot process itself never opens
+a path the model names. Their paths must be relative and free of `..`.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -95,66 +97,54 @@ def parse_arguments(call: Call, allowed: tuple[str, ...]) -> dict[str, Any]:
     return args
 
 
-def confined(workdir: Path, relative: str) -> Path:
-    """`relative` inside workdir, or ToolError: no absolute path, no `..`, no symlink out."""
-    if not relative or relative.startswith(("/", "~")) or "\0" in relative:
+def relative_path(relative: str) -> str:
+    """A path the file tools take: relative to the run's working directory, no `..`. (Where it
+    may lead is the sandbox's business, as for any command of the step.)"""
+    if not relative or relative.startswith(("/", "~", "-")) or "\0" in relative:
         raise ToolError(f"path {relative!r} must be relative to the run's working directory")
     if ".." in Path(relative).parts:
         raise ToolError(f"path {relative!r} may not contain '..'")
-    root = workdir.resolve()
-    target = (root / relative).resolve()  # follows symlinks: one pointing out is caught here
-    if target != root and root not in target.parents:
-        raise ToolError(f"path {relative!r} leads outside the run's working directory")
-    return target
+    return relative
 
 
-def read_file(workdir: Path, args: dict[str, Any]) -> str:
-    path = confined(workdir, args["path"])
-    if not path.is_file():
-        raise ToolError(f"{args['path']}: no such file")
-    data = path.read_bytes()
-    text = data[:MAX_FILE_BYTES].decode("utf-8", errors="replace")
-    if len(data) > MAX_FILE_BYTES:
-        text += f"\n[{len(data) - MAX_FILE_BYTES} more bytes not shown]"
-    return text
+def read_file_command(relative: str) -> str:
+    """The command that reads a file for the model (a little over the cap, to say it is cut)."""
+    return f"head -c {MAX_FILE_BYTES + 1} -- {shlex.quote(relative)}"
 
 
-def write_file(workdir: Path, args: dict[str, Any], owner: tuple[int, int] | None) -> str:
-    """Write the file; as the step user (owner) when steps run as one, so later commands of the
-    run can change it."""
-    content = args["content"].encode()
-    if len(content) > MAX_FILE_BYTES:
-        raise ToolError(f"content is {len(content)} bytes; at most {MAX_FILE_BYTES}")
-    path = confined(workdir, args["path"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # O_NOFOLLOW: a symlink planted between the check and the write is refused, not followed.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(content)
-    if owner:
-        os.chown(path, *owner)
-    return f"wrote {len(content)} bytes to {args['path']}"
+def write_file_command(relative: str) -> str:
+    """The command that writes a file from its standard input, parents created."""
+    quoted = shlex.quote(relative)
+    parent = shlex.quote(str(Path(relative).parent))
+    return f"mkdir -p -- {parent} && cat > {quoted}"
 
 
-RunCommand = Callable[[str], str]
+# (command, standard input or None) -> (exit code, output) of a command run as the step runs.
+RunCommand = Callable[[str, str | None], tuple[int | None, str]]
 
 
-def run_tool(
-    call: Call,
-    allowed: tuple[str, ...],
-    workdir: Path,
-    run_command: RunCommand,
-    owner: tuple[int, int] | None,
-) -> str:
+def run_tool(call: Call, allowed: tuple[str, ...], run_command: RunCommand) -> str:
     """The text answered to the model for one (non-finish) call; a bad call answers its error."""
     try:
         args = parse_arguments(call, allowed)
         if call.name == "run_command":
-            return run_command(args["command"])
+            code, output = run_command(args["command"], None)
+            return f"exit code {code}\n{output}"
+        path = relative_path(args["path"])
         if call.name == "read_file":
-            return read_file(workdir, args)
-        return write_file(workdir, args, owner)
+            code, output = run_command(read_file_command(path), None)
+            if code != 0:
+                return f"error: {args['path']}: cannot read it (exit {code}): {output.strip()}"
+            if len(output.encode()) > MAX_FILE_BYTES:
+                output = output.encode()[:MAX_FILE_BYTES].decode(errors="replace")
+                output += "\n[cut: the file is longer]"
+            return output
+        content = args["content"]
+        if len(content.encode()) > MAX_FILE_BYTES:
+            raise ToolError(f"content is {len(content.encode())} bytes; at most {MAX_FILE_BYTES}")
+        code, output = run_command(write_file_command(path), content)
+        if code != 0:
+            return f"error: {args['path']}: cannot write it (exit {code}): {output.strip()}"
+        return f"wrote {len(content.encode())} bytes to {args['path']}"
     except ToolError as err:
         return f"error: {err}"
-    except OSError as err:
-        return f"error: {call.name} failed: {err.strerror or err}"

@@ -247,15 +247,13 @@ class BotSlot:
         """The agent loop of a dispatch_task step whose run has an agent bot snapshot."""
 
         def run_tool(call: agent_tools.Call) -> str:
-            return agent_tools.run_tool(
-                call, claim.instruction.tools, workdir, tool_command, self.sandbox.user
-            )
+            return agent_tools.run_tool(call, claim.instruction.tools, tool_command)
 
-        def tool_command(command: str) -> str:
-            result = self.run_command(claim, workdir, command, None, timeout_s)
+        def tool_command(command: str, stdin_text: str | None) -> tuple[int | None, str]:
+            result = self.run_command(claim, workdir, command, stdin_text, timeout_s)
             if self.abandoning or result.stopped:
                 raise agent_loop.Stopped
-            return f"exit code {result.exit_code}\n{self.summarise(result, timeout_s)}"
+            return result.exit_code, self.summarise(result, timeout_s)
 
         step = agent_loop.Step(claim.step_key, claim.text, claim.instruction.tools, timeout_s)
         loop = agent_loop.AgentLoop(

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from engine_adapter.agent_tools import Call, ToolError, confined, parse_arguments
+from engine_adapter.agent_tools import (
+    Call,
+    ToolError,
+    parse_arguments,
+    read_file_command,
+    relative_path,
+    write_file_command,
+)
 from engine_adapter.bot_config import BotConfig, parse_bots
 from engine_adapter.recipes import RecipeError, Step, load_recipe_text
 
@@ -89,14 +95,14 @@ def test_recipes_without_tools_keep_their_canonical_form():
     assert "tools" not in recipe.to_dict()["steps"][0]
 
 
-def test_file_paths_stay_inside_the_working_directory(tmp_path: Path):
-    (tmp_path / "in.txt").write_text("x")
-    (tmp_path / "out").symlink_to("/etc")
-    assert confined(tmp_path, "in.txt") == (tmp_path / "in.txt").resolve()
-    assert confined(tmp_path, "sub/new.txt") == (tmp_path / "sub/new.txt").resolve()
-    for bad in ("/etc/passwd", "../x", "a/../../x", "out/passwd", "", "~/x"):
+def test_file_tool_paths_are_relative_and_become_quoted_commands():
+    assert relative_path("sub/new.txt") == "sub/new.txt"
+    for bad in ("/etc/passwd", "../x", "a/../../x", "", "~/x", "-rf"):
         with pytest.raises(ToolError):
-            confined(tmp_path, bad)
+            relative_path(bad)
+    # Run as the step runs (its sandbox and user): never opened by the bot process itself.
+    assert read_file_command("a b.txt") == "head -c 262145 -- 'a b.txt'"
+    assert write_file_command("d/$(x).txt") == "mkdir -p -- d && cat > 'd/$(x).txt'"
 
 
 def test_tool_arguments_are_checked():

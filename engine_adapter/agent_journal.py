@@ -26,6 +26,13 @@ class ThreadJournal:
         )
         return [r["data"] for r in rows]
 
+    def human_messages(self, after: int) -> list[dict[str, Any]]:
+        return db.fetch_all(
+            self.conn,
+            "agent_human_messages",
+            dict(run_id=self.run_id, step_key=self.step_key, after=after),
+        )
+
     def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
         with self.conn.transaction():
             seq = thread_entries.append(

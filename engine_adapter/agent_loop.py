@@ -5,6 +5,10 @@ The run's thread is the journal. Each assistant message and each tool result is 
 bot entry with a dedupe key of its step key, turn and call, the moment it completes. A new
 attempt (after the bot was killed) rebuilds the conversation from those entries and carries on
 where they stop: no finished model call is made again and no finished tool call runs again.
+
+People steer a running agent by writing in the thread: their messages since the step's
+instruction reach the model as user messages at its next turn. Each assistant entry records the
+last message its call had seen, so a rebuilt conversation puts them exactly where they were.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ class Journal(Protocol):
 
     def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
         """Append one entry; False when its dedupe key was written before (another attempt)."""
+        ...
+
+    def human_messages(self, after: int) -> list[dict[str, Any]]:
+        """People's messages in the thread since the step began, after a seq: seq, author, text."""
         ...
 
 
@@ -117,7 +125,13 @@ class AgentLoop:
     def run(self) -> Outcome:
         messages: list[dict[str, Any]] = [{"role": "user", "content": self.step.instruction}]
         turn, last, answered = 0, None, 0
+        self.seen = 0  # the last person's message delivered to the model (its thread seq)
+        people = self.journal.human_messages(0)
         for data in self.journal.load():  # resume where the last attempt's journal stops
+            if data["message"]["role"] == "assistant":
+                messages += [_from_person(m) for m in people if m["seq"] <= data.get("seen", 0)]
+                people = [m for m in people if m["seq"] > data.get("seen", 0)]
+                self.seen = max(self.seen, data.get("seen", 0))
             messages.append(data["message"])
             if data["message"]["role"] == "assistant":
                 turn, last, answered = data["turn"], data["message"], 0
@@ -146,6 +160,9 @@ class AgentLoop:
     def model_turn(self, turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.still_current():
             raise Stopped
+        for person in self.journal.human_messages(self.seen):  # steering, since the last turn
+            messages.append(_from_person(person))
+            self.seen = person["seq"]
         try:
             with self.lease_held():
                 response = _client(self.config, self.step.timeout_s).chat.completions.create(
@@ -166,7 +183,9 @@ class AgentLoop:
         text = message["content"] or ""
         if names:
             text = (text + "\n" if text else "") + "calls " + ", ".join(names)
-        self.record(ASSISTANT, text or "(empty answer)", f"{turn}:assistant", turn, message)
+        self.record(
+            ASSISTANT, text or "(empty answer)", f"{turn}:assistant", turn, message, self.seen
+        )
         messages.append(message)
         crash_point("agent_after_model")
         return message
@@ -192,10 +211,20 @@ class AgentLoop:
             crash_point("agent_after_tool")
         return None
 
-    def record(self, kind: str, text: str, suffix: str, turn: int, message: dict) -> None:
+    def record(
+        self, kind: str, text: str, suffix: str, turn: int, message: dict, seen: int | None = None
+    ) -> None:
         key = f"agent:{self.step.key}:{suffix}"
-        if not self.journal.append(kind, text, key, {"turn": turn, "message": message}):
+        data = {"turn": turn, "message": message}
+        if seen is not None:
+            data["seen"] = seen  # the people's messages this call had read
+        if not self.journal.append(kind, text, key, data):
             raise Stopped  # another attempt wrote this turn: this one is a zombie
+
+
+def _from_person(entry: dict[str, Any]) -> dict[str, Any]:
+    """A person's message in the thread, as the model reads it."""
+    return {"role": "user", "content": f"{entry['author']}: {entry['text']}"}
 
 
 def finish_text(output: Any) -> str:

@@ -36,3 +36,13 @@ select dedupe_key, data from threadline.thread_entries
 -- A parent run's agent snapshot, when it runs the same bot (a child keeps its parent's).
 select agent from threadline.run_threads
  where run_id = %(run_id)s and bot = %(bot)s and agent is not null
+
+-- agent_human_messages --
+-- People's messages in the run's thread since the step's instruction (and after a seq): what
+-- steers a running agent, delivered at its next model turn.
+select seq, author, text from threadline.thread_entries
+ where run_id = %(run_id)s and author_kind = 'human' and kind = 'message' and seq > %(after)s
+   and seq > (select seq from threadline.thread_entries
+               where run_id = %(run_id)s and dedupe_key = 'instruction:' || %(step_key)s)
+ order by seq
+ limit 100

@@ -195,3 +195,31 @@ def test_bot_apply_and_list_and_the_run_snapshot(conn, apply, logins, tmp_path):
         "helper.base_url: required, a non-empty string",
         "helper.model: required, a non-empty string",
     ]
+
+
+def test_a_person_steers_a_running_agent_through_the_thread(conn, apply, procs, workdir):
+    """A message written into the thread while the agent works reaches the model at its next
+    turn, as a user message, once; and the thread keeps it where it was written."""
+    from engine_adapter import gates
+    from engine_adapter.identity import Actor
+
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": "sleep 3; echo looked"})),
+        answer("done, disk checked too"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        harness.wait_for(lambda: len(model.requests) == 1, timeout=30, what="the first turn")
+        gates.reply(conn, run_id, "please check the disk too", Actor("alice", "console"))
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert view["steps"][0]["output"] == "done, disk checked too"
+    second = model.requests[1]["messages"]
+    people = [m["content"] for m in second if m["role"] == "user"]
+    assert people == ["look around and report", "alice: please check the disk too"]
+    assert second[-1]["role"] == "user"  # after the tool result: delivered at this turn
+    assert all(
+        m["content"] != "alice: please check the disk too" for m in model.requests[0]["messages"]
+    )

@@ -28,6 +28,7 @@ from .workers import crash_point
 
 ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
 _SUMMARY_CHARS = 200
+MODEL_RETRIES = 6  # transient model errors, retried with backoff (about a minute in all)
 
 
 class Stopped(Exception):
@@ -72,7 +73,12 @@ def _client(config: BotConfig, timeout_s: float) -> openai.OpenAI:
                 f"bot {config.name!r}: environment variable {config.api_key_env} (its api_key) "
                 "is not set in the bot process"
             )
-    return openai.OpenAI(base_url=config.base_url, api_key=key, timeout=timeout_s)
+    # Rate limits, 5xx, timeouts and dropped connections are retried by the client, with
+    # exponential backoff and jitter, honouring Retry-After, inside this one attempt (they burn
+    # none of the step's retries); anything else fails the step at once (see model_turn).
+    return openai.OpenAI(
+        base_url=config.base_url, api_key=key, timeout=timeout_s, max_retries=MODEL_RETRIES
+    )
 
 
 class AgentFailed(Exception):
@@ -172,7 +178,11 @@ class AgentLoop:
                     temperature=self.config.temperature,
                     max_tokens=self.config.max_tokens,
                 )
-        except openai.OpenAIError as err:
+        except openai.APIStatusError as err:  # refused: auth, a bad request, the context length
+            raise AgentFailed(
+                f"the model refused turn {turn} ({err.status_code}): {_error_message(err)}"
+            ) from None
+        except openai.OpenAIError as err:  # still failing after the client's retries
             raise AgentFailed(f"the model call of turn {turn} failed: {err}") from None
         if not self.still_current():  # cancelled, or superseded while the model thought
             raise Stopped
@@ -220,6 +230,12 @@ class AgentLoop:
             data["seen"] = seen  # the people's messages this call had read
         if not self.journal.append(kind, text, key, data):
             raise Stopped  # another attempt wrote this turn: this one is a zombie
+
+
+def _error_message(err: openai.APIStatusError) -> str:
+    """The model server's own words for a refusal."""
+    body = err.body if isinstance(err.body, dict) else {}
+    return str(body.get("message") or (body.get("error") or {}).get("message") or err.message)
 
 
 def _from_person(entry: dict[str, Any]) -> dict[str, Any]:

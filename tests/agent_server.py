@@ -26,6 +26,11 @@ def answer(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]
     return message
 
 
+def http_error(status: int, message: str, retry_after: float | None = None) -> dict[str, Any]:
+    """A scripted refusal instead of an answer: the status, the error body, Retry-After."""
+    return {"_status": status, "_message": message, "_retry_after": retry_after}
+
+
 class ScriptedModel:
     def __init__(self, script: list[dict[str, Any]]) -> None:
         self.script = list(script)
@@ -53,6 +58,10 @@ class ScriptedModel:
             if n > len(self.script):
                 return 500, {"error": {"message": f"script has no answer for request {n}"}}
             message = self.script[n - 1]
+        if "_status" in message:
+            return message["_status"], {
+                "error": {"message": message["_message"], "type": "scripted", "code": None}
+            }
         finish = "tool_calls" if message.get("tool_calls") else "stop"
         return 200, {
             "id": f"chatcmpl-{n}",
@@ -62,6 +71,10 @@ class ScriptedModel:
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         }
+
+    def _retry_after(self, n: int) -> float | None:
+        step = self.script[n - 1] if 0 < n <= len(self.script) else {}
+        return step.get("_retry_after")
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         model = self
@@ -76,6 +89,9 @@ class ScriptedModel:
                     status, reply = model._next(body)
                 data = json.dumps(reply).encode()
                 self.send_response(status)
+                retry_after = model._retry_after(len(model.requests))
+                if retry_after is not None:
+                    self.send_header("Retry-After", str(retry_after))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

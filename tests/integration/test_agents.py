@@ -223,3 +223,26 @@ def test_a_person_steers_a_running_agent_through_the_thread(conn, apply, procs, 
     assert all(
         m["content"] != "alice: please check the disk too" for m in model.requests[0]["messages"]
     )
+
+
+def test_transient_model_errors_are_retried_and_refusals_fail_at_once(conn, apply, procs, workdir):
+    """429 (honouring Retry-After) and 500 are retried inside the attempt; a 401 or a context
+    too long fails the step at once, with the server's own words."""
+    from tests.agent_server import http_error
+
+    script = [
+        http_error(429, "slow down", retry_after=1),
+        http_error(500, "hiccup"),
+        answer("fine now"),
+    ]
+    view, model, _ = run_agent(conn, apply, procs, workdir, script, "completed")
+    assert view["steps"][0]["output"] == "fine now" and len(model.requests) == 3
+    assert view["steps"][0]["attempts"] == 1  # retried by the client: no step attempt burnt
+
+    for status, words in ((401, "invalid api key"), (400, "maximum context length exceeded")):
+        with ScriptedModel([http_error(status, words)]) as refusing:
+            setup(conn, apply, refusing, workdir)
+            run_id = spawn(conn, "agent", {"n": status}).run_id
+            view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+        assert len(refusing.requests) == 1
+        assert f"the model refused turn 1 ({status}): {words}" in view["steps"][0]["output"]

@@ -40,6 +40,7 @@ class Outcome:
     status: str  # completed | failed
     output: Any  # the final text, or finish's JSON; why it failed
     reason: str | None = None
+    tokens: dict[str, int] | None = None  # this step's, over all its turns: {"in", "out"}
 
 
 class Journal(Protocol):
@@ -53,6 +54,10 @@ class Journal(Protocol):
 
     def human_messages(self, after: int) -> list[dict[str, Any]]:
         """People's messages in the thread since the step began, after a seq: seq, author, text."""
+        ...
+
+    def run_tokens(self) -> int:
+        """Tokens (in and out) the run's agent turns have used so far, every step's."""
         ...
 
 
@@ -133,7 +138,10 @@ class AgentLoop:
         turn, last, answered = 0, None, 0
         self.seen = 0  # the last person's message delivered to the model (its thread seq)
         people = self.journal.human_messages(0)
+        self.tokens = {"in": 0, "out": 0}
         for data in self.journal.load():  # resume where the last attempt's journal stops
+            for k in self.tokens:
+                self.tokens[k] += (data.get("usage") or {}).get(k, 0)
             if data["message"]["role"] == "assistant":
                 messages += [_from_person(m) for m in people if m["seq"] <= data.get("seen", 0)]
                 people = [m for m in people if m["seq"] > data.get("seen", 0)]
@@ -144,24 +152,44 @@ class AgentLoop:
             else:
                 answered += 1
         try:
-            while True:
-                if last is not None:
-                    calls = _calls(last)
-                    if not calls:
-                        return Outcome(COMPLETED, last.get("content") or "")
-                    result = self.answer_calls(turn, calls[answered:], answered, messages)
-                    if result is not None:
-                        return result
-                    if turn >= self.config.max_turns:
-                        why = (
-                            f"the agent used all {self.config.max_turns} turns (max_turns) "
-                            "without finishing"
-                        )
-                        return Outcome(FAILED, why, why)
-                turn += 1
-                last, answered = self.model_turn(turn, messages), 0
+            return self.with_tokens(self.loop(messages, turn, last, answered))
         except AgentFailed as err:
-            return Outcome(FAILED, str(err), str(err))
+            return self.with_tokens(Outcome(FAILED, str(err), str(err)))
+
+    def with_tokens(self, outcome: Outcome) -> Outcome:
+        return Outcome(outcome.status, outcome.output, outcome.reason, dict(self.tokens))
+
+    def loop(
+        self, messages: list[dict[str, Any]], turn: int, last: dict[str, Any] | None, answered: int
+    ) -> Outcome:
+        """Answer the last turn's calls, then call the model again, until an answer ends it."""
+        while True:
+            if last is not None:
+                calls = _calls(last)
+                if not calls:
+                    return Outcome(COMPLETED, last.get("content") or "")
+                result = self.answer_calls(turn, calls[answered:], answered, messages)
+                if result is not None:
+                    return result
+                if turn >= self.config.max_turns:
+                    why = (
+                        f"the agent used all {self.config.max_turns} turns (max_turns) "
+                        "without finishing"
+                    )
+                    return Outcome(FAILED, why, why)
+            self.check_budget()
+            turn += 1
+            last, answered = self.model_turn(turn, messages), 0
+
+    def check_budget(self) -> None:
+        """Before a model call: the run's tokens so far against its bot's budget."""
+        budget = self.config.max_tokens_per_run
+        if budget is not None:
+            used = self.journal.run_tokens()
+            if used >= budget:
+                raise AgentFailed(
+                    f"the run used {used} tokens; its bot's budget (max_tokens_per_run) is {budget}"
+                )
 
     def model_turn(self, turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.still_current():
@@ -189,13 +217,18 @@ class AgentLoop:
         if not response.choices:
             raise AgentFailed(f"the model answered turn {turn} with no choices")
         message = _assistant_message(response.choices[0].message)
+        usage = {
+            "in": getattr(response.usage, "prompt_tokens", 0) or 0,
+            "out": getattr(response.usage, "completion_tokens", 0) or 0,
+        }
+        for k in self.tokens:
+            self.tokens[k] += usage[k]
         names = [c.name for c in _calls(message)]
         text = message["content"] or ""
         if names:
             text = (text + "\n" if text else "") + "calls " + ", ".join(names)
-        self.record(
-            ASSISTANT, text or "(empty answer)", f"{turn}:assistant", turn, message, self.seen
-        )
+        text += f"\n[tokens: {usage['in']} in, {usage['out']} out]"
+        self.record(ASSISTANT, text, f"{turn}:assistant", turn, message, self.seen, usage)
         messages.append(message)
         crash_point("agent_after_model")
         return message
@@ -222,12 +255,21 @@ class AgentLoop:
         return None
 
     def record(
-        self, kind: str, text: str, suffix: str, turn: int, message: dict, seen: int | None = None
+        self,
+        kind: str,
+        text: str,
+        suffix: str,
+        turn: int,
+        message: dict,
+        seen: int | None = None,
+        usage: dict[str, int] | None = None,
     ) -> None:
         key = f"agent:{self.step.key}:{suffix}"
-        data = {"turn": turn, "message": message}
+        data: dict[str, Any] = {"turn": turn, "message": message}
         if seen is not None:
             data["seen"] = seen  # the people's messages this call had read
+        if usage is not None:
+            data["usage"] = usage
         if not self.journal.append(kind, text, key, data):
             raise Stopped  # another attempt wrote this turn: this one is a zombie
 

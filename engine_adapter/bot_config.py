@@ -31,7 +31,16 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 DEFAULT_MAX_TURNS = 20
 MAX_TURNS = 1000
 MAX_TOKENS = 1_000_000
-_KEYS = ("base_url", "model", "api_key", "temperature", "max_tokens", "max_turns")
+_KEYS = (
+    "base_url",
+    "model",
+    "api_key",
+    "temperature",
+    "max_tokens",
+    "max_turns",
+    "max_tokens_per_run",
+)
+MAX_RUN_TOKENS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class BotConfig:
     max_tokens: int | None = None
     api_key_env: str | None = None
     max_turns: int = DEFAULT_MAX_TURNS
+    max_tokens_per_run: int | None = None  # a run's budget, over all its agent steps
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +115,9 @@ def _parse_bot(name: Any, d: Any, errors: list[str]) -> BotConfig | None:
     max_turns = _int(
         d.get("max_turns", DEFAULT_MAX_TURNS), f"{path}.max_turns", 1, MAX_TURNS, errors
     )
+    budget = d.get("max_tokens_per_run")
+    if budget is not None:
+        budget = _int(budget, f"{path}.max_tokens_per_run", 1, MAX_RUN_TOKENS, errors)
     if len(errors) > n_before:
         return None
     return BotConfig(
@@ -115,6 +128,7 @@ def _parse_bot(name: Any, d: Any, errors: list[str]) -> BotConfig | None:
         max_tokens=max_tokens,
         api_key_env=api_key_env,
         max_turns=max_turns or DEFAULT_MAX_TURNS,
+        max_tokens_per_run=budget,
     )
 
 

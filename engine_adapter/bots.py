@@ -280,6 +280,7 @@ class BotSlot:
             value=outcome.output,
             reason=outcome.reason,
             duration_s=time.monotonic() - started,
+            tokens=outcome.tokens,
         )
 
     @contextmanager
@@ -383,6 +384,7 @@ class BotSlot:
         value: Any = None,
         reason: str | None = None,
         duration_s: float = 0.0,
+        tokens: dict[str, int] | None = None,
     ) -> None:
         """Reply, terminal signal and done event in one transaction, fenced by the attempt.
         `value`: the step's output when it is not the reply's text (an agent's finish JSON)."""
@@ -430,6 +432,7 @@ class BotSlot:
                 claim.attempt,
                 result.duration_s if result else duration_s,
                 reason,
+                tokens,
             )
             thread_entries.append(
                 self.conn,

@@ -148,7 +148,11 @@ class StepResult:
             "exit_code": self.exit_code,
             "skipped": self.status == SKIPPED,
             "reason": self.reason,
-            **{k: v for k, v in self.extra.items() if k in ("decision", "event", "outputs")},
+            **{
+                k: v
+                for k, v in self.extra.items()
+                if k in ("decision", "event", "outputs", "tokens")
+            },
         }
 
 
@@ -159,16 +163,15 @@ def bot_result(
     attempt: int,
     duration_s: float,
     reason: str | None = None,
+    tokens: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """The done payload a bot's terminal signal carries (the reconcile sweep re-emits it).
-    `output` is a command's output, or an agent's final answer (text, or finish's JSON)."""
-    return StepResult(
-        status,
-        output,
-        exit_code,
-        reason,
-        extra={"attempt": attempt, "duration_s": round(duration_s, 3)},
-    ).to_dict()
+    `output` is a command's output, or an agent's final answer (text, or finish's JSON);
+    `tokens` an agent step's model tokens over all its turns ({"in", "out"})."""
+    extra: dict[str, Any] = {"attempt": attempt, "duration_s": round(duration_s, 3)}
+    if tokens is not None:
+        extra["tokens"] = tokens
+    return StepResult(status, output, exit_code, reason, extra=extra).to_dict()
 
 
 # -- the conductor -> bot wire format --------------------------------------------------------------

@@ -151,6 +151,8 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
             output=result.get("output"),
             exit_code=result.get("exit_code"),
         )
+        if result.get("tokens"):
+            node["tokens"] = result["tokens"]
     elif (
         kind in domain.SLEEP_KINDS
         and facts.cp(names.SLEEP, path, last) is not None

@@ -1,21 +1,25 @@
 -- upsert_bot --
 -- `threadline bot apply`: create or replace one agent bot's settings (migration 011).
-insert into threadline.bots (name, base_url, model, temperature, max_tokens, api_key_env, max_turns)
+insert into threadline.bots (name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
+                            max_tokens_per_run)
 values (%(name)s, %(base_url)s, %(model)s, %(temperature)s, %(max_tokens)s, %(api_key_env)s,
-        %(max_turns)s)
+        %(max_turns)s, %(max_tokens_per_run)s)
 on conflict (name) do update
    set base_url = excluded.base_url, model = excluded.model, temperature = excluded.temperature,
        max_tokens = excluded.max_tokens, api_key_env = excluded.api_key_env,
-       max_turns = excluded.max_turns, updated_at = now()
+       max_turns = excluded.max_turns, max_tokens_per_run = excluded.max_tokens_per_run,
+       updated_at = now()
 
 -- list_bots --
 -- Every agent bot, by name.
-select name, base_url, model, temperature, max_tokens, api_key_env, max_turns, updated_at
+select name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
+       max_tokens_per_run, updated_at
   from threadline.bots order by name
 
 -- bot_snapshot --
 -- What a new run keeps of its bot's settings (never the key, only its variable's name).
-select name, base_url, model, temperature, max_tokens, api_key_env, max_turns
+select name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
+       max_tokens_per_run
   from threadline.bots where name = %(name)s
 
 -- set_run_agent --
@@ -46,3 +50,10 @@ select seq, author, text from threadline.thread_entries
                where run_id = %(run_id)s and dedupe_key = 'instruction:' || %(step_key)s)
  order by seq
  limit 100
+
+-- agent_run_tokens --
+-- Tokens a run's agent steps have used so far (its budget counts them all).
+select coalesce(sum((data -> 'usage' ->> 'in')::bigint + (data -> 'usage' ->> 'out')::bigint), 0)
+         as used
+  from threadline.thread_entries
+ where run_id = %(run_id)s and kind = 'agent.assistant'

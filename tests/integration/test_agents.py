@@ -246,3 +246,38 @@ def test_transient_model_errors_are_retried_and_refusals_fail_at_once(conn, appl
             view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
         assert len(refusing.requests) == 1
         assert f"the model refused turn 1 ({status}): {words}" in view["steps"][0]["output"]
+
+
+def test_tokens_are_counted_per_turn_and_step_and_a_budget_stops_the_run(
+    conn, apply, procs, workdir
+):
+    """The scripted server reports 10 tokens in and 5 out per answer."""
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": "true"})),
+        answer("two turns"),
+    ]
+    view, _, run_id = run_agent(conn, apply, procs, workdir, script, "completed")
+    assert view["steps"][0]["tokens"] == {"in": 20, "out": 10}
+    turns = [d["usage"] for kind, d in agent_entries(conn, run_id) if kind == "agent.assistant"]
+    assert turns == [{"in": 10, "out": 5}, {"in": 10, "out": 5}]
+
+    with ScriptedModel(script) as model:
+        apply_bots(
+            conn,
+            parse_bots(
+                {
+                    "helper": {
+                        "base_url": model.base_url,
+                        "model": "m",
+                        "max_tokens_per_run": 15,
+                    }
+                }
+            ),
+        )
+        run_id = spawn(conn, "agent", {"budget": 15}).run_id
+        view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+    assert len(model.requests) == 1  # the second turn would have gone over the budget
+    assert (
+        "the run used 15 tokens; its bot's budget (max_tokens_per_run) is 15"
+        in (view["steps"][0]["output"])
+    )

@@ -48,7 +48,7 @@ def test_bot_file_errors_name_their_path():
     assert errors == [
         'Bad Name: bot name "Bad Name" must match [a-z0-9_-]{1,64}',
         "ok.colour: unknown field (known: base_url, model, api_key, temperature, max_tokens, "
-        "max_turns)",
+        "max_turns, max_tokens_per_run)",
         "ok.model: required, a non-empty string",
         'ok.base_url: "ftp://x" must be an http(s) URL',
         "ok.temperature: 3 must be a number from 0 to 2",

@@ -8,6 +8,7 @@ create table threadline.bots (
   max_tokens integer,
   api_key_env text,
   max_turns integer not null default 20,
+  max_tokens_per_run integer,  -- a run's token budget over all its agent steps; null: none
   updated_at timestamptz not null default now()
 );
 

@@ -216,6 +216,8 @@ class RunView(Viewer):
         top = [step["id"] for step in run.steps]
         if list(self.rerun_from.options) != top:
             self.rerun_from.options = top
+            if self.rerun_from.value not in top:
+                self.rerun_from.value = top[0] if top else None
         self.rerun.disabled = bool(run.parent) or not self._may(access.OPERATE)
         at_gate = run.gate is not None
         for widget in (self.approve, self.deny, self.reason):
@@ -381,6 +383,9 @@ class RunView(Viewer):
             payload = json.loads(text) if text else None
         except json.JSONDecodeError as err:
             self._say(f"payload: not valid JSON: {err}", ok=False)
+            return
+        if not self.rerun_from.value:
+            self._say("Choose the step to rerun from.", ok=False)
             return
         try:
             actor = access.actor_for("rerun a run", access.OPERATE)

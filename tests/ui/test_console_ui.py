@@ -505,9 +505,18 @@ def test_run_page_shows_the_tree_delivers_an_event_and_reruns_from_a_step(page, 
     page.wait_for_selector("#tl-run-state:text-is('completed')", timeout=30000)
     wait_status(page, "after", "completed")
 
-    page.locator("select").filter(has_text="after").select_option("after")
+    choice = page.locator("select").filter(has_text="after")
+    choice.select_option("after")
+    harness.wait_for(lambda: choice.input_value() == "after", timeout=10, what="the choice")
+    page.wait_for_timeout(500)  # the choice reaches the server before the click does
     page.click("button:has-text('Rerun from step')")
-    link = page.wait_for_selector("#tl-rerun-link a", timeout=10000)
+    try:
+        link = page.wait_for_selector("#tl-rerun-link a", timeout=30000)
+    except Exception:  # say what the page answered instead
+        pytest.fail(
+            "no rerun link; the page said: "
+            + page.locator(".tl-error").all_inner_texts().__repr__()
+        )
     page.goto(stack.base + link.get_attribute("href"))
     page.wait_for_selector("#tl-run-state:text-is('completed')", timeout=30000)
     wait_status(page, "fan", "carried_over")

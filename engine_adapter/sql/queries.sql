@@ -305,9 +305,12 @@ select (select count(*) from absurd.r_threadline
          as instructions_waiting
 
 -- secret_env_names --
--- Environment variables that webhooks name as their secret: never passed to a step.
+-- Environment variables that hold a secret of Threadline's (a webhook's secret, an agent bot's
+-- model key): never passed to a step, whatever a recipe's `env` says.
 select distinct substr(secret, 5) as name from threadline.webhook_triggers
  where secret like 'env:%%'
+union
+select api_key_env from threadline.bots where api_key_env is not null
 
 -- secret_clashes --
 -- Another workflow's webhook secret that this recipe's env names, or this recipe's webhook secret

@@ -281,3 +281,26 @@ def test_tokens_are_counted_per_turn_and_step_and_a_budget_stops_the_run(
         "the run used 15 tokens; its bot's budget (max_tokens_per_run) is 15"
         in (view["steps"][0]["output"])
     )
+
+
+def test_a_bots_model_key_never_reaches_a_step(conn, apply, procs, workdir):
+    """A recipe may name any variable in `env`; an agent bot's key variable is still withheld."""
+    apply_bots(
+        conn,
+        parse_bots(
+            {
+                "keyed": {
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "m",
+                    "api_key": "env:TL_TEST_MODEL_KEY",
+                }
+            }
+        ),
+    )
+    apply("slug: leak\nenv: [TL_TEST_MODEL_KEY]\nsteps: [{id: look, run_command: env}]")
+    procs.start("conductor")
+    procs.start("bots", env={"TL_TEST_MODEL_KEY": "sk-do-not-leak"})
+    run_id = spawn(conn, "leak").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert "sk-do-not-leak" not in view["steps"][0]["output"]
+    assert "THREADLINE_STEP_KEY=" in view["steps"][0]["output"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, thread_entries
+from . import db, names, thread_entries
 
 
 @dataclass(frozen=True)
@@ -16,14 +16,18 @@ class ThreadJournal:
 
     conn: psycopg.Connection[Any]
     run_id: str
-    step_key: str
+    step_key: str  # the key of the round being worked (entries are written under it)
     bot: str
     attempt: int
 
+    @property
+    def journal_key(self) -> str:
+        """The step's own key: one journal over all its rounds."""
+        return names.journal_key(self.step_key)
+
     def load(self) -> list[dict[str, Any]]:
-        rows = db.fetch_all(
-            self.conn, "agent_journal", dict(run_id=self.run_id, step_key=self.step_key)
-        )
+        prefix = f"agent:{self.journal_key}:"
+        rows = db.fetch_all(self.conn, "agent_journal", dict(run_id=self.run_id, prefix=prefix))
         return [r["data"] for r in rows]
 
     def run_tokens(self) -> int:
@@ -33,7 +37,7 @@ class ThreadJournal:
         return db.fetch_all(
             self.conn,
             "agent_human_messages",
-            dict(run_id=self.run_id, step_key=self.step_key, after=after),
+            dict(run_id=self.run_id, step_key=self.journal_key, after=after),
         )
 
     def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:

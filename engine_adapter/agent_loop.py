@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Protocol
 
 import openai
 
-from .agent_tools import FINISH, Call, ToolError, declarations, parse_arguments
+from .agent_tools import FINISH, Call, ToolError, check_start, declarations, parse_arguments
 from .bot_config import BotConfig
-from .domain import COMPLETED, FAILED
+from .domain import ASK_HUMAN, COMPLETED, FAILED, PAUSED, PAUSING_TOOLS
 from .workers import crash_point
 
 ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
@@ -37,8 +37,8 @@ class Stopped(Exception):
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # completed | failed
-    output: Any  # the final text, or finish's JSON; why it failed
+    status: str  # completed | failed | paused
+    output: Any  # the final text, or finish's JSON; why it failed; a paused call's request
     reason: str | None = None
     tokens: dict[str, int] | None = None  # this step's, over all its turns: {"in", "out"}
 
@@ -67,6 +67,8 @@ class Step:
     instruction: str
     tools: tuple[str, ...]
     timeout_s: float
+    workflows: tuple[str, ...] = ()  # what start_workflow may start
+    answers: dict[str, str] = field(default_factory=dict)  # paused calls' answers, by call_ref
 
 
 def _client(config: BotConfig, timeout_s: float) -> openai.OpenAI:
@@ -244,6 +246,15 @@ class AgentLoop:
                     return Outcome(COMPLETED, parse_arguments(call, self.step.tools)["result"])
                 except ToolError as err:
                     content = f"error: {err}"
+            elif call.name in PAUSING_TOOLS and call.name in self.step.tools:
+                answer = self.step.answers.get(call_ref(turn, i))
+                if answer is None:
+                    try:
+                        return Outcome(PAUSED, self.pause_request(call, turn, i))
+                    except ToolError as err:
+                        content = f"error: {err}"
+                else:
+                    content = answer
             else:
                 content = self.run_tool(call)
             message = {"role": "tool", "tool_call_id": call.id, "content": content}
@@ -253,6 +264,21 @@ class AgentLoop:
             messages.append(message)
             crash_point("agent_after_tool")
         return None
+
+    def pause_request(self, call: Call, turn: int, i: int) -> dict[str, Any]:
+        """What the conductor does for a pausing call while the loop holds no process: ask a
+        person (a gate), or start runs and wait for them."""
+        args = parse_arguments(call, self.step.tools)
+        request: dict[str, Any] = {"call": call_ref(turn, i), "tool": call.name}
+        if call.name == ASK_HUMAN:
+            if not args["question"].strip():
+                raise ToolError("ask_human: question is empty")
+            return {**request, "question": args["question"]}
+        return {
+            **request,
+            "runs": check_start(args, self.step.workflows),
+            "wait": args.get("wait", "all"),
+        }
 
     def record(
         self,
@@ -272,6 +298,12 @@ class AgentLoop:
             data["usage"] = usage
         if not self.journal.append(kind, text, key, data):
             raise Stopped  # another attempt wrote this turn: this one is a zombie
+
+
+def call_ref(turn: int, i: int) -> str:
+    """A tool call's place in the journal (turn and index): what a paused call's answer is keyed
+    by (models need not give calls ids, nor unique ones)."""
+    return f"{turn}:{i}"
 
 
 def _error_message(err: openai.APIStatusError) -> str:

@@ -42,6 +42,35 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "required": ["path", "content"],
         },
     },
+    "ask_human": {
+        "description": "Ask a person a question in the run's thread and wait for the answer "
+        "(it may take hours; you hold nothing while you wait).",
+        "parameters": {
+            "type": "object",
+            "properties": {"question": _STRING},
+            "required": ["question"],
+        },
+    },
+    "start_workflow": {
+        "description": "Start runs of workflows (only those this step allows) and wait for all "
+        "of them, or for the first to finish (wait: any; the others are cancelled). Returns each "
+        "run's status and output.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "runs": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"workflow": _STRING, "payload": {"type": "object"}},
+                        "required": ["workflow"],
+                    },
+                },
+                "wait": {"type": "string", "enum": ["all", "any"]},
+            },
+            "required": ["runs"],
+        },
+    },
     FINISH: {
         "description": "Finish the task with a structured result (any JSON object).",
         "parameters": {
@@ -94,7 +123,37 @@ def parse_arguments(call: Call, allowed: tuple[str, ...]) -> dict[str, Any]:
             raise ToolError(f"{call.name}: argument {key!r} must be a string")
         if want["type"] == "object" and not isinstance(value, dict):
             raise ToolError(f"{call.name}: argument {key!r} must be a JSON object")
+        if want["type"] == "array" and not isinstance(value, list):
+            raise ToolError(f"{call.name}: argument {key!r} must be a JSON array")
+        if "enum" in want and value not in want["enum"]:
+            raise ToolError(f"{call.name}: argument {key!r} must be one of {want['enum']}")
     return args
+
+
+MAX_STARTED_RUNS = 20  # one start_workflow call's runs
+
+
+def check_start(args: dict[str, Any], allowed: tuple[str, ...]) -> list[dict[str, Any]]:
+    """start_workflow's runs, each {workflow, payload}, checked against the workflows the step
+    allows; ToolError saying which entry is wrong."""
+    runs = args["runs"]
+    if not runs or len(runs) > MAX_STARTED_RUNS:
+        raise ToolError(f"start_workflow: runs must hold 1 to {MAX_STARTED_RUNS} entries")
+    checked = []
+    for i, run in enumerate(runs):
+        where = f"start_workflow: runs[{i}]"
+        if not isinstance(run, dict) or set(run) - {"workflow", "payload"}:
+            raise ToolError(f"{where} must be an object with workflow and payload")
+        workflow, payload = run.get("workflow"), run.get("payload", {})
+        if workflow not in allowed:
+            raise ToolError(
+                f"{where}: workflow {workflow!r} is not one this step may start "
+                f"(allowed: {', '.join(allowed) or 'none'})"
+            )
+        if not isinstance(payload, dict):
+            raise ToolError(f"{where}.payload must be a JSON object")
+        checked.append({"workflow": workflow, "payload": payload})
+    return checked
 
 
 def relative_path(relative: str) -> str:

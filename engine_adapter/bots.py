@@ -22,7 +22,7 @@ import psycopg
 from . import agent_loop, agent_tools, db, names, run_state, thread_entries
 from .agent_journal import ThreadJournal
 from .bot_config import BotConfig
-from .domain import Instruction, bot_result
+from .domain import COMPLETED, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
@@ -255,7 +255,14 @@ class BotSlot:
                 raise agent_loop.Stopped
             return result.exit_code, self.summarise(result, timeout_s)
 
-        step = agent_loop.Step(claim.step_key, claim.text, claim.instruction.tools, timeout_s)
+        step = agent_loop.Step(
+            names.journal_key(claim.step_key),
+            claim.instruction.task or claim.text,  # a later round's text only says it goes on
+            claim.instruction.tools,
+            timeout_s,
+            claim.instruction.workflows,
+            dict(claim.instruction.answers),
+        )
         loop = agent_loop.AgentLoop(
             config,
             step,
@@ -424,7 +431,8 @@ class BotSlot:
                 )
                 db.notify(self.conn, claim.run_id, "retry")
                 return
-            self.finish(claim, status, None)
+            # A paused round's attempt did its work: it ends completed, and the step goes on.
+            self.finish(claim, COMPLETED if status == PAUSED else status, None)
             payload = bot_result(
                 status,
                 output if value is None else value,
@@ -434,23 +442,27 @@ class BotSlot:
                 reason,
                 tokens,
             )
+            if status != PAUSED:  # a paused loop's call is in the thread already
+                thread_entries.append(
+                    self.conn,
+                    claim.run_id,
+                    "bot",
+                    claim.bot,
+                    "message",
+                    output or "(no output)",
+                    step_key=claim.step_key,
+                    data={"attempt": claim.attempt, "exit_code": exit_code},
+                )
+            step_id = names.step_id_of(claim.instruction.step)
             thread_entries.append(
                 self.conn,
                 claim.run_id,
                 "bot",
                 claim.bot,
-                "message",
-                output or "(no output)",
-                step_key=claim.step_key,
-                data={"attempt": claim.attempt, "exit_code": exit_code},
-            )
-            thread_entries.append(
-                self.conn,
-                claim.run_id,
-                "bot",
-                claim.bot,
-                f"signal.dispatch.{status}",
-                f"step {names.step_id_of(claim.instruction.step)} {status}",
+                f"signal.dispatch.{COMPLETED if status == PAUSED else status}",
+                f"step {step_id} paused: {value['tool']}"
+                if status == PAUSED
+                else f"step {step_id} {status}",
                 step_key=claim.step_key,
                 dedupe_key=f"terminal:{claim.step_key}",
                 data=payload,

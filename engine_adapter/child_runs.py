@@ -91,9 +91,12 @@ def spawn_workflow(
     payload: dict[str, Any],
     path: str,
     try_no: int,
+    branch: str = "run",
+    notify: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Start a sub-workflow as a child run; an error (no such workflow, a refused payload) is
-    returned, and the step fails with it."""
+    returned, and the step fails with it. `branch` tells apart the runs one step starts (an
+    agent's start_workflow may start several)."""
     try:
         with conn.transaction():
             spawned = spawn(
@@ -104,11 +107,13 @@ def spawn_workflow(
                     "kind": "parent",
                     "run_id": parent_id,
                     "step": path,
-                    "branch": "run",
+                    "branch": branch,
                     "what": "sub-workflow",
                 },
-                idempotency_key=names.child_key(parent_id, path, try_no, "run"),
-                child=ChildOf(run_id=parent_id, step=path, try_no=try_no, branch="run"),
+                idempotency_key=names.child_key(parent_id, path, try_no, branch),
+                child=ChildOf(
+                    run_id=parent_id, step=path, try_no=try_no, branch=branch, notify=notify
+                ),
             )
             _note(
                 conn,
@@ -117,7 +122,7 @@ def spawn_workflow(
                 f"as run {names.short_run_id(spawned.run_id)}.",
                 path,
                 try_no,
-                "run",
+                branch,
                 spawned.run_id,
             )
     except (SpawnError, LookupError) as err:
@@ -127,7 +132,8 @@ def spawn_workflow(
                 conn,
                 parent_id,
                 error,
-                dedupe_key=f"spawn-failed:{path}:{try_no}",
+                dedupe_key=f"spawn-failed:{path}:{try_no}"
+                + ("" if branch == "run" else f":{branch}"),
             )
         return {"error": error}
     return {"run_id": spawned.run_id}

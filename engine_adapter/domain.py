@@ -26,7 +26,13 @@ REPEAT = "repeat"  # the same steps again until a condition holds
 
 BOT_KINDS = (RUN_COMMAND, DISPATCH_TASK)  # done by a bot
 # What a dispatch_task step may let an agent bot call (`tools:`); `finish` is always available.
-AGENT_TOOLS = ("run_command", "read_file", "write_file")
+AGENT_TOOLS = ("run_command", "read_file", "write_file", "ask_human", "start_workflow")
+# Tools that pause the agent's loop: the bot hands the request to the conductor, which opens a
+# gate or starts runs and waits holding no process, then gives the loop its answer (a new round).
+ASK_HUMAN, START_WORKFLOW = "ask_human", "start_workflow"
+PAUSING_TOOLS = (ASK_HUMAN, START_WORKFLOW)
+# A round of an agent step that ended on a pausing tool: its bot result's status, never a step's.
+PAUSED = "paused"
 SLEEP_KINDS = (SLEEP, SLEEP_UNTIL)
 # Steps that do one thing, in the order a recipe names them (a step has exactly one of these keys).
 LEAF_KINDS = (RUN_COMMAND, DISPATCH_TASK, SLEEP, SLEEP_UNTIL, HUMAN_GATE, WAIT_FOR_EVENT, WORKFLOW)
@@ -189,6 +195,11 @@ class Instruction:
     network: bool = True
     values: Mapping[str, str] = field(default_factory=dict)  # placeholder values, as env vars
     tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call
+    workflows: tuple[str, ...] = ()  # dispatch_task: what its agent's start_workflow may start
+    # A later round of an agent step: the task as first rendered, and the answers to its paused
+    # calls (call id -> what the model reads as the tool's result).
+    task: str | None = None
+    answers: Mapping[str, str] = field(default_factory=dict)
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -202,6 +213,9 @@ class Instruction:
             "network": self.network,
             "values": dict(self.values),
             "tools": list(self.tools),
+            "workflows": list(self.workflows),
+            "task": self.task,
+            "answers": dict(self.answers),
         }
 
     @classmethod
@@ -217,4 +231,7 @@ class Instruction:
             network=bool(d.get("network", True)),
             values=dict(d.get("values") or {}),
             tools=tuple(d.get("tools") or ()),
+            workflows=tuple(d.get("workflows") or ()),
+            task=d.get("task"),
+            answers=dict(d.get("answers") or {}),
         )

@@ -16,7 +16,7 @@ from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
 from .run_state import emit_step_done, lock_run
-from .domain import decision_result
+from .domain import DISPATCH_TASK, decision_result
 from .thread_entries import append, system_note
 
 APPROVE_WORDS = ("👍", "approve")
@@ -32,10 +32,14 @@ class GateClosed(DecisionRefused):
 
 
 def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:
-    """The gate step the run is parked at, or None."""
+    """The gate the run is parked at, or None: a human_gate step, or an agent step's ask_human
+    question, which any reply answers (from anyone who may decide gates)."""
     if not (run["awaiting"] and run["await_kind"] == "gate"):
         return None
-    return find_step_doc(run["recipe"], step_id_of(run["current_step"] or ""))
+    step = find_step_doc(run["recipe"], step_id_of(run["current_step"] or ""))
+    if step is not None and DISPATCH_TASK in step:
+        return {"id": step["id"], "accept": "any_reply", "on_timeout": "deny", "asks": True}
+    return step
 
 
 @dataclass(frozen=True)
@@ -51,12 +55,15 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         raise ValueError("reply text is empty")
     with conn.transaction():
         run = lock_run(conn, run_id)
-        seq = append(conn, run_id, "human", actor.label, "message", text, data=actor.as_record())
         gate = current_gate(run)
+        decision = _decision_from_reply(gate, text, actor) if gate else None
+        refusal = _why_not_decider(gate, run, actor) if gate and decision else None
+        data = actor.as_record()
+        if decision and not refusal:  # the gate's answer, not steering for an agent
+            data = {**data, "answered": run["await_key"]}
+        seq = append(conn, run_id, "human", actor.label, "message", text, data=data)
         if gate is None:
             return ReplyOutcome(seq, None, None)
-        decision = _decision_from_reply(gate, text, actor)
-        refusal = _why_not_decider(gate, run, actor) if decision else None
         if decision is None or refusal:
             hint = f"Noted. {refusal}." if refusal else _gate_hint(gate, actor)
             system_note(conn, run_id, hint, step_key=run["await_key"])

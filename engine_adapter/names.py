@@ -15,8 +15,25 @@ def step_key(run_id: str, step_id: str, try_no: int) -> str:
 
 
 def split_step_key(key: str) -> tuple[str, str, int]:
+    """(run id, path, try) of a step key; a round's key (below) gives its step's path."""
     run_id, step_id, try_no = key.rsplit(":", 2)
-    return run_id, step_id, int(try_no)
+    return run_id, step_id.split(ROUND_MARK, 1)[0], int(try_no)
+
+
+# An agent step pauses on ask_human or start_workflow and goes on in a new round: the question
+# (a gate) and each later round are keyed like steps, their paths marked `~ask<n>` and `~r<n>`.
+ROUND_MARK = "~"
+
+
+def round_key(run_id: str, path: str, try_no: int, part: str) -> str:
+    """The key of a part of an agent step's try: `r2`, `r3`... (rounds), `ask1`... (questions)."""
+    return step_key(run_id, f"{path}{ROUND_MARK}{part}", try_no)
+
+
+def journal_key(key: str) -> str:
+    """The step key an agent's journal is kept under, whatever round a key is of."""
+    run_id, path, try_no = split_step_key(key)
+    return step_key(run_id, path, try_no)
 
 
 # Every event name below starts so; only Threadline's own paths emit them. The database's checked

@@ -168,6 +168,7 @@ class Step:
     key: str | None = None  # wait_for_event: the correlation key (may hold placeholders)
     payload: dict[str, Any] | None = None  # workflow: the child's payload (values may hold {{…}})
     tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call (finish aside)
+    workflows: tuple[str, ...] = ()  # dispatch_task: what its agent's start_workflow may start
 
     def block(self, name: str) -> tuple[Step, ...]:
         return dict(self.blocks).get(name, ())
@@ -228,6 +229,8 @@ class Step:
             d["output"] = self.output_name
         if self.tools:  # omitted when none, so recipes without tools keep their hashes
             d["tools"] = list(self.tools)
+        if self.workflows:
+            d["workflows"] = list(self.workflows)
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -269,11 +272,14 @@ def step_docs(steps: Any, path: str = "steps") -> Iterator[tuple[str, dict[str, 
 
 def sub_workflows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(path, slug) of every sub-workflow step of a canonical recipe document."""
-    return [
-        (f"{path}.workflow", step["workflow"])
-        for path, step in step_docs(doc.get("steps"))
-        if isinstance(step.get("workflow"), str)
-    ]
+    found = []
+    for path, step in step_docs(doc.get("steps")):
+        if isinstance(step.get("workflow"), str):
+            found.append((f"{path}.workflow", step["workflow"]))
+        for i, slug in enumerate(step.get("workflows") or []):  # an agent's start_workflow
+            if isinstance(slug, str):
+                found.append((f"{path}.workflows[{i}]", slug))
+    return found
 
 
 def find_step_doc(doc: dict[str, Any], step_id: str) -> dict[str, Any] | None:
@@ -298,7 +304,7 @@ class _Tree:
 _COMMON_STEP_KEYS = {"id", "if", "output"}
 _STEP_KEYS: dict[str, set[str]] = {
     domain.RUN_COMMAND: {"timeout", "retries", "on_failure"},
-    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure", "tools"},
+    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure", "tools", "workflows"},
     domain.SLEEP: set(),
     domain.SLEEP_UNTIL: set(),
     domain.HUMAN_GATE: {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
@@ -457,6 +463,8 @@ def _parse_step(
         _parse_gate(d, path, errors, fields)
     if kind == domain.DISPATCH_TASK and "tools" in d:
         fields["tools"] = _parse_tools(d["tools"], f"{path}.tools", errors)
+    if kind == domain.DISPATCH_TASK:
+        fields["workflows"] = _parse_started(d, fields.get("tools", ()), path, errors)
     if len(errors) > n_before:
         return None
     return Step(
@@ -522,6 +530,29 @@ def _parse_tools(raw: Any, path: str, errors: list[str]) -> tuple[str, ...]:
             errors.append(f"{path}[{i}]: {_q(name)} is not a tool (known: {known})")
         elif raw.index(name) != i:
             errors.append(f"{path}[{i}]: {_q(name)} is listed twice")
+    return tuple(raw)
+
+
+def _parse_started(
+    d: dict, tools: tuple[str, ...], path: str, errors: list[str]
+) -> tuple[str, ...]:
+    """The workflows an agent's start_workflow may start: needed exactly when it has the tool."""
+    raw = d.get("workflows")
+    if raw is None:
+        if domain.START_WORKFLOW in tools:
+            errors.append(f"{path}.workflows: the start_workflow tool needs a list of workflows")
+        return ()
+    if domain.START_WORKFLOW not in tools:
+        errors.append(f"{path}.workflows: only applies with the start_workflow tool")
+        return ()
+    if not isinstance(raw, list) or not raw:
+        errors.append(f"{path}.workflows: {_q(raw)} must be a non-empty list of workflow slugs")
+        return ()
+    for i, slug in enumerate(raw):
+        if not isinstance(slug, str) or not _SLUG.fullmatch(slug):
+            errors.append(f"{path}.workflows[{i}]: {_q(slug)} must be a workflow slug ([a-z0-9-]+)")
+        elif raw.index(slug) != i:
+            errors.append(f"{path}.workflows[{i}]: {_q(slug)} is listed twice")
     return tuple(raw)
 
 

@@ -10,7 +10,10 @@ parent parks on their run.done events (migration 009).
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable
 
@@ -418,7 +421,32 @@ class RunHandler:
 
     # -- SEND and PARK ------------------------------------------------------------------------
     def bot_step(self, step: Step, path: str, try_no: int) -> StepResult:
-        key = names.step_key(self.run_id, path, try_no)
+        """SEND the step to its bot and PARK on its done event. An agent step whose loop paused
+        (ask_human, start_workflow) goes on in rounds: the conductor asks or starts runs, waits
+        holding no process, and SENDs the next round with the answer."""
+        answers: dict[str, str] = {}
+        for round_no in itertools.count(1):
+            done = self.dispatch(step, path, try_no, round_no, answers)
+            if done.get("status") != domain.PAUSED:
+                return StepResult.from_dict(done)
+            request = done["output"]
+            if request["tool"] == domain.ASK_HUMAN:
+                answers[request["call"]] = self.ask_human(step, path, try_no, round_no, request)
+            else:
+                answers[request["call"]] = self.start_runs(step, path, try_no, round_no, request)
+        raise AssertionError("unreachable")
+
+    def dispatch(
+        self, step: Step, path: str, try_no: int, round_no: int, answers: dict[str, str]
+    ) -> dict[str, Any]:
+        """One round of a bot step: its instruction SENT, its done payload awaited."""
+        later = round_no > 1
+        part = f"r{round_no}" if later else None
+        key = (
+            names.round_key(self.run_id, path, try_no, part)
+            if part
+            else names.step_key(self.run_id, path, try_no)
+        )
         instruction = domain.Instruction(
             step=path,
             kind=step.kind,
@@ -429,9 +457,19 @@ class RunHandler:
             env=tuple(self.recipe.get("env", [])),
             network=self.recipe.get("network", True),
             tools=step.tools,
+            workflows=step.workflows,
+            answers=dict(answers),
         )
+        text = None
+        if later:  # the task as first sent; the thread says only that the step goes on
+            try:
+                task = render(step.text, self.payload, self.outputs, self.scope())
+            except RenderError as err:  # it rendered in round 1 from the same values
+                return StepResult(domain.FAILED, str(err), reason=str(err)).to_dict()
+            instruction = replace(instruction, task=task)
+            text = f"Step {step.id} goes on with the answer (round {round_no})."
         sent = self.ctx.step(
-            names.send_checkpoint(path, try_no),
+            names.checkpoint(names.SEND, path, try_no, part),
             lambda: self.send(
                 step,
                 path,
@@ -441,13 +479,92 @@ class RunHandler:
                 state="running",
                 await_kind="bot",
                 data=instruction.to_data(),
+                text=text,
             ),
         )
         crash_point("after_send_checkpoint")
         if not sent["ok"]:
-            return StepResult(domain.FAILED, sent["error"])
-        done = self.ctx.await_event(names.done_event(key), names.done_checkpoint(path, try_no))
-        return StepResult.from_dict(done)
+            return StepResult(domain.FAILED, sent["error"]).to_dict()
+        return self.ctx.await_event(
+            names.done_event(key), names.checkpoint(names.DONE, path, try_no, part)
+        )
+
+    def ask_human(
+        self, step: Step, path: str, try_no: int, round_no: int, request: dict[str, Any]
+    ) -> str:
+        """The agent's question as a gate in the thread (any reply answers it); the answer is
+        what the model reads as the tool's result."""
+        part = f"ask{round_no}"
+        key = names.round_key(self.run_id, path, try_no, part)
+        data = {"step": path, "kind": domain.ASK_HUMAN, "try": try_no, "accept": "any_reply"}
+        question = f"Step {step.id} asks: {request['question']}"
+        self.ctx.step(
+            names.checkpoint(names.SEND, path, try_no, part),
+            lambda: self.ask(step, path, try_no, key, data, question),
+        )
+        decision = self.ctx.await_event(
+            names.done_event(key), names.checkpoint(names.DONE, path, try_no, part)
+        )
+        said = decision.get("text") or ""
+        if decision.get("decision") in (domain.APPROVE, domain.DENY):
+            verb = "approved" if decision["decision"] == domain.APPROVE else "denied"
+            said = f"({verb})" + (f" {said}" if said else "")
+        return f"{decision.get('actor', 'a person')} answered: {said}"
+
+    def start_runs(
+        self, step: Step, path: str, try_no: int, round_no: int, request: dict[str, Any]
+    ) -> str:
+        """Start the runs the agent asked for, as children of this run, and wait for all of them
+        or the first to finish (the others cancelled); what each did, as JSON for the model."""
+        any_mode = request.get("wait") == "any"
+        first = names.first_done_event(self.run_id, f"{path}~s{round_no}", try_no)
+        started: dict[str, str] = {}
+        results: dict[str, dict[str, Any]] = {}
+        for i, run in enumerate(request["runs"], start=1):
+            branch = f"s{round_no}.{i}"
+            if run["workflow"] not in step.workflows:  # the bot checked; the recipe decides
+                results[branch] = {"workflow": run["workflow"], "error": "not allowed here"}
+                continue
+            spawned = self.ctx.step(
+                names.checkpoint(names.SPAWN, path, try_no, branch),
+                lambda run=run, branch=branch: child_runs.spawn_workflow(
+                    self.conn,
+                    self.run_id,
+                    run["workflow"],
+                    run["payload"],
+                    path,
+                    try_no,
+                    branch=branch,
+                    notify=(first,) if any_mode else (),
+                ),
+            )
+            if "error" in spawned:
+                results[branch] = {"workflow": run["workflow"], "error": spawned["error"]}
+            else:
+                started[branch] = spawned["run_id"]
+                results[branch] = {"workflow": run["workflow"], "run_id": spawned["run_id"]}
+        if any_mode and started:
+            won = self.ctx.await_event(
+                first, names.checkpoint(names.WINNER, path, try_no, f"s{round_no}")
+            )
+            self.ctx.step(
+                names.checkpoint(names.WINNER, path, try_no, f"s{round_no}.losers"),
+                lambda: child_runs.cancel_losers(self.conn, self.run_id, step.id, won, started),
+            )
+            for branch in started:
+                results[branch]["status"] = domain.CANCELLED
+            results[won["branch"]].update(status=won["status"], output=_branch_output(won))
+        else:
+            for branch, child in started.items():
+                done = self.ctx.await_event(
+                    names.run_done_event(child),
+                    names.checkpoint(names.DONE, path, try_no, branch),
+                )
+                declared = (done.get("outputs") or {}).get("declared") or {}
+                results[branch].update(
+                    status=done["status"], output=declared or _branch_output(done)
+                )
+        return json.dumps(list(results.values()), ensure_ascii=False, default=str)
 
     def gate_step(self, step: Step, path: str, try_no: int) -> StepResult:
         key = names.step_key(self.run_id, path, try_no)
@@ -471,16 +588,7 @@ class RunHandler:
                 "from": step.from_,
                 "deadline": deadline,
             }
-            return self.send(
-                step,
-                path,
-                try_no,
-                key,
-                entry_kind="question",
-                state="waiting",
-                await_kind="gate",
-                data=data,
-            )
+            return self.ask(step, path, try_no, key, data)
 
         sent = self.ctx.step(names.send_checkpoint(path, try_no), open_gate)
         if not sent["ok"]:
@@ -602,12 +710,15 @@ class RunHandler:
         state: str,
         await_kind: str,
         data: dict[str, Any],
+        text: str | None = None,
     ) -> dict[str, Any]:
         """SEND: render the step, post it into the thread as System and arm `awaiting`, in one
         transaction. Idempotent per step key, so a replay after a crash posts nothing twice."""
         with self.conn.transaction():
             try:
-                if step.kind == domain.RUN_COMMAND:  # values travel as environment variables
+                if text is not None:  # said by the conductor, not rendered from the step
+                    pass
+                elif step.kind == domain.RUN_COMMAND:  # values travel as environment variables
                     command = render_command(step.text, self.payload, self.outputs, self.scope())
                     text, data = command.text, {**data, "values": command.values}
                 else:
@@ -631,6 +742,28 @@ class RunHandler:
             db.notify(self.conn, self.run_id, entry_kind)
         crash_point("after_send_commit")
         return {"ok": True, "data": data}
+
+    def ask(
+        self,
+        step: Step,
+        path: str,
+        try_no: int,
+        key: str,
+        data: dict[str, Any],
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """SEND a gate's question (a human_gate's own, or an agent's) and wait on a person."""
+        return self.send(
+            step,
+            path,
+            try_no,
+            key,
+            entry_kind="question",
+            state="waiting",
+            await_kind="gate",
+            data=data,
+            text=text,
+        )
 
     def refuse(self, step: Step, path: str, try_no: int) -> dict[str, Any]:
         """A step of the snapshot that no longer validates fails with the reason, SENDing

@@ -7,6 +7,7 @@ The stepper, `show --json` and the notebooks all draw this tree; `read_model.sho
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
@@ -86,7 +87,7 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
         "path": path,
         "kind": kind,
         "status": domain.PENDING,
-        "attempts": sum(1 for c in facts.claims if names.split_step_key(c["step_key"])[1] == path),
+        "attempts": _attempts(facts, path),
         "tries": last,
         "output": None,
         "reason": None,
@@ -127,6 +128,13 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
     return node
 
 
+def _attempts(facts: RunFacts, path: str) -> int:
+    """The step's attempts over its tries; an agent step's later rounds count only their
+    retries (each round's first attempt carries on the same attempt)."""
+    keys = [c["step_key"] for c in facts.claims if names.split_step_key(c["step_key"])[1] == path]
+    return len(keys) - len({k for k in keys if names.ROUND_MARK in k})
+
+
 def _current(facts: RunFacts, path: str) -> str | None:
     """The step's status if it is the run's current step and the run is not finished."""
     if facts.run["current_step"] != path or facts.state in (domain.COMPLETED, domain.CANCELLED):
@@ -136,8 +144,21 @@ def _current(facts: RunFacts, path: str) -> str | None:
     return domain.CURRENT_STEP_STATUS.get(facts.state, domain.ACTIVE)
 
 
+def _last_round(facts: RunFacts, path: str, last: int, result: Any) -> tuple[Any, str | None]:
+    """An agent step that paused (ask_human, start_workflow) goes on in rounds: its result is
+    the last round's, and its finish time that round's; (None, None) while one is under way."""
+    part = None
+    for round_no in itertools.count(2):
+        if not (result and result.get("status") == domain.PAUSED):
+            return result, part
+        part = f"r{round_no}"
+        result = facts.cp(names.DONE, path, last, part)
+    return None, None
+
+
 def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: int) -> None:
     result = facts.cp(names.DONE, path, last) or facts.cp(names.DONE_LATE, path, last)
+    result, part = _last_round(facts, path, last, result)
     if kind == domain.HUMAN_GATE and result:
         outcome = domain.gate_outcome(result, step.get("on_timeout"))
         node.update(
@@ -164,7 +185,7 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
         node["status"] = current
     if node["status"] == domain.FAILED and not node["output"]:
         node["output"] = (facts.cp(names.SEND, path, last) or {}).get("error")
-    finished = facts.at(names.DONE, path, last) or facts.at(names.DONE_LATE, path, last)
+    finished = facts.at(names.DONE, path, last, part) or facts.at(names.DONE_LATE, path, last)
     if kind in domain.SLEEP_KINDS and node["status"] == domain.COMPLETED and node["output"]:
         finished = datetime.fromisoformat(node["output"])  # a sleep ends at its wake time
     if finished and node["status"] in (domain.COMPLETED, domain.FAILED):

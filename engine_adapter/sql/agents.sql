@@ -31,9 +31,11 @@ update threadline.run_threads set agent = %(agent)s where run_id = %(run_id)s
 select agent from threadline.run_threads where run_id = %(run_id)s
 
 -- agent_journal --
--- A step's agent conversation so far, in thread order: what a new attempt resumes from.
+-- A step's agent conversation so far, over all its rounds, in thread order: what a new attempt
+-- or round resumes from. Its entries' dedupe keys start `agent:<step key>:`.
 select dedupe_key, data from threadline.thread_entries
- where run_id = %(run_id)s and step_key = %(step_key)s and kind in ('agent.assistant', 'agent.tool')
+ where run_id = %(run_id)s and starts_with(dedupe_key, %(prefix)s)
+   and kind in ('agent.assistant', 'agent.tool')
  order by seq
 
 -- run_agent_of_bot --
@@ -43,9 +45,11 @@ select agent from threadline.run_threads
 
 -- agent_human_messages --
 -- People's messages in the run's thread since the step's instruction (and after a seq): what
--- steers a running agent, delivered at its next model turn.
+-- steers a running agent, delivered at its next model turn. A reply that answered a gate (an
+-- ask_human question among them) was an answer, not steering.
 select seq, author, text from threadline.thread_entries
  where run_id = %(run_id)s and author_kind = 'human' and kind = 'message' and seq > %(after)s
+   and not coalesce(data ? 'answered', false)
    and seq > (select seq from threadline.thread_entries
                where run_id = %(run_id)s and dedupe_key = 'instruction:' || %(step_key)s)
  order by seq

@@ -33,14 +33,6 @@ steps:
 """)
 
 
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    path.mkdir(mode=0o777)
-    path.chmod(0o777)  # steps may run as an unprivileged user
-    return path
-
-
 def run_agent(
     conn, apply, procs, workdir: Path, script: list, state: str, max_turns: int = 20
 ) -> tuple[dict, ScriptedModel, str]:

@@ -80,7 +80,8 @@ def test_dispatch_task_tools_are_validated_and_kept():
     with pytest.raises(RecipeError) as info:
         load_recipe_text(RECIPE.format(tools="[run_command, ask_god, run_command]"))
     assert info.value.errors == [
-        'steps[0].tools[1]: "ask_god" is not a tool (known: run_command, read_file, write_file)',
+        'steps[0].tools[1]: "ask_god" is not a tool (known: run_command, read_file, write_file, '
+        "ask_human, start_workflow)",
         'steps[0].tools[2]: "run_command" is listed twice',
     ]
     with pytest.raises(RecipeError) as info:
@@ -88,6 +89,33 @@ def test_dispatch_task_tools_are_validated_and_kept():
             "slug: t\nsteps:\n  - id: s\n    run_command: 'true'\n    tools: [read_file]\n"
         )
     assert "steps[0].tools: not allowed on a run_command step" in info.value.errors[0]
+
+
+def test_start_workflow_needs_the_workflows_it_may_start():
+    recipe = load_recipe_text(
+        RECIPE.format(tools="[start_workflow, ask_human]") + "    workflows: [probe, fix-it]\n"
+    )
+    assert recipe.steps[0].workflows == ("probe", "fix-it")
+    assert Step.from_dict(recipe.steps[0].to_dict()).workflows == ("probe", "fix-it")
+    cases = {
+        "[start_workflow]": "steps[0].workflows: the start_workflow tool needs a list of workflows",
+        "[ask_human]\n    workflows: [probe]": (
+            "steps[0].workflows: only applies with the start_workflow tool"
+        ),
+        "[start_workflow]\n    workflows: [Probe, x, x]": (
+            'steps[0].workflows[0]: "Probe" must be a workflow slug ([a-z0-9-]+)'
+        ),
+        "[start_workflow]\n    workflows: []": (
+            "steps[0].workflows: [] must be a non-empty list of workflow slugs"
+        ),
+    }
+    for tools, error in cases.items():
+        with pytest.raises(RecipeError) as info:
+            load_recipe_text(RECIPE.format(tools=tools))
+        assert info.value.errors[0] == error, tools
+    with pytest.raises(RecipeError) as info:
+        load_recipe_text(RECIPE.format(tools="[start_workflow]\n    workflows: [x, x]"))
+    assert info.value.errors == ['steps[0].workflows[1]: "x" is listed twice']
 
 
 def test_recipes_without_tools_keep_their_canonical_form():

@@ -31,9 +31,18 @@ def http_error(status: int, message: str, retry_after: float | None = None) -> d
     return {"_status": status, "_message": message, "_retry_after": retry_after}
 
 
+def _estimated_tokens(value: Any) -> int:
+    """About four characters a token, as models' own tokenizers roughly count English."""
+    return max(1, len(json.dumps(value, ensure_ascii=False)) // 4)
+
+
 class ScriptedModel:
-    def __init__(self, script: list[dict[str, Any]]) -> None:
+    """`count_tokens`: report usage estimated from each request and answer (the prompt grows
+    with the conversation, as a real model's does) instead of a fixed 10 in, 5 out."""
+
+    def __init__(self, script: list[dict[str, Any]], count_tokens: bool = False) -> None:
         self.script = list(script)
+        self.count_tokens = count_tokens
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -69,7 +78,18 @@ class ScriptedModel:
             "created": 0,
             "model": body.get("model", "scripted"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            "usage": self._usage(body, message),
+        }
+
+    def _usage(self, body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
+        prompt, completion = 10, 5
+        if self.count_tokens:
+            prompt = _estimated_tokens(body.get("messages"))
+            completion = _estimated_tokens(message)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         }
 
     def _retry_after(self, n: int) -> float | None:

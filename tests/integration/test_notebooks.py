@@ -61,6 +61,7 @@ def test_the_notebooks_are_there_and_committed_without_outputs():
         "03_human_gate.ipynb",
         "04_schedule.ipynb",
         "05_control_flow.ipynb",
+        "06_agent.ipynb",
     }
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)

@@ -184,6 +184,9 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
 # -- the thread ------------------------------------------------------------------------------------
 
 COLLAPSE_LINES = 12
+# An agent's turns and tool results: compact in the thread (a few lines), the rest one click away.
+AGENT_COLLAPSE_LINES = 3
+AGENT_LABELS = {"agent.assistant": "model turn", "agent.tool": "tool result"}
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class EntryView:
     text: str
     truncated: bool  # the text arrived cut: the rest loads on demand
     collapsed: bool  # long: shown folded until opened
+    fold_at: int = COLLAPSE_LINES  # the lines shown while folded
 
 
 def entry_view(entry: dict[str, Any]) -> EntryView:
@@ -207,9 +211,12 @@ def entry_view(entry: dict[str, Any]) -> EntryView:
         who += " · " + kind.removeprefix("signal.dispatch.")
     elif kind in ("instruction", "question", "progress", "decision"):
         who += f" · {kind}"
+    elif kind in AGENT_LABELS:
+        who += f" · {AGENT_LABELS[kind]}"
     text = entry["text"]
     truncated = entry.get("length", len(text)) > len(text)
     lines = text.count("\n") + 1
+    fold_at = AGENT_COLLAPSE_LINES if kind in AGENT_LABELS else COLLAPSE_LINES
     created = parse_time(entry["created_at"])
     return EntryView(
         seq=entry["seq"],
@@ -218,14 +225,15 @@ def entry_view(entry: dict[str, Any]) -> EntryView:
         when=created.strftime("%H:%M:%S") if created else "",
         text=text,
         truncated=truncated,
-        collapsed=truncated or lines > COLLAPSE_LINES,
+        collapsed=truncated or lines > fold_at,
+        fold_at=fold_at,
     )
 
 
 def entry_html(view: EntryView, expanded: bool = False) -> str:
     body = html.escape(view.text)
     if view.collapsed and not expanded:
-        first = "\n".join(view.text.splitlines()[:COLLAPSE_LINES])
+        first = "\n".join(view.text.splitlines()[: view.fold_at])
         body = html.escape(first) + "\n…"
     return (
         f'<div class="{view.css}" data-seq="{view.seq}">'

@@ -157,6 +157,19 @@ def test_thread_entries_are_styled_by_author_and_long_ones_fold():
     folded = state.entry_html(many)
     assert "l11" in folded and "l12" not in folded and "…" in folded
     assert "l39" in state.entry_html(many, expanded=True)
+    turn = state.entry_view(
+        {
+            "seq": 7,
+            "author_kind": "bot",
+            "author": "helper",
+            "kind": "agent.tool",
+            "text": "run_command: exit code 0\n1\n2\n3\n4",
+            "created_at": NOW,
+        }
+    )
+    assert turn.who == "helper (bot) · tool result" and turn.collapsed  # agents' entries: compact
+    assert "tl-kind-agent-tool" in turn.css
+    assert "\n2\n…" in state.entry_html(turn) and "4" in state.entry_html(turn, expanded=True)
     hostile = state.entry_view(
         {
             "seq": 6,

@@ -794,6 +794,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload", help="JSON object (default: the original run's payload)")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
+    from .contract_cli import add_commands
+
+    add_commands(sub)
     return p
 
 

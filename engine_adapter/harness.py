@@ -76,8 +76,10 @@ def run_cli(
     home: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 60,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`threadline ARGS` as a real subprocess against url; output captured as text."""
+    """`threadline ARGS` as a real subprocess against url (stdin: its standard input); output
+    captured as text."""
     full_env = dict(os.environ, **{DATABASE_URL_ENV: url}, **(env or {}))
     if home:
         full_env[HOME_ENV] = str(home)
@@ -87,6 +89,7 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
+        input=stdin,
     )
 
 

@@ -1,0 +1,143 @@
+"""Resume tokens: one open gate decided once, with no other credential, by whoever holds it.
+
+A token is random (256 bits), handed out once by the door that issues it and stored only as its
+sha256. It is bound to its run and gate key (a new try of a gate has a new key, so an old token
+cannot decide it), decides as the subject it was issued for (the gate's approver rules apply to
+that subject), is single use and expires. Every use, refused ones included, is audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from . import db, gates
+from .identity import Actor
+
+PREFIX = "tl_rt_"
+DEFAULT_TTL_S = 24 * 3600
+_AT = "%Y-%m-%d %H:%M:%S %Z"
+
+
+class TokenRefused(RuntimeError):
+    """A token that decides nothing (unknown, used, expired, another run's, the gate closed);
+    nothing was written but the audit row."""
+
+
+@dataclass(frozen=True)
+class Issued:
+    token: str  # shown once; only its hash is kept
+    expires_at: datetime
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    gate_key: str,
+    subject: str,
+    via: str,
+    ttl_s: float = DEFAULT_TTL_S,
+) -> Issued:
+    """A new token for the gate the run waits at (gate_key)."""
+    token = PREFIX + secrets.token_urlsafe(32)
+    with conn.transaction():
+        row = db.fetch_one(
+            conn,
+            "insert_resume_token",
+            dict(
+                token_hash=token_hash(token),
+                run_id=run_id,
+                gate_key=gate_key,
+                subject=subject,
+                via=via,
+                ttl_s=ttl_s,
+            ),
+        )
+    return Issued(token, row["expires_at"])
+
+
+@dataclass(frozen=True)
+class Redeemed:
+    run_id: str
+    gate_key: str
+    actor: Actor
+
+
+def redeem(
+    conn: psycopg.Connection[Any],
+    token: str,
+    decision: str,
+    via: str,
+    reason: str | None = None,
+    run_id: str | None = None,
+) -> Redeemed:
+    """Decide the token's gate as its subject, and use the token up, in one transaction; a
+    refusal (TokenRefused, DecisionRefused) writes only its audit row. `run_id`: the run the
+    caller means; a token of another run is refused."""
+    if decision not in ("approve", "deny"):
+        raise ValueError(f"decision must be approve or deny, not {decision!r}")
+    found: dict[str, Any] | None = None
+    try:
+        with conn.transaction():
+            found = db.fetch_one(conn, "lock_resume_token", dict(token_hash=token_hash(token)))
+            _check(found, run_id)
+            assert found is not None
+            actor = Actor(found["subject"], via)
+            gates.decide(
+                conn, str(found["run_id"]), decision, actor, reason, gate_key=found["gate_key"]
+            )
+            conn.execute(db.q("use_resume_token"), dict(token_hash=found["token_hash"]))
+            _audit(conn, found, actor.name, via, decision, reason, "decided", None)
+        return Redeemed(str(found["run_id"]), found["gate_key"], actor)
+    except (TokenRefused, gates.DecisionRefused) as err:
+        with conn.transaction():
+            subject = found["subject"] if found else None
+            _audit(
+                conn, found or {"run_id": run_id}, subject, via, decision, reason, "refused", err
+            )
+        raise
+
+
+def _check(found: dict[str, Any] | None, run_id: str | None) -> None:
+    if found is None:
+        raise TokenRefused("the resume token is not valid")
+    if run_id is not None and str(found["run_id"]) != run_id:
+        raise TokenRefused(f"the resume token is not one of run {run_id}")
+    if found["used_at"] is not None:
+        raise TokenRefused(f"the resume token was used already, at {found['used_at']:{_AT}}")
+    if found["expired"]:
+        raise TokenRefused(f"the resume token expired at {found['expires_at']:{_AT}}")
+
+
+def _audit(
+    conn: psycopg.Connection[Any],
+    token: dict[str, Any],
+    actor: str | None,
+    via: str,
+    decision: str,
+    reason: str | None,
+    outcome: str,
+    why: Exception | None,
+) -> None:
+    conn.execute(
+        db.q("insert_decision_audit"),
+        dict(
+            run_id=token.get("run_id"),
+            gate_key=token.get("gate_key"),
+            actor=actor,
+            via=via,
+            decision=decision,
+            reason=reason,
+            outcome=outcome,
+            why=str(why) if why else None,
+        ),
+    )

@@ -1,0 +1,225 @@
+"""The runtime contract as a black box: `threadline run | resume | validate` as real processes,
+one JSON request on stdin, one envelope on stdout and NDJSON on stderr, each checked against the
+published schemas, and the exit codes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engine_adapter import contract, domain, harness
+
+TWO_STEPS = """
+slug: two
+steps:
+  - id: one
+    run_command: echo first {{payload.who}}
+  - id: two
+    run_command: echo second
+"""
+GATED = """
+slug: gated
+steps:
+  - id: build
+    run_command: echo built
+  - id: ship
+    human_gate: "Ship it?"
+  - id: after
+    run_command: echo shipped
+"""
+
+
+def call(db_url: str, command: str, request: Any) -> tuple[dict, list[dict], int]:
+    """One contract command: its envelope (checked), its events (checked) and exit code."""
+    text = request if isinstance(request, str) else json.dumps(request)
+    done = harness.run_cli(db_url, command, stdin=text, timeout=90)
+    assert done.stdout.count("\n}") == 1, done.stdout  # exactly one envelope
+    envelope = json.loads(done.stdout)
+    answer = "validation" if command == "validate" else "envelope"
+    contract.validator(answer).validate(envelope)
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    for event in events:
+        contract.validator("event").validate(event)
+    return envelope, events, done.returncode
+
+
+@pytest.fixture
+def running(procs):
+    procs.start("conductor")
+    procs.start("bots")
+    return procs
+
+
+def test_a_run_that_completes(db_url, apply, running):
+    apply(TWO_STEPS)
+    envelope, events, code = call(db_url, "run", {"workflow": "two", "payload": {"who": "ann"}})
+    assert code == 0
+    assert envelope["ok"] and envelope["status"] == "ok" and envelope["error"] is None
+    assert envelope["output"] == "second\n"
+    assert [(s["id"], s["status"], s["attempt"]) for s in envelope["steps"]] == [
+        ("one", "completed", 1),
+        ("two", "completed", 1),
+    ]
+    assert envelope["steps"][0]["output"] == "first ann\n"
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "run.started" and kinds[-1] == "run.finished"
+    assert kinds.count("step.completed") == 2
+    assert kinds.index("step.completed") < len(kinds) - 1
+    assert {e["run_id"] for e in events} == {envelope["run_id"]}
+
+
+def test_pause_resume_by_token_and_a_token_used_twice(db_url, conn, apply, running):
+    apply(GATED)
+    paused, events, code = call(db_url, "run", {"workflow": "gated"})
+    assert code == 0 and paused["status"] == "needs_approval" and paused["ok"]
+    approval = paused["requires_approval"]
+    assert approval["step"] == "ship" and approval["prompt"] == "Ship it?"
+    assert approval["resume_token"].startswith("tl_rt_")
+    assert events[-2]["type"] == "approval.required" and events[-2]["step"] == "ship"
+    # Only the token's hash is kept.
+    stored = conn.execute("select token_hash from threadline.resume_tokens").fetchall()
+    assert len(stored) == 1 and stored[0]["token_hash"] != approval["resume_token"]
+    run_id = paused["run_id"]
+    request = {"run_id": run_id, "resume_token": approval["resume_token"], "reason": "looks good"}
+    done, events, code = call(db_url, "resume", request)
+    assert code == 0 and done["status"] == "ok" and done["output"] == "shipped\n"
+    assert [e["type"] for e in events][:2] == ["approval.approved", "run.resumed"]
+    again, _, code = call(db_url, "resume", request)
+    assert code == 20 and again["error"]["type"] == "resume_refused"
+    assert "used already" in again["error"]["message"]
+    audit = conn.execute(
+        "select outcome, via, decision, actor from threadline.decision_audit order by id"
+    ).fetchall()
+    assert [(a["outcome"], a["via"], a["decision"]) for a in audit] == [
+        ("decided", "cli", "approve"),
+        ("refused", "cli", "approve"),
+    ]
+
+
+def test_refused_tokens_write_nothing_but_their_audit(db_url, conn, apply, running):
+    apply(GATED)
+    first, _, _ = call(db_url, "run", {"workflow": "gated", "idempotency_key": "a"})
+    second, _, _ = call(db_url, "run", {"workflow": "gated", "idempotency_key": "b"})
+    token = first["requires_approval"]["resume_token"]
+    cases = {
+        "another run's": {"run_id": second["run_id"], "resume_token": token},
+        "unknown": {"run_id": first["run_id"], "resume_token": "tl_rt_nope"},
+    }
+    for what, request in cases.items():
+        refused, _, code = call(db_url, "resume", request)
+        assert code == 20 and refused["error"]["type"] == "resume_refused", what
+    conn.execute("update threadline.resume_tokens set expires_at = now() - interval '1 second'")
+    expired, _, code = call(db_url, "resume", {"run_id": first["run_id"], "resume_token": token})
+    assert code == 20 and "expired" in expired["error"]["message"]
+    assert conn.execute("select count(*) as n from threadline.decisions").fetchone()["n"] == 0
+    assert harness.run_cli(db_url, "show", first["run_id"], "--json").returncode == 0
+    refusals = conn.execute("select outcome from threadline.decision_audit order by id").fetchall()
+    assert [r["outcome"] for r in refusals] == ["refused"] * 3
+
+
+def test_a_denial_cancels_and_a_failure_fails_with_exit_zero(db_url, apply, running):
+    apply(GATED)
+    paused, _, _ = call(db_url, "run", {"workflow": "gated"})
+    token = paused["requires_approval"]["resume_token"]
+    denied, events, code = call(
+        db_url, "resume", {"run_id": paused["run_id"], "resume_token": token, "decision": "deny"}
+    )
+    assert code == 0 and denied["status"] == "cancelled" and not denied["ok"]
+    assert events[0]["type"] == "approval.denied"
+    apply("slug: broken\nsteps:\n  - id: boom\n    run_command: echo oops; exit 3\n")
+    failed, _, code = call(db_url, "run", {"workflow": "broken"})
+    assert code == 0 and failed["status"] == "failed" and not failed["ok"]
+    assert failed["error"]["type"] == "step_failed"
+    assert failed["error"]["message"].startswith("step boom failed")
+
+
+def test_bad_requests_and_workflows_name_the_problem(db_url, apply):
+    apply(TWO_STEPS)
+    cases = [
+        ("not json", 20, "invalid_request"),
+        ({"payload": {}}, 20, "invalid_request"),
+        ({"workflow": "two", "colour": "red"}, 20, "invalid_request"),
+        ({"workflow": "two", "policy": {"timeout_ms": 0}}, 20, "invalid_request"),
+        ({"workflow": "nope"}, 10, "workflow_not_found"),
+        ({"workflow": {"slug": "x", "steps": [{"id": "a"}]}}, 10, "invalid_workflow"),
+        ({"workflow": "two", "workflow_hash": "sha256:" + "0" * 64}, 20, "workflow_hash_mismatch"),
+        ({"workflow": "two", "policy": {"max_steps": 1}}, 30, "policy_violation"),
+    ]
+    for request, want_code, kind in cases:
+        envelope, _, code = call(db_url, "run", request)
+        assert (code, envelope["error"]["type"]) == (want_code, kind), request
+        assert envelope["run_id"] is None and envelope["error"]["message"]
+    unknown, _, _ = call(db_url, "run", {"workflow": "two", "colour": "red"})
+    assert unknown["error"]["details"] == [
+        "(request): Additional properties are not allowed ('colour' was unexpected)"
+    ]
+    invalid, _, _ = call(db_url, "run", {"workflow": {"slug": "x", "steps": [{"id": "a"}]}})
+    assert any("steps[0]" in d for d in invalid["error"]["details"])
+
+
+def test_pinned_hash_idempotency_and_validate(db_url, conn, apply, running):
+    apply(TWO_STEPS)
+    checked, _, code = call(db_url, "validate", {"workflow": TWO_STEPS})
+    assert code == 0 and checked["status"] == "valid"
+    pin = checked["workflow_hash"]
+    request = {
+        "workflow": "two",
+        "workflow_hash": pin,
+        "idempotency_key": "k",
+        "payload": {"who": "a"},
+    }
+    first, events, code = call(db_url, "run", request)
+    assert code == 0 and first["status"] == "ok" and events[0]["created"] is True
+    again, events, code = call(db_url, "run", request)
+    assert code == 0 and again["run_id"] == first["run_id"] and events[0]["created"] is False
+    conflict, _, code = call(db_url, "run", {**request, "payload": {"who": "bob"}})
+    assert code == 20 and conflict["error"]["type"] == "idempotency_conflict"
+    assert conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == 1
+    bad, _, code = call(db_url, "validate", {"workflow": {"slug": "Bad", "steps": []}})
+    assert code == 10 and bad["status"] == "invalid" and bad["errors"]
+
+
+def test_policy_timeout_parallelism_and_output_cap(db_url, apply, running):
+    apply("slug: slow\nsteps:\n  - id: nap\n    run_command: sleep 60\n")
+    slow, events, code = call(db_url, "run", {"workflow": "slow", "policy": {"timeout_ms": 1500}})
+    assert code == 30 and slow["status"] == "cancelled"
+    assert slow["error"]["type"] == "policy_violation" and "1.5 s" in slow["error"]["message"]
+    apply("""
+slug: wide
+steps:
+  - id: fan
+    parallel:
+      a: [{id: a1, run_command: "true"}]
+      b: [{id: b1, run_command: "true"}]
+      c: [{id: c1, run_command: "true"}]
+""")
+    wide, _, code = call(db_url, "run", {"workflow": "wide", "policy": {"max_parallel": 2}})
+    assert code == 30 and "step fan runs up to 3 branches" in wide["error"]["message"]
+    apply("slug: loud\nsteps:\n  - id: shout\n    run_command: printf '%0.sx' $(seq 100)\n")
+    loud, _, code = call(db_url, "run", {"workflow": "loud", "policy": {"max_output_bytes": 10}})
+    assert code == 0 and loud["steps"][0]["output"] == "x" * 10
+    assert loud["steps"][0]["output_truncated"] is True
+
+
+def test_the_schemas_speak_the_domains_words():
+    step_status = contract.schema("envelope")["$defs"]["step"]["properties"]["status"]["enum"]
+    assert step_status == list(domain.STEP_STATUSES)
+
+
+def test_an_internal_error_is_still_one_envelope():
+    """No database answers: exit 40, and still exactly one envelope that names the error."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"host=127.0.0.1 port={port} dbname=x user=x connect_timeout=2"
+    done = harness.run_cli(url, "run", stdin='{"workflow": "two"}')
+    envelope = json.loads(done.stdout)
+    contract.validator("envelope").validate(envelope)
+    assert all(line.startswith("{") for line in done.stderr.splitlines())  # NDJSON only
+    code = done.returncode
+    assert code == 40 and envelope["error"]["type"] == "internal_error"
+    assert "OperationalError" in envelope["error"]["message"]

@@ -37,8 +37,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from . import db
+from . import db, resume_tokens
 from .events import emit
+from .gates import DecisionRefused
 from .hook_requests import content_type_problem, framing_problem, header_problem, request_path
 from .roles import warn_if_superuser
 from .render import as_text
@@ -63,6 +64,7 @@ IDLE_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 64
 MAX_TIMEOUT_S = 3600.0
 PREFIX = "/hooks/"
+RESUME = "/resume/"  # POST /resume/<token>: a resume link decides its gate
 HEALTH = "/healthz"
 _DELIVERY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it becomes part of a key
 _LENGTH = re.compile(r"[0-9]{1,15}")
@@ -238,6 +240,35 @@ def _repeat(path: str, seen: dict[str, Any]) -> Reply:
 
 def _accepted(status: int, row: dict[str, Any]) -> Reply:
     return Reply(status, {"run_id": str(row["run_id"]), "delivery": row["delivery"]})
+
+
+def resume_link(conn: psycopg.Connection[Any], token: str, body: bytes) -> Reply:
+    """A resume link: {"decision": "approve" | "deny", "reason"?} decides the gate its token is
+    bound to, as the person it was issued to; a refusal writes only its audit row."""
+    try:
+        request = parse_body(body)
+    except ValueError as err:
+        return _error(400, f"the body is not JSON: {err}")
+    if not isinstance(request, dict) or set(request) - {"decision", "reason"}:
+        return _error(400, 'the body must be {"decision": "approve" | "deny", "reason": "..."}')
+    decision, reason = request.get("decision"), request.get("reason")
+    if decision not in ("approve", "deny"):
+        return _error(400, f"decision must be approve or deny, not {as_text(decision)[:40]!r}")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
+        return _error(400, "reason must be a string of at most 2000 characters")
+    try:
+        done = resume_tokens.redeem(conn, token, decision, "link", reason)
+    except (resume_tokens.TokenRefused, DecisionRefused) as err:
+        return _error(403, str(err))
+    return Reply(
+        200,
+        {"ok": True, "run_id": done.run_id, "decision": decision, "by": done.actor.name},
+    )
+
+
+def _without_token(path: str) -> str:
+    """A request path as the log may keep it: a resume link's token is a credential."""
+    return RESUME + "…" if path.startswith(RESUME) else path
 
 
 def parse_body(body: bytes) -> Any:
@@ -468,17 +499,20 @@ class _Handler(BaseHTTPRequestHandler):
         )
         try:
             with self.server.pool.connection() as conn:
-                reply = receive(
-                    conn,
-                    delivery,
-                    open_to_network=self.server.open_to_network,
-                    tolerance=self.server.tolerance,
-                )
+                if self._route() == RESUME:
+                    reply = resume_link(conn, self.hook_path[len(RESUME) :], body)
+                else:
+                    reply = receive(
+                        conn,
+                        delivery,
+                        open_to_network=self.server.open_to_network,
+                        tolerance=self.server.tolerance,
+                    )
         except (PoolTimeout, psycopg.OperationalError) as err:
             log.error("database unavailable: %s", err)
             reply = _error(503, "the database is unavailable; retry later")
         except Exception:  # answer rather than drop the connection; the log has the details
-            log.exception("delivery to %s failed", delivery.path)
+            log.exception("request to %s failed", _without_token(self.hook_path))
             reply = _error(500, "internal error")
         self._send(reply, consumed=True)
         return None
@@ -499,7 +533,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _method_refusal(self, route: str | None) -> Reply:
         if route is None:
             return _error(404, f"nothing here: webhooks are at POST {PREFIX}<path>")
-        allow = "POST" if route == PREFIX else "GET"
+        allow = "POST" if route in (PREFIX, RESUME) else "GET"
         return _error(405, f"{self.command[:20]} is not allowed here; use {allow}", Allow=allow)
 
     def _any_other_method(self) -> None:
@@ -509,8 +543,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> str | None:
         path = self.hook_path
-        if path.startswith(PREFIX) and len(path) > len(PREFIX):
-            return PREFIX
+        for prefix in (PREFIX, RESUME):
+            if path.startswith(prefix) and len(path) > len(prefix):
+                return prefix
         return HEALTH if path == HEALTH else None
 
     def _before_body(self) -> Reply | None:
@@ -520,7 +555,7 @@ class _Handler(BaseHTTPRequestHandler):
         if problem is not None:
             return problem
         route = self._route()
-        if route != PREFIX:
+        if route not in (PREFIX, RESUME):
             return self._method_refusal(route)
         if "Transfer-Encoding" in self.headers:  # even empty: its body's end is unknown
             return _error(
@@ -575,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
             "%s %.20r %.200r %d %s",
             self.client_address[0],
             getattr(self, "command", "-"),
-            getattr(self, "path", "-"),
+            _without_token(getattr(self, "path", "-")),
             reply.status,
             reply.body.get("run_id") or reply.body.get("error", ""),
         )

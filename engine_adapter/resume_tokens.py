@@ -92,10 +92,12 @@ def redeem(
             _check(found, run_id)
             assert found is not None
             actor = Actor(found["subject"], via)
+            # Used up first: the database lets the ingress decide only a gate whose token it
+            # has used in this transaction (a refused decision rolls the use back).
+            conn.execute(db.q("use_resume_token"), dict(token_hash=found["token_hash"]))
             gates.decide(
                 conn, str(found["run_id"]), decision, actor, reason, gate_key=found["gate_key"]
             )
-            conn.execute(db.q("use_resume_token"), dict(token_hash=found["token_hash"]))
             _audit(conn, found, actor.name, via, decision, reason, "decided", None)
         return Redeemed(str(found["run_id"]), found["gate_key"], actor)
     except (TokenRefused, gates.DecisionRefused) as err:

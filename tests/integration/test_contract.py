@@ -5,9 +5,12 @@ published schemas, and the exit codes."""
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+import test_webhooks
 
 from engine_adapter import contract, domain, harness
 
@@ -223,3 +226,68 @@ def test_an_internal_error_is_still_one_envelope():
     code = done.returncode
     assert code == 40 and envelope["error"]["type"] == "internal_error"
     assert "OperationalError" in envelope["error"]["message"]
+
+
+# -- resume links: POST /resume/<token> on the ingress ---------------------------------------------
+hooks = test_webhooks.hooks  # the fixture that starts `threadline hooks` on a free port
+
+
+def link(base: str, token: str, body: Any) -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, answer, _ = test_webhooks.request(base, "POST", f"/resume/{token}", data)
+    return status, answer
+
+
+def test_a_resume_link_decides_once_as_its_subject(db_url, conn, apply, running, hooks, tmp_path):
+    apply(GATED)
+    base = hooks(env={})
+    paused, _, _ = call(db_url, "run", {"workflow": "gated"})
+    token, run_id = paused["requires_approval"]["resume_token"], paused["run_id"]
+    for bad, why in (
+        (b"not json", "not JSON"),
+        ({"decision": "maybe"}, "approve or deny"),
+        ({"decision": "approve", "extra": 1}, "must be"),
+    ):
+        status, answer = link(base, token, bad)
+        assert status == 400 and why in answer["error"], bad
+    status, answer = link(base, "tl_rt_guess", {"decision": "approve"})
+    assert status == 403 and answer["error"] == "the resume token is not valid"
+    status, answer = link(base, token, {"decision": "approve", "reason": "from the chat button"})
+    assert status == 200 and answer["run_id"] == run_id and answer["decision"] == "approve"
+    subject = answer["by"]
+    view = harness.wait_for_state(running.url, run_id, "completed", timeout=30)
+    decision = next(e for e in view["thread"] if e["kind"] == "decision")
+    assert decision["author"] == subject and "from the chat button" in decision["text"]
+    status, answer = link(base, token, {"decision": "deny"})
+    assert status == 403 and "used already" in answer["error"]
+    audit = conn.execute(
+        "select outcome, via, actor from threadline.decision_audit order by id"
+    ).fetchall()
+    assert [(a["outcome"], a["via"]) for a in audit] == [
+        ("refused", "link"),
+        ("decided", "link"),
+        ("refused", "link"),
+    ]
+    assert audit[1]["actor"] == subject
+    assert token not in (tmp_path / "hooks.log").read_text()  # a credential: never logged
+
+
+def test_a_link_racing_the_gate_timeout_has_one_winner(db_url, conn, apply, running, hooks):
+    apply(GATED.replace('human_gate: "Ship it?"', 'human_gate: "Ship it?"\n    timeout: 2s'))
+    base = hooks(env={})
+    paused, _, _ = call(db_url, "run", {"workflow": "gated"})
+    token, run_id = paused["requires_approval"]["resume_token"], paused["run_id"]
+    deadline = datetime.fromisoformat(paused["requires_approval"]["timeout_at"])
+    wait = (deadline - datetime.now(timezone.utc)).total_seconds()
+    time.sleep(max(0.0, wait))  # the link arrives as the gate times out
+    status, _ = link(base, token, {"decision": "approve"})
+    view = harness.wait_for_state(running.url, run_id, ("completed", "cancelled"), timeout=30)
+    decisions = conn.execute(
+        "select decision from threadline.decisions where run_id = %s", (run_id,)
+    ).fetchall()
+    assert len(decisions) == 1  # one winner, whichever it was
+    if status == 200:
+        assert decisions[0]["decision"] == "approve" and view["state"] == "completed"
+    else:
+        assert status == 403 and decisions[0]["decision"] == "timeout"
+        assert view["state"] == "cancelled"

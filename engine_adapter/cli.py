@@ -365,6 +365,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
         "key": emitted.key,
         "runs": [r.__dict__ for r in emitted.runs],
         "released": emitted.released,
+        "paused": emitted.paused,
     }
 
     def text(v: dict[str, Any]) -> str:
@@ -374,7 +375,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
             + ("" if r["created"] else "  (existing run for this event id)")
             for r in v["runs"]
         ]
-        if not v["runs"]:
+        if v["paused"]:
+            lines.append(f"no run started: {v['paused']}")
+        elif not v["runs"]:
             lines.append(f"no enabled workflow has on_event: {v['event']}")
         n = len(v["released"])
         lines.append(
@@ -384,6 +387,20 @@ def cmd_emit(args: argparse.Namespace) -> int:
         return "\n".join(lines)
 
     _print(args, value, text)
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    from . import pause
+
+    with _conn() as conn:
+        if args.command == "pause":
+            pause.pause(conn, _actor(args), args.reason)
+            print(pause.describe(pause.state(conn)))
+        elif pause.unpause(conn):
+            print("unpaused: new runs start again")
+        else:
+            print("Threadline was not paused")
     return 0
 
 
@@ -551,6 +568,8 @@ def cmd_health(args: argparse.Namespace) -> int:
             lines.append(
                 f"WARNING: {len(v['unsandboxed_bots'])} bot process(es) run steps UNSANDBOXED"
             )
+        if v["paused"]:
+            lines.append(f"PAUSED: {v['paused']}")
         return "\n".join(lines)
 
     _print(args, h, text)
@@ -794,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload", help="JSON object (default: the original run's payload)")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
+    sp = add("pause", cmd_pause, "refuse new runs (runs in flight go on) until unpause")
+    sp.add_argument("--reason", help="said to whoever tries to start a run")
+    add("unpause", cmd_pause, "start new runs again")
     from .contract_cli import add_commands
 
     add_commands(sub)

@@ -229,7 +229,7 @@ def run(
     conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
     """Start (or find) the run the request asks for and follow it: the envelope, exit code."""
-    from .spawn import SpawnError, manual_key, spawn
+    from .spawn import Paused, SpawnError, manual_key, spawn
     from .workflows import WorkflowNotFound, apply_recipe, get_workflow
 
     policy = Policy.from_request(request.get("policy"))
@@ -265,6 +265,8 @@ def run(
             idempotency_key=manual_key(slug, key),
             trigger={"kind": "manual", "caller": actor.name, "request_id": key, "via": "contract"},
         )
+    except Paused as err:
+        raise ContractError(EXIT_POLICY, "policy_violation", str(err)) from None
     except SpawnError as err:
         raise ContractError(EXIT_INVALID, "invalid_payload", str(err)) from None
     run_id = spawned.run_id

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db
+from . import db, pause
 from .recipe_values import EVENT_NAME
 from .settings import QUEUE
 from .spawn import SpawnError, check_payload, spawn
@@ -38,6 +38,7 @@ class Emitted:
     runs: list[EventRun]
     released: list[str] = field(default_factory=list)  # step keys of the waits it ended
     key: str | None = None
+    paused: str | None = None  # why no workflow started (the global pause switch is on)
 
 
 def emit(
@@ -66,7 +67,10 @@ def emit(
         trigger["caller"] = caller
     runs = []
     with conn.transaction():
-        for wf in db.fetch_all(conn, "event_workflows", dict(name=name)):
+        # Paused: the event starts no run, but still reaches the runs in flight that wait for it.
+        switch = pause.state(conn)
+        listening = [] if switch else db.fetch_all(conn, "event_workflows", dict(name=name))
+        for wf in listening:
             slug = wf["slug"]
             key = f"event:{name}:{event_id}:{slug}"
             spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=key)
@@ -83,4 +87,4 @@ def emit(
                 source=Jsonb({"caller": caller, "via": via}),
             ),
         )["released"]
-    return Emitted(name, event_id, runs, list(released), key)
+    return Emitted(name, event_id, runs, list(released), key, switch and pause.describe(switch))

@@ -44,7 +44,7 @@ from .hook_requests import content_type_problem, framing_problem, header_problem
 from .roles import warn_if_superuser
 from .render import as_text
 from .settings import database_url
-from .spawn import BadPayload, PayloadRejected, SpawnError, spawn
+from .spawn import BadPayload, Paused, PayloadRejected, SpawnError, spawn
 from .webhook_auth import (
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
@@ -63,6 +63,7 @@ REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 64
 MAX_TIMEOUT_S = 3600.0
+PAUSED_RETRY_S = 60  # Retry-After while the global pause switch refuses new runs
 PREFIX = "/hooks/"
 RESUME = "/resume/"  # POST /resume/<token>: a resume link decides its gate
 HEALTH = "/healthz"
@@ -171,6 +172,8 @@ def receive(
         return _error(422, str(err))
     except BadPayload as err:  # e.g. "\u0000", which PostgreSQL cannot store
         return _error(400, f"the body cannot be stored: {err}")
+    except Paused as err:  # no run now; the sender's retry later is not lost
+        return _error(503, str(err), **{"Retry-After": str(PAUSED_RETRY_S)})
     except SpawnError as err:  # e.g. disabled between the check above and the spawn
         return _error(409, str(err))
     except WorkflowNotFound as err:

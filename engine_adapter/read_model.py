@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, gates, step_tree
+from . import db, gates, pause, step_tree
 from .domain import FINISHED
 from .thread_entries import RunNotFound
 from .workers import list_workers
@@ -179,6 +179,7 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "unsandboxed_bots": unsandboxed,
         "runnable_unclaimed": counts["runnable_unclaimed"],
         "instructions_waiting": counts["instructions_waiting"],
+        "paused": pause.describe(switch) if (switch := pause.state(conn)) else None,
     }
 
 

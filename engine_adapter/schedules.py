@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, thread_entries
+from . import db, pause, thread_entries
 from .cron import CronError, Schedule
 from .spawn import spawn
 
@@ -73,6 +73,8 @@ def tick(
     if now is None:
         now = db.fetch_one(conn, "db_now")["now"]
     out: list[Fired] = []
+    if pause.state(conn) is not None:
+        return out  # paused: no slot fires; after unpause each schedule's catch_up applies
     for wf in db.fetch_all(conn, "scheduled_workflows", dict(all=False)):
         try:
             out += _tick_workflow(conn, wf, now, caller)

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import bot_config, db, payload_schema, recipe_doc, thread_entries
+from . import bot_config, db, pause, payload_schema, recipe_doc, thread_entries
 from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
@@ -27,6 +27,10 @@ CONDUCTOR_RETRY = {"kind": "exponential", "base_seconds": 1, "factor": 2, "max_s
 
 class SpawnError(ValueError):
     pass
+
+
+class Paused(SpawnError):
+    """A new run refused while the global pause switch is on (pause.py)."""
 
 
 class BadPayload(SpawnError):
@@ -175,6 +179,11 @@ def spawn(
         run_id = str(task["task_id"])
         if not task["created"]:
             return Spawned(run_id, created=False)
+        # While paused, no new run: the refusal rolls the new task back with the rest. A run in
+        # flight may still start its branches and sub-workflows.
+        switch = pause.state(conn) if child is None else None
+        if switch is not None:
+            raise Paused(pause.describe(switch))
         conn.execute(
             db.q("insert_run_thread"),
             dict(

@@ -323,3 +323,15 @@ select w.slug, e.name, 'env'
   from threadline.workflows w,
        jsonb_array_elements_text(coalesce(w.recipe -> 'env', '[]'::jsonb)) as e(name)
  where w.slug <> %(slug)s and e.name = any(%(secrets)s::text[])
+
+-- pause_state --
+-- The global pause switch: a row while new runs are refused.
+select reason, paused_by, via, paused_at from threadline.pause
+
+-- set_pause --
+insert into threadline.pause (reason, paused_by, via) values (%(reason)s, %(actor)s, %(via)s)
+on conflict (only_row) do update set reason = excluded.reason, paused_by = excluded.paused_by,
+  via = excluded.via, paused_at = now()
+
+-- clear_pause --
+delete from threadline.pause returning paused_at

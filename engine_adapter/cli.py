@@ -404,6 +404,38 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    from . import api_tokens
+
+    with _conn() as conn:
+        if args.token_command == "create":
+            token = api_tokens.create(conn, args.name, args.role, _actor(args).name)
+            print(token)
+            print(
+                f"token {args.name} ({', '.join(sorted(set(args.role)))}): shown once, kept "
+                "only as a hash; send it as `Authorization: Bearer <token>`",
+                file=sys.stderr,
+            )
+        elif args.token_command == "revoke":
+            api_tokens.revoke(conn, args.name)
+            print(f"revoked {args.name}")
+        else:
+            _print_rows(
+                args,
+                api_tokens.list_tokens(conn),
+                lambda t: (
+                    f"{t['name']:<20} {','.join(t['roles']):<25} "
+                    + (
+                        "revoked"
+                        if t["revoked_at"]
+                        else f"last used {t['last_used_at'] or 'never'}"
+                    )
+                ),
+                "no API tokens (threadline token create NAME --role viewer)",
+            )
+    return 0
+
+
 def cmd_schedule_list(args: argparse.Namespace) -> int:
     from .schedules import schedule_list
 
@@ -813,6 +845,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload", help="JSON object (default: the original run's payload)")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
+    tp = sub.add_parser("token", help="bearer tokens of the HTTP API").add_subparsers(
+        dest="token_command", required=True, metavar="COMMAND"
+    )
+    sp = tp.add_parser("create", help="a new token for NAME (printed once)")
+    sp.add_argument("name")
+    sp.add_argument(
+        "--role", action="append", required=True, choices=("viewer", "operator", "approver")
+    )
+    sp.set_defaults(fn=cmd_token)
+    sp = tp.add_parser("revoke", help="revoke NAME's token")
+    sp.add_argument("name")
+    sp.set_defaults(fn=cmd_token)
+    sp = tp.add_parser("list", help="list tokens (never their values)")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_token)
     sp = add("pause", cmd_pause, "refuse new runs (runs in flight go on) until unpause")
     sp.add_argument("--reason", help="said to whoever tries to start a run")
     add("unpause", cmd_pause, "start new runs again")
@@ -828,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from . import commands, gates, recipes, spawn
+        from . import api_tokens, commands, gates, recipes, spawn
 
         known += (
             LookupError,
@@ -836,6 +883,7 @@ def main(argv: list[str] | None = None) -> int:
             gates.DecisionRefused,
             spawn.SpawnError,
             recipes.RecipeError,
+            api_tokens.TokenError,
             ValueError,
         )
         return args.fn(args)

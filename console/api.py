@@ -1,0 +1,351 @@
+"""The HTTP API: one JSON API over the same read model and commands as the CLI and the console,
+served by the console's Tornado server under /api/v1. Every call but the OpenAPI document needs
+a bearer token (`threadline token create NAME --role R`); the token's name is the actor, and its
+roles decide what it may do (a viewer reads; an operator spawns, replies, cancels, retries and
+applies workflows; an approver decides gates).
+
+It lives in the console process, not the webhook ingress: it acts for people with the console's
+database role, which the internet-facing ingress does not hold (only resume links decide there,
+one token-bound gate at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tornado.ioloop import IOLoop
+from tornado.web import RequestHandler
+
+from engine_adapter import api_tokens, commands, gates, read_model, run_list, workflows
+from engine_adapter.identity import Actor
+from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.spawn import SpawnError, manual_key, spawn
+from engine_adapter.thread_entries import RunNotFound
+
+from . import data
+
+log = logging.getLogger("threadline.api")
+BASE = "/api/v1"
+MAX_BODY = 512 * 1024
+OPERATE, DECIDE = ("operator",), ("approver",)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # OpenAPI form: /runs/{run_id}
+    summary: str
+    roles: tuple[str, ...]  # any one of them; () = any token
+    call: Callable[..., Any]  # (conn, actor, body, query, **path params) -> JSON value
+    body: tuple[str, ...] = ()  # the body's fields, each optional unless listed in required
+    required: tuple[str, ...] = ()
+
+
+# -- the calls --------------------------------------------------------------------------------
+def _runs(conn: Any, actor: Actor, body: dict, query: dict[str, str]) -> dict[str, Any]:
+    try:
+        filters = run_list.RunFilters.from_params(query)
+        after = run_list.Cursor.decode(query["after"]) if query.get("after") else None
+        limit = int(query.get("limit", run_list.PAGE_SIZE))
+    except (run_list.FilterError, ValueError) as err:
+        raise ApiError(400, str(err)) from None
+    if not 1 <= limit <= 500:
+        raise ApiError(400, f"limit: {limit} must be from 1 to 500")
+    page = run_list.runs_page(conn, filters, after, limit)
+    return {
+        "runs": [r.to_json() for r in page.rows],
+        "next": page.next_cursor.encode() if page.next_cursor else None,
+    }
+
+
+def _run(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
+    view = read_model.show_run(conn, run_id, thread_limit=0)
+    view.pop("thread")
+    return view
+
+
+def _steps(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> Any:
+    return read_model.show_run(conn, run_id, thread_limit=0)["steps"]
+
+
+def _thread(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> Any:
+    try:
+        after, limit = int(query.get("after", 0)), int(query.get("limit", 200))
+    except ValueError as err:
+        raise ApiError(400, f"after and limit must be integers: {err}") from None
+    if not 1 <= limit <= 1000 or after < 0:
+        raise ApiError(400, "limit must be from 1 to 1000, after at least 0")
+    read_model.show_run(conn, run_id, thread_limit=0)  # RunNotFound for an unknown run
+    rows = read_model.thread_entries(conn, run_id, after=after, limit=limit)
+    return [_jsonable(r) for r in rows]
+
+
+def _spawn(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
+    slug, key = body["workflow"], body.get("idempotency_key")
+    if not isinstance(slug, str):
+        raise ApiError(400, "workflow: must be a workflow's slug")
+    spawned = spawn(
+        conn,
+        slug,
+        body.get("payload"),
+        idempotency_key=manual_key(slug, key) if key else None,
+        trigger={"kind": "manual", "caller": actor.name, "via": "api"},
+    )
+    return {"run_id": spawned.run_id, "created": spawned.created}
+
+
+def _decide(decision: str) -> Callable[..., Any]:
+    def call(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
+        key = gates.decide(
+            conn, run_id, decision, actor, body.get("reason"), gate_key=body.get("gate")
+        )
+        return {"run_id": run_id, "gate": key, "decision": decision}
+
+    return call
+
+
+def _reply(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
+    outcome = gates.reply(conn, run_id, _text(body, "text"), actor)
+    return {"seq": outcome.seq, "decision": outcome.decision, "hint": outcome.hint}
+
+
+def _cancel(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
+    commands.cancel_run(conn, run_id, actor, body.get("reason"))
+    return {"run_id": run_id, "cancelled": True}
+
+
+def _retry(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "retrying": commands.retry_run(conn, run_id, actor)}
+
+
+def _workflows(conn: Any, actor: Actor, body: dict, query: dict) -> Any:
+    return [_jsonable(w) for w in workflows.list_workflows(conn)]
+
+
+def _workflow(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
+    return _jsonable(workflows.get_workflow(conn, slug))
+
+
+def _versions(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
+    workflows.get_workflow(conn, slug)
+    return [_jsonable(v) for v in workflows.list_versions(conn, slug)]
+
+
+def _apply(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
+    recipe = body["recipe"]
+    parsed = (
+        load_recipe_text(recipe, "recipe")
+        if isinstance(recipe, str)
+        else Recipe.from_dict(recipe, "recipe")
+    )
+    applied = workflows.apply_recipe(conn, parsed)
+    return {"slug": applied.slug, "version": applied.version, "changed": applied.changed}
+
+
+def _text(body: dict, name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise ApiError(400, f"{name}: must be a non-empty string")
+    return value
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(row, default=str))
+
+
+ROUTES = (
+    Route("GET", "/runs", "List runs, newest first (filters: workflow, state, trigger)", (), _runs),
+    Route("POST", "/runs", "Start a run", OPERATE, _spawn, ("workflow", "payload",
+          "idempotency_key"), ("workflow",)),
+    Route("GET", "/runs/{run_id}", "A run: state, steps, outputs, the open gate", (), _run),
+    Route("GET", "/runs/{run_id}/steps", "A run's step tree", (), _steps),
+    Route("GET", "/runs/{run_id}/thread", "A run's thread entries after a seq", (), _thread),
+    Route("POST", "/runs/{run_id}/approve", "Approve the open gate", DECIDE, _decide("approve"),
+          ("reason", "gate")),
+    Route("POST", "/runs/{run_id}/deny", "Deny the open gate", DECIDE, _decide("deny"),
+          ("reason", "gate")),
+    Route("POST", "/runs/{run_id}/reply", "Write in the thread (it may answer a gate)",
+          (*OPERATE, *DECIDE), _reply, ("text",), ("text",)),
+    Route("POST", "/runs/{run_id}/cancel", "Cancel a run and its child runs", OPERATE, _cancel,
+          ("reason",)),
+    Route("POST", "/runs/{run_id}/retry", "Retry a failed run at its failed step", OPERATE,
+          _retry),
+    Route("GET", "/workflows", "List workflows", (), _workflows),
+    Route("POST", "/workflows", "Apply a recipe (YAML text or an object)", OPERATE, _apply,
+          ("recipe",), ("recipe",)),
+    Route("GET", "/workflows/{slug}", "A workflow and its current recipe", (), _workflow),
+    Route("GET", "/workflows/{slug}/versions", "A workflow's versions", (), _versions),
+)  # fmt: skip
+
+
+# -- serving ----------------------------------------------------------------------------------
+def _pattern(path: str) -> str:
+    out = BASE + path
+    for name in ("run_id", "slug"):
+        out = out.replace("{" + name + "}", f"(?P<{name}>[^/]+)")
+    return out + "$"
+
+
+class ApiHandler(RequestHandler):
+    """Every route of one path: authenticate, check the role, parse the body, call, answer."""
+
+    def initialize(self, routes: dict[str, Route]) -> None:
+        self.routes = routes  # by method
+
+    def check_xsrf_cookie(self) -> None:  # bearer tokens, not cookies: no cross-site forgery
+        pass
+
+    async def get(self, **params: str) -> None:
+        await self.handle(self.request.method or "GET", params)
+
+    # Every method goes through handle: the path's route for it, or a JSON 405 saying which.
+    post = put = patch = delete = get
+
+    async def handle(self, method: str, params: dict[str, str]) -> None:
+        route = self.routes.get(method)
+        if route is None:
+            self.set_header("Allow", ", ".join(self.routes))
+            return self.answer(405, {"error": f"{method} is not allowed here"})
+        try:
+            status, value = await self.run(route, params)
+        except ApiError as err:
+            status, value = err.status, {"error": str(err)}
+        self.answer(status, value)
+
+    async def run(self, route: Route, params: dict[str, str]) -> tuple[int, Any]:
+        body = self.body(route)
+        header = self.request.headers.get("Authorization", "")
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+        query = {k: self.get_query_argument(k) for k in self.request.query_arguments}
+
+        def call() -> tuple[int, Any]:
+            with data.connection() as conn:
+                actor = api_tokens.authenticate(conn, token) if token else None
+                if actor is None:
+                    self.set_header("WWW-Authenticate", 'Bearer realm="threadline"')
+                    raise ApiError(
+                        401, "a valid bearer token is required (threadline token create)"
+                    )
+                if route.roles and not any(actor.may(r) for r in route.roles):
+                    raise ApiError(
+                        403,
+                        f"{actor.name} may not {route.summary[0].lower()}{route.summary[1:]}: "
+                        f"that needs the {' or '.join(route.roles)} role",
+                    )
+                try:
+                    return 200, route.call(conn, actor, body, query, **params)
+                except ApiError:
+                    raise
+                except (RunNotFound, LookupError) as err:
+                    raise ApiError(404, str(err).strip("'\"")) from None
+                except RecipeError as err:
+                    raise ApiError(422, "; ".join(err.errors)) from None
+                except (gates.DecisionRefused, commands.CommandRefused) as err:
+                    raise ApiError(409, str(err)) from None
+                except (SpawnError, ValueError) as err:
+                    raise ApiError(400, str(err)) from None
+                except Exception:  # a JSON answer, not Tornado's HTML page; the log has it
+                    log.exception("%s %s failed", route.method, route.path)
+                    raise ApiError(500, "internal error") from None
+
+        # Database calls block: in a worker thread, so the console's loop keeps serving pages.
+        return await IOLoop.current().run_in_executor(None, call)
+
+    def body(self, route: Route) -> dict[str, Any]:
+        if self.request.method != "POST":
+            return {}
+        raw = self.request.body or b"{}"
+        if len(raw) > MAX_BODY:
+            raise ApiError(413, f"the body is {len(raw)} bytes; the limit is {MAX_BODY}")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ApiError(400, f"the body is not JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        unknown = sorted(set(body) - set(route.body))
+        if unknown:
+            raise ApiError(400, f"unknown field(s) {unknown}; this call takes {list(route.body)}")
+        missing = [f for f in route.required if f not in body]
+        if missing:
+            raise ApiError(400, f"missing field(s) {missing}")
+        return body
+
+    def answer(self, status: int, value: Any) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(value, ensure_ascii=False, default=str))
+
+
+class OpenApiHandler(RequestHandler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(openapi()))
+
+
+def openapi() -> dict[str, Any]:
+    """The OpenAPI document, made from the one route table."""
+    paths: dict[str, dict[str, Any]] = {}
+    for r in ROUTES:
+        op: dict[str, Any] = {
+            "summary": r.summary,
+            "security": [{"bearer": []}],
+            "x-roles": list(r.roles) or ["any"],
+            "parameters": [
+                {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                for n in ("run_id", "slug")
+                if "{" + n + "}" in r.path
+            ],
+            "responses": {
+                code: {"description": text}
+                for code, text in (
+                    ("200", "OK"),
+                    ("400", "bad input: the error names the field"),
+                    ("401", "no valid bearer token"),
+                    ("403", "the token's roles do not allow it"),
+                    ("404", "no such run or workflow"),
+                    ("409", "refused by the run's state (a gate closed, not an approver)"),
+                )
+            },
+        }
+        if r.body:
+            op["requestBody"] = {
+                "required": bool(r.required),
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": {f: {} for f in r.body},
+                            "required": list(r.required),
+                            "additionalProperties": False,
+                        }
+                    }
+                },
+            }
+        paths.setdefault(BASE + r.path, {})[r.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Threadline API", "version": "1"},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": paths,
+    }
+
+
+def handlers() -> list[tuple[str, type[RequestHandler], dict[str, Any]] | tuple[str, Any]]:
+    """The API's Tornado handlers, one per path."""
+    by_path: dict[str, dict[str, Route]] = {}
+    for r in ROUTES:
+        by_path.setdefault(r.path, {})[r.method] = r
+    out: list[Any] = [(BASE + "/openapi.json$", OpenApiHandler)]
+    out += [(_pattern(path), ApiHandler, {"routes": rs}) for path, rs in by_path.items()]
+    return out

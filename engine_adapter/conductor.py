@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from . import db, run_state, schedules
 from .domain import decision_result
+from .notifier import Notifier
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
 from .workers import Worker
@@ -45,6 +46,9 @@ class Conductor:
         self.engine.register_task(HANDLER_NAME)(self.handle_run)
         self.listen_conn = db.connect(url, role="conductor")
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
+        # The notification outbox goes out from a thread of its own: a slow receiver never
+        # holds up a run.
+        self.notifier = Notifier(db.connect(url, role="conductor"))
         self._stopping = False
         self._last_sweep = 0.0
         self._last_readmit = 0.0
@@ -57,6 +61,7 @@ class Conductor:
         log.info("conductor %s started", self.worker.id)
         self.recover_dead_conductors()
         self.prune_dead_workers()
+        self.notifier.start()
         try:
             while not self._stopping:
                 self.tick()
@@ -102,7 +107,15 @@ class Conductor:
         self._stopping = True
 
     def close(self) -> None:
-        for closer in (self.listen_conn.close, self.conn.close, self.worker.close):
+        self.notifier.stop.set()
+        if self.notifier.thread.is_alive():
+            self.notifier.thread.join(timeout=15)  # a send in flight finishes (its own timeout)
+        for closer in (
+            self.listen_conn.close,
+            self.conn.close,
+            self.notifier.conn.close,
+            self.worker.close,
+        ):
             try:
                 closer()
             except Exception:  # closing on the way out; nothing left to protect

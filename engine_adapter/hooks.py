@@ -269,6 +269,34 @@ def resume_link(conn: psycopg.Connection[Any], token: str, body: bytes) -> Reply
     )
 
 
+def resume_page() -> str:
+    """What opening a resume link shows: opening decides nothing (a chat preview may open it);
+    the buttons POST the decision to the same address."""
+    return """<!doctype html><html><head><meta charset="utf-8"><title>Threadline</title>
+<meta name="viewport" content="width=device-width"><style>
+body{font-family:system-ui,sans-serif;max-width:34em;margin:3em auto;padding:0 1em}
+button{font-size:1.1em;padding:.5em 1.4em;margin-right:.6em}textarea{width:100%}
+</style></head><body><h2>Decide this gate</h2>
+<p><textarea id="reason" rows="3" placeholder="reason (optional)"></textarea></p>
+<p><button id="approve">Approve</button><button id="deny">Deny</button></p><p id="said"></p>
+<script>
+const ask = new URLSearchParams(location.search).get("decision");
+if (ask) document.getElementById(ask === "deny" ? "deny" : "approve").autofocus = true;
+for (const decision of ["approve", "deny"]) {
+  document.getElementById(decision).onclick = async () => {
+    const reason = document.getElementById("reason").value || undefined;
+    const r = await fetch(location.pathname, {method: "POST",
+      headers: {"Content-Type": "application/json"}, body: JSON.stringify({decision, reason})});
+    const answer = await r.json();
+    document.getElementById("said").textContent =
+      r.ok ? `Done: ${{approve: "approved", deny: "denied"}[answer.decision]} as ${answer.by}.`
+           : `Refused: ${answer.error}`;
+  };
+}
+</script></body></html>
+"""
+
+
 def _without_token(path: str) -> str:
     """A request path as the log may keep it: a resume link's token is a credential."""
     return RESUME + "…" if path.startswith(RESUME) else path
@@ -521,6 +549,8 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def do_GET(self) -> None:
+        if self._route() == RESUME:  # a link opened in a browser: a page to decide on, only
+            return self._send_page(resume_page())
         if self._route() != HEALTH:
             return self._refuse_method(self._route())
         try:
@@ -617,6 +647,23 @@ class _Handler(BaseHTTPRequestHandler):
             reply.status,
             reply.body.get("run_id") or reply.body.get("error", ""),
         )
+
+    def _send_page(self, html: str) -> None:
+        """A page for a person; it loads nothing from anywhere, and leaks no link onward."""
+        data = html.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header(
+            "Content-Security-Policy",
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+            "connect-src 'self'",
+        )
+        self.end_headers()
+        self.wfile.write(data)
+        log.info("%s GET %s 200 page", self.client_address[0], RESUME + "…")
 
     def _body_pending(self) -> bool:
         headers = getattr(self, "headers", None)

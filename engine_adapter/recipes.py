@@ -25,6 +25,7 @@ from .recipe_values import (
     parse_duration,
 )
 from .recipe_values import quote as _q  # short: nearly every message here quotes a value
+from .notify_spec import NotifyRule, parse_notify
 from .webhook_spec import Webhook, parse_webhooks
 
 KINDS = domain.KINDS
@@ -45,6 +46,7 @@ TOP_KEYS = (
     "steps",
     "outputs",
     "webhooks",
+    "notify",
 )
 MAX_RETRIES = 10
 MAX_CONCURRENT_RUNS = 10_000
@@ -724,6 +726,7 @@ class Recipe:
     steps: tuple[Step, ...] = ()
     outputs: dict[str, str] | None = None  # the run's outputs: name -> expression, at its end
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
+    notify: tuple[NotifyRule, ...] = ()  # who hears of gates and failures (notify_spec.py)
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted.
@@ -733,13 +736,14 @@ class Recipe:
         d = {
             k: getattr(self, k)
             for k in TOP_KEYS
-            if k not in ("env", "steps", "outputs", "webhooks")
+            if k not in ("env", "steps", "outputs", "webhooks", "notify")
         }
         if d["catch_up"] == DEFAULT_CATCH_UP:
             d["catch_up"] = None
         d["network"] = None if self.network else False  # the default keeps older hashes
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
+        d["notify"] = [n.to_dict() for n in self.notify] or None
         d["steps"] = [s.to_dict() for s in self.steps]
         d["outputs"] = self.outputs or None
         return {k: v for k, v in d.items() if v is not None}
@@ -875,6 +879,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     outputs = _parse_outputs(d.get("outputs"), {s.id for s in walk_steps(steps)}, errors)
 
     webhooks = parse_webhooks(d.get("webhooks"), errors)
+    notify = parse_notify(d.get("notify"), errors)
     secrets = {w.secret.removeprefix("env:") for w in webhooks if w.secret}
     for i, var in enumerate(env):
         if isinstance(var, str) and var in secrets:
@@ -901,6 +906,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         steps=steps,
         outputs=outputs,
         webhooks=webhooks,
+        notify=notify,
     )
 
 

@@ -22,7 +22,17 @@ from absurd_sdk import CancelledTask
 from absurd_sdk import TimeoutError as AwaitTimeout
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, domain, expressions, gates, names, run_state, thread_entries
+from . import (
+    child_runs,
+    db,
+    domain,
+    expressions,
+    gates,
+    names,
+    notifications,
+    run_state,
+    thread_entries,
+)
 from .domain import StepResult
 from .recipe_values import parse_duration
 from .recipes import RecipeError, Step, check_wake
@@ -739,6 +749,10 @@ class RunHandler:
             )
             if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
                 self.set_state(state, path, try_no, await_key=key, await_kind=await_kind)
+                if entry_kind == "question":  # the recipe's `notify` rules hear of the gate
+                    notifications.enqueue(
+                        self.conn, self.run_id, self.recipe, "gate", key, self.headline(text)
+                    )
             db.notify(self.conn, self.run_id, entry_kind)
         crash_point("after_send_commit")
         return {"ok": True, "data": data}
@@ -764,6 +778,11 @@ class RunHandler:
             data=data,
             text=text,
         )
+
+    def headline(self, what: str) -> str:
+        """A notification's words: which workflow and run, then what happened."""
+        name = self.recipe.get("name") or self.recipe.get("slug")
+        return f"{name} (run {names.short_run_id(self.run_id)}): {what}"
 
     def refuse(self, step: Step, path: str, try_no: int) -> dict[str, Any]:
         """A step of the snapshot that no longer validates fails with the reason, SENDing
@@ -834,6 +853,14 @@ class RunHandler:
                     f"Run `threadline retry {self.run_id}` to resume at this step.",
                     key,
                     f"failed:{key}",
+                )
+                notifications.enqueue(
+                    self.conn,
+                    self.run_id,
+                    self.recipe,
+                    "failed",
+                    key,
+                    self.headline(f"step {step_id} failed{why}"),
                 )
                 db.notify(self.conn, self.run_id, "failed")
             return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from datetime import datetime, timezone
 from typing import Any
 
@@ -250,6 +251,10 @@ def test_a_resume_link_decides_once_as_its_subject(db_url, conn, apply, running,
     ):
         status, answer = link(base, token, bad)
         assert status == 400 and why in answer["error"], bad
+    with urllib.request.urlopen(f"{base}/resume/{token}?decision=approve", timeout=30) as page:
+        assert page.headers["Content-Type"].startswith("text/html")
+        assert page.headers["Referrer-Policy"] == "no-referrer" and b"Approve" in page.read()
+    assert conn.execute("select count(*) as n from threadline.decisions").fetchone()["n"] == 0
     status, answer = link(base, "tl_rt_guess", {"decision": "approve"})
     assert status == 403 and answer["error"] == "the resume token is not valid"
     status, answer = link(base, token, {"decision": "approve", "reason": "from the chat button"})

@@ -1,0 +1,251 @@
+"""The notifier: delivers the notification outbox (notifications.py) from a thread of the
+conductor, on a connection of its own.
+
+Each due row is leased, sent and then marked sent, with a note in the run's thread; a failed
+delivery is retried with backoff (and jitter) up to MAX_ATTEMPTS, then given up, saying so in the
+thread. A notifier killed between sending and marking sends the row again when its lease ends:
+delivery is at least once, and every copy carries the same id (the webhook's Idempotency-Key,
+the email's Message-ID) so a receiver can tell. A gate's notification carries resume links,
+minted as it is sent (only their hashes are kept).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import smtplib
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+import psycopg
+
+from . import db, notifications, resume_tokens, thread_entries
+
+log = logging.getLogger("threadline.notifier")
+
+POLL_S = 0.5
+WAITING_SWEEP_S = 5.0
+LEASE_S = 60
+MAX_ATTEMPTS = 8
+MAX_BACKOFF_S = 300.0
+SEND_TIMEOUT_S = 10.0
+PUBLIC_URL_ENV = "THREADLINE_PUBLIC_URL"  # where resume links point: the webhook ingress
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:5007"
+SMTP_ENV = "THREADLINE_SMTP_"  # HOST, PORT, FROM, USER, PASSWORD, STARTTLS
+
+
+class DeliveryError(Exception):
+    """A delivery that did not go through; the message says why."""
+
+
+@dataclass(frozen=True)
+class Due:
+    id: int
+    run_id: str
+    event: str
+    event_key: str
+    channel: str
+    target: str
+    subject: str
+    text: str
+    attempts: int
+
+
+def backoff_s(attempts: int) -> float:
+    """Exponential, capped, with jitter so many failed receivers do not retry in step."""
+    return min(2.0**attempts, MAX_BACKOFF_S) * random.uniform(0.8, 1.2)
+
+
+class Notifier:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name="notifier", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def loop(self) -> None:
+        since_sweep = WAITING_SWEEP_S
+        while not self.stop.wait(POLL_S):
+            try:
+                since_sweep += POLL_S
+                if since_sweep >= WAITING_SWEEP_S:
+                    since_sweep = 0.0
+                    notifications.sweep_waiting(self.conn)
+                while self.deliver_due():
+                    pass
+            except psycopg.OperationalError:
+                log.exception("notifier: the database is unavailable; retrying")
+                self.stop.wait(5)
+            except Exception:  # nothing may stop the notifier for good
+                log.exception("notifier: a round failed; retrying")
+
+    def deliver_due(self, limit: int = 10) -> int:
+        with self.conn.transaction():
+            rows = db.fetch_all(
+                self.conn, "claim_notifications", dict(lease_s=LEASE_S, limit=limit)
+            )
+        for row in rows:
+            self.deliver(Due(**{**row, "run_id": str(row["run_id"])}))
+        return len(rows)
+
+    def deliver(self, due: Due) -> None:
+        try:
+            links = self.links(due)
+            if due.channel == "webhook":
+                post_webhook(due, links)
+            else:
+                send_email(due, links)
+        except DeliveryError as err:
+            return self.failed(due, str(err))
+        with self.conn.transaction():
+            if db.fetch_one(self.conn, "notification_sent", dict(id=due.id)):
+                thread_entries.system_note(
+                    self.conn,
+                    due.run_id,
+                    f"Notified {_shown(due)} ({_EVENTS[due.event]}).",
+                    dedupe_key=f"notified:{due.id}",
+                    data={"notification": due.id, "channel": due.channel},
+                )
+                db.notify(self.conn, due.run_id, "thread")
+
+    def failed(self, due: Due, error: str) -> None:
+        give_up = due.attempts >= MAX_ATTEMPTS
+        log.warning("notification %s to %s failed: %s", due.id, _shown(due), error)
+        with self.conn.transaction():
+            db.fetch_one(
+                self.conn,
+                "notification_failed",
+                dict(id=due.id, give_up=give_up, backoff_s=backoff_s(due.attempts), error=error),
+            )
+            if give_up:
+                thread_entries.system_note(
+                    self.conn,
+                    due.run_id,
+                    f"Could not notify {_shown(due)} ({_EVENTS[due.event]}) after {due.attempts} "
+                    f"attempts: {error}",
+                    dedupe_key=f"notify-failed:{due.id}",
+                    data={"notification": due.id, "channel": due.channel},
+                )
+                db.notify(self.conn, due.run_id, "thread")
+
+    def links(self, due: Due) -> dict[str, str]:
+        """Resume links for a gate still open: decide it as the notification's subject."""
+        if due.event == "failed":
+            return {}
+        where = dict(run_id=due.run_id, gate_key=due.event_key)
+        if not db.fetch_one(self.conn, "gate_still_open", where)["open"]:
+            return {}
+        issued = resume_tokens.issue(self.conn, due.run_id, due.event_key, due.subject, "link")
+        base = os.environ.get(PUBLIC_URL_ENV, DEFAULT_PUBLIC_URL).rstrip("/")
+        url = f"{base}/resume/{issued.token}"
+        return {"approve": f"{url}?decision=approve", "deny": f"{url}?decision=deny"}
+
+
+_EVENTS = {"gate": "a gate opened", "failed": "the run failed", "waiting": "a gate is waiting"}
+
+
+def _shown(due: Due) -> str:
+    """A target as the thread shows it: never a secret URL."""
+    if due.channel == "email":
+        return due.target
+    return f"webhook {due.target}" if due.target.startswith("env:") else "a webhook"
+
+
+def webhook_url(target: str) -> str:
+    if target.startswith("env:"):
+        name = target.removeprefix("env:")
+        url = os.environ.get(name)
+        if not url:
+            raise DeliveryError(f"{name} is not set in the conductor's environment")
+        return url
+    return target
+
+
+def slack_message(due: Due, links: dict[str, str]) -> dict[str, Any]:
+    """Slack-compatible JSON (text, and blocks with the resume links as buttons), plus the same
+    facts for any other receiver under `threadline`."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": due.text}}
+    ]
+    if links:
+        blocks.append(
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "text": {"type": "plain_text", "text": label},
+                        "style": style,
+                        "url": links[decision],
+                    }
+                    for decision, label, style in (
+                        ("approve", "Approve", "primary"),
+                        ("deny", "Deny", "danger"),
+                    )
+                ],
+            }
+        )
+    return {
+        "text": due.text,
+        "blocks": blocks,
+        "threadline": {
+            "notification": due.id,
+            "run_id": due.run_id,
+            "event": due.event,
+            "links": links,
+        },
+    }
+
+
+def post_webhook(due: Due, links: dict[str, str]) -> None:
+    body = json.dumps(slack_message(due, links), ensure_ascii=False).encode()
+    request = urllib.request.Request(
+        webhook_url(due.target),
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Idempotency-Key": f"threadline-notification-{due.id}",
+            "User-Agent": "threadline-notifier",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as response:
+            response.read(1024)
+    except urllib.error.HTTPError as err:
+        raise DeliveryError(f"the webhook answered {err.code}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise DeliveryError(f"the webhook could not be reached: {err}") from None
+
+
+def send_email(due: Due, links: dict[str, str]) -> None:
+    host = os.environ.get(SMTP_ENV + "HOST")
+    if not host:
+        raise DeliveryError(f"{SMTP_ENV}HOST is not set in the conductor's environment")
+    message = EmailMessage()
+    message["From"] = os.environ.get(SMTP_ENV + "FROM", "threadline@localhost")
+    message["To"] = due.target
+    message["Subject"] = f"[threadline] {_EVENTS[due.event]}: {due.text.splitlines()[0][:120]}"
+    message["Message-ID"] = f"<threadline-notification-{due.id}@threadline>"
+    lines = [due.text, ""]
+    lines += [f"{decision.title()}: {url}" for decision, url in links.items()]
+    message.set_content("\n".join(lines) + "\n")
+    try:
+        port = int(os.environ.get(SMTP_ENV + "PORT", "25"))
+        with smtplib.SMTP(host, port, timeout=SEND_TIMEOUT_S) as smtp:
+            if os.environ.get(SMTP_ENV + "STARTTLS") == "1":
+                smtp.starttls()
+            user = os.environ.get(SMTP_ENV + "USER")
+            if user:
+                smtp.login(user, os.environ.get(SMTP_ENV + "PASSWORD", ""))
+            smtp.send_message(message)
+    except (smtplib.SMTPException, OSError, ValueError) as err:
+        raise DeliveryError(f"the mail server refused or could not be reached: {err}") from None

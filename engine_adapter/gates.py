@@ -64,12 +64,15 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         seq = append(conn, run_id, "human", actor.label, "message", text, data=data)
         if gate is None:
             return ReplyOutcome(seq, None, None)
+        if refusal:  # a decision in words by someone who may not decide: audited
+            audit(conn, run_id, run["await_key"], actor, decision, None, DecisionRefused(refusal))
         if decision is None or refusal:
             hint = f"Noted. {refusal}." if refusal else _gate_hint(gate, actor)
             system_note(conn, run_id, hint, step_key=run["await_key"])
             db.notify(conn, run_id, "thread")
             return ReplyOutcome(seq, None, hint)
         _record_decision(conn, run, decision, actor, text)
+        audit(conn, run_id, run["await_key"], actor, decision, text)
         return ReplyOutcome(seq, decision, None)
 
 
@@ -90,6 +93,25 @@ def decide(
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
+    try:
+        return _decide(conn, run_id, decision, actor, reason, gate_key)
+    except DecisionRefused as err:
+        # Audited in a transaction of its own, unless the caller's (a resume token's) is open:
+        # the caller's rollback would take the row with it, so the caller audits.
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            with conn.transaction():
+                audit(conn, run_id, gate_key, actor, decision, reason, err)
+        raise
+
+
+def _decide(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    decision: str,
+    actor: Actor,
+    reason: str | None,
+    gate_key: str | None,
+) -> str:
     with conn.transaction():
         run = lock_run(conn, run_id)
         gate = current_gate(run)
@@ -116,7 +138,35 @@ def decide(
             data={"decision": decision, "reason": reason, **actor.as_record()},
         )
         _record_decision(conn, run, decision, actor, reason)
+        audit(conn, run_id, run["await_key"], actor, decision, reason)
         return run["await_key"]
+
+
+def audit(
+    conn: psycopg.Connection[Any],
+    run_id: str | None,
+    gate_key: str | None,
+    actor: Actor | None,
+    decision: str,
+    reason: str | None,
+    refused: Exception | None = None,
+    via: str | None = None,
+) -> None:
+    """One decision attempt in threadline.decision_audit: who (the authenticated identity; none
+    for an unknown credential), how (the door), when, what, and why it was refused."""
+    conn.execute(
+        db.q("insert_decision_audit"),
+        dict(
+            run_id=run_id,
+            gate_key=gate_key,
+            actor=actor.name if actor else None,
+            via=actor.via if actor else via,
+            decision=decision,
+            reason=reason,
+            outcome="refused" if refused else "decided",
+            why=str(refused) if refused else None,
+        ),
+    )
 
 
 def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> bool:
@@ -187,9 +237,8 @@ def _decision_from_reply(gate: dict[str, Any], text: str, actor: Actor) -> str |
     if gate.get("accept") == "any_reply":
         wanted = gate.get("from")
         return "reply" if wanted is None or actor.is_one_of([wanted]) else None
-    approvers = gate.get("approvers") or []
-    if approvers and not actor.is_one_of(approvers):
-        return None
+    # A 👍 from someone who is not an approver is still a decision attempt: refused (and
+    # audited) by _why_not_decider, with the reason as the thread's hint.
     lowered = text.strip().lower()
     if lowered.startswith(APPROVE_WORDS):
         return "approve"

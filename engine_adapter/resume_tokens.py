@@ -98,13 +98,13 @@ def redeem(
             gates.decide(
                 conn, str(found["run_id"]), decision, actor, reason, gate_key=found["gate_key"]
             )
-            _audit(conn, found, actor.name, via, decision, reason, "decided", None)
         return Redeemed(str(found["run_id"]), found["gate_key"], actor)
     except (TokenRefused, gates.DecisionRefused) as err:
-        with conn.transaction():
-            subject = found["subject"] if found else None
-            _audit(
-                conn, found or {"run_id": run_id}, subject, via, decision, reason, "refused", err
+        with conn.transaction():  # the refusal's own: the attempt's rolled back
+            where = found or {"run_id": run_id}
+            subject = Actor(found["subject"], via) if found else None
+            gates.audit(
+                conn, where["run_id"], where.get("gate_key"), subject, decision, reason, err, via
             )
         raise
 
@@ -118,28 +118,3 @@ def _check(found: dict[str, Any] | None, run_id: str | None) -> None:
         raise TokenRefused(f"the resume token was used already, at {found['used_at']:{_AT}}")
     if found["expired"]:
         raise TokenRefused(f"the resume token expired at {found['expires_at']:{_AT}}")
-
-
-def _audit(
-    conn: psycopg.Connection[Any],
-    token: dict[str, Any],
-    actor: str | None,
-    via: str,
-    decision: str,
-    reason: str | None,
-    outcome: str,
-    why: Exception | None,
-) -> None:
-    conn.execute(
-        db.q("insert_decision_audit"),
-        dict(
-            run_id=token.get("run_id"),
-            gate_key=token.get("gate_key"),
-            actor=actor,
-            via=via,
-            decision=decision,
-            reason=reason,
-            outcome=outcome,
-            why=str(why) if why else None,
-        ),
-    )

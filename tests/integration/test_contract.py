@@ -296,3 +296,27 @@ def test_a_link_racing_the_gate_timeout_has_one_winner(db_url, conn, apply, runn
     else:
         assert status == 403 and decisions[0]["decision"] == "timeout"
         assert view["state"] == "cancelled"
+
+
+def test_every_doors_decisions_and_refusals_are_audited(db_url, conn, apply, running):
+    """Not only tokens: a refused approve on the CLI, a 👍 reply by a non-approver and an
+    accepted decision each leave their audit row (who, how, why)."""
+    from engine_adapter import gates
+    from engine_adapter.identity import Actor
+
+    apply(GATED.replace('human_gate: "Ship it?"', 'human_gate: "Ship it?"\n    approvers: [bob]'))
+    paused, _, _ = call(db_url, "run", {"workflow": "gated"})
+    run_id = paused["run_id"]
+    refused = harness.run_cli(db_url, "approve", run_id)
+    assert refused.returncode == 2 and "not an approver" in refused.stderr
+    gates.reply(conn, run_id, "👍 go", Actor("carol", "console"))
+    gates.decide(conn, run_id, "approve", Actor("bob", "console"), "fine")
+    rows = conn.execute(
+        "select actor, via, outcome, why from threadline.decision_audit order by id"
+    ).fetchall()
+    assert [(r["actor"], r["via"], r["outcome"]) for r in rows] == [
+        (rows[0]["actor"], "cli", "refused"),
+        ("carol", "console", "refused"),
+        ("bob", "console", "decided"),
+    ]
+    assert "not an approver of gate ship" in rows[0]["why"]

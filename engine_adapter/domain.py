@@ -79,6 +79,9 @@ TRIGGER_KINDS = ("manual", "schedule", "webhook", "event", "parent", "rerun")
 
 # -- gates ---------------------------------------------------------------------------------------
 APPROVE, DENY, TIMEOUT, REPLY = "approve", "deny", "timeout", "reply"
+# A human_gate without a `timeout` takes its on_timeout path after a day (an agent's ask_human
+# question waits until someone answers).
+DEFAULT_GATE_TIMEOUT_S = 24 * 3600
 DECISIONS = (APPROVE, DENY, TIMEOUT, REPLY)
 
 

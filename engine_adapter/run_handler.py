@@ -580,15 +580,13 @@ class RunHandler:
         key = names.step_key(self.run_id, path, try_no)
 
         def open_gate() -> dict[str, Any]:
-            deadline = None
-            if step.timeout_s:
-                now = self.db_now()
-                try:
-                    deadline = datetime.fromtimestamp(
-                        now.timestamp() + step.timeout_s, now.tzinfo
-                    ).isoformat()
-                except (OverflowError, ValueError, OSError) as err:  # bounded by validation
-                    return {"ok": False, "error": f"gate {step.id}: timeout out of range ({err})"}
+            # No gate waits for ever unless asked to wait long: its on_timeout path then decides.
+            timeout_s = step.timeout_s or domain.DEFAULT_GATE_TIMEOUT_S
+            now = self.db_now()
+            try:
+                deadline = datetime.fromtimestamp(now.timestamp() + timeout_s, now.tzinfo)
+            except (OverflowError, ValueError, OSError) as err:  # bounded by validation
+                return {"ok": False, "error": f"gate {step.id}: timeout out of range ({err})"}
             data = {
                 "step": path,
                 "kind": step.kind,
@@ -596,7 +594,7 @@ class RunHandler:
                 "accept": step.accept,
                 "approvers": list(step.approvers),
                 "from": step.from_,
-                "deadline": deadline,
+                "deadline": deadline.isoformat(),
             }
             return self.ask(step, path, try_no, key, data)
 

@@ -320,3 +320,12 @@ def test_every_doors_decisions_and_refusals_are_audited(db_url, conn, apply, run
         ("bob", "console", "decided"),
     ]
     assert "not an approver of gate ship" in rows[0]["why"]
+
+
+def test_a_gate_without_a_timeout_waits_a_day_by_default(db_url, apply, running):
+    apply(GATED)
+    paused, _, _ = call(db_url, "run", {"workflow": "gated"})
+    approval = paused["requires_approval"]
+    deadline = datetime.fromisoformat(approval["timeout_at"])
+    left = (deadline - datetime.now(timezone.utc)).total_seconds()
+    assert 23.9 * 3600 < left <= 24 * 3600 and approval["on_timeout"] == "deny"

@@ -86,6 +86,8 @@ def badge(beat: dict[str, Any], now: datetime) -> Badge:
     )
     if beat["status"] == "down":
         return Badge("red", "Conductor down", age)
+    if beat.get("paused"):  # `threadline pause`: said on every page, until unpause
+        return Badge("amber", "Paused", f"new runs are refused; runs in flight go on · {age}")
     if beat["status"] == "degraded":
         why = []
         if beat.get("runnable_unclaimed"):

@@ -33,6 +33,9 @@ def test_badge_colours_follow_health_and_show_the_beat_age():
         state.badge({"status": "down", "last_beat_at": None}, NOW).detail
         == "no conductor has ever run"
     )
+    paused = state.badge(beat("ok", paused="Threadline is paused (by root …)"), NOW)
+    assert (paused.color, paused.label) == ("amber", "Paused")
+    assert state.badge(beat("down", paused="…"), NOW).label == "Conductor down"  # worse first
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,15 @@ from typing import Any, Callable
 from tornado.ioloop import IOLoop
 from tornado.web import RequestHandler
 
-from engine_adapter import api_tokens, commands, gates, read_model, run_list, workflows
+from engine_adapter import (
+    api_tokens,
+    commands,
+    gates,
+    proposals,
+    read_model,
+    run_list,
+    workflows,
+)
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
 from engine_adapter.spawn import SpawnError, manual_key, spawn
@@ -31,6 +39,7 @@ log = logging.getLogger("threadline.api")
 BASE = "/api/v1"
 MAX_BODY = 512 * 1024
 OPERATE, DECIDE = ("operator",), ("approver",)
+PATH_PARAMS = ("run_id", "slug", "proposal_id")
 
 
 class ApiError(Exception):
@@ -141,14 +150,50 @@ def _versions(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> An
 
 
 def _apply(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
-    recipe = body["recipe"]
-    parsed = (
-        load_recipe_text(recipe, "recipe")
-        if isinstance(recipe, str)
-        else Recipe.from_dict(recipe, "recipe")
-    )
-    applied = workflows.apply_recipe(conn, parsed)
+    applied = workflows.apply_recipe(conn, _recipe(body))
     return {"slug": applied.slug, "version": applied.version, "changed": applied.changed}
+
+
+def _proposals(conn: Any, actor: Actor, body: dict, query: dict) -> Any:
+    return [_jsonable(p) for p in proposals.list_proposals(conn, query.get("workflow") or None)]
+
+
+def _proposal(conn: Any, actor: Actor, body: dict, query: dict, proposal_id: str) -> Any:
+    return _jsonable(proposals.get(conn, _id(proposal_id)))
+
+
+def _propose(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
+    parsed = _recipe(body)
+    row = proposals.propose(
+        conn, slug, _text(body, "base_hash"), parsed, _text(body, "summary"), actor
+    )
+    return _jsonable(row)
+
+
+def _review(approve: bool) -> Callable[..., Any]:
+    def call(conn: Any, actor: Actor, body: dict, query: dict, proposal_id: str) -> Any:
+        proposals.review(conn, _id(proposal_id), approve, actor, body.get("note"))
+        return {"id": int(proposal_id), "status": "approved" if approve else "rejected"}
+
+    return call
+
+
+def _apply_proposal(conn: Any, actor: Actor, body: dict, query: dict, proposal_id: str) -> Any:
+    return {"id": int(proposal_id), "version": proposals.apply(conn, _id(proposal_id), actor)}
+
+
+def _recipe(body: dict) -> Recipe:
+    """The body's `recipe`: YAML (or JSON) text, or an object."""
+    recipe = body["recipe"]
+    if isinstance(recipe, str):
+        return load_recipe_text(recipe, "recipe")
+    return Recipe.from_dict(recipe, "recipe")
+
+
+def _id(text: str) -> int:
+    if not text.isdigit():
+        raise ApiError(400, f"proposal id {text[:20]!r} must be a number")
+    return int(text)
 
 
 def _text(body: dict, name: str) -> str:
@@ -184,13 +229,24 @@ ROUTES = (
           ("recipe",), ("recipe",)),
     Route("GET", "/workflows/{slug}", "A workflow and its current recipe", (), _workflow),
     Route("GET", "/workflows/{slug}/versions", "A workflow's versions", (), _versions),
+    Route("POST", "/workflows/{slug}/proposals", "Propose a change to a workflow", OPERATE,
+          _propose, ("base_hash", "recipe", "summary"), ("base_hash", "recipe", "summary")),
+    Route("GET", "/proposals", "List proposals (filter: workflow)", (), _proposals),
+    Route("GET", "/proposals/{proposal_id}", "A proposal: its diff, risk and status", (),
+          _proposal),
+    Route("POST", "/proposals/{proposal_id}/approve", "Approve a proposal", DECIDE,
+          _review(True), ("note",)),
+    Route("POST", "/proposals/{proposal_id}/reject", "Reject a proposal", DECIDE, _review(False),
+          ("note",), ("note",)),
+    Route("POST", "/proposals/{proposal_id}/apply", "Apply an approved proposal", OPERATE,
+          _apply_proposal),
 )  # fmt: skip
 
 
 # -- serving ----------------------------------------------------------------------------------
 def _pattern(path: str) -> str:
     out = BASE + path
-    for name in ("run_id", "slug"):
+    for name in PATH_PARAMS:
         out = out.replace("{" + name + "}", f"(?P<{name}>[^/]+)")
     return out + "$"
 
@@ -247,6 +303,9 @@ class ApiHandler(RequestHandler):
                     raise
                 except (RunNotFound, LookupError) as err:
                     raise ApiError(404, str(err).strip("'\"")) from None
+                except proposals.ProposalError as err:
+                    status = {"not_found": 404, "invalid": 400, "refused": 403}.get(err.kind, 409)
+                    raise ApiError(status, str(err)) from None
                 except RecipeError as err:
                     raise ApiError(422, "; ".join(err.errors)) from None
                 except (gates.DecisionRefused, commands.CommandRefused) as err:
@@ -303,7 +362,7 @@ def openapi() -> dict[str, Any]:
             "x-roles": list(r.roles) or ["any"],
             "parameters": [
                 {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-                for n in ("run_id", "slug")
+                for n in PATH_PARAMS
                 if "{" + n + "}" in r.path
             ],
             "responses": {

@@ -70,6 +70,13 @@ def recipe_page() -> Any:
     return page(f"Recipe {slug}" if slug else "New recipe", "/recipes", editor)
 
 
+def proposals_page() -> Any:
+    from .layout import page
+    from .proposals_page import ProposalsPage
+
+    return page("Proposals", "/proposals", ProposalsPage())
+
+
 def conductors_page() -> Any:
     from .conductors_page import ConductorsPage
     from .layout import page
@@ -84,6 +91,7 @@ ROUTES: dict[str, Callable[[], Any]] = {
     "/recipes": recipes_page,
     "/recipe": recipe_page,
     "/conductors": conductors_page,
+    "/proposals": proposals_page,
 }
 
 

@@ -18,6 +18,7 @@ PAGES = [
     ("/", "Runs"),
     ("/needs-you", "Needs you"),
     ("/recipes", "Recipes"),
+    ("/proposals", "Proposals"),
     ("/conductors", "Conductors"),
 ]
 

@@ -23,7 +23,7 @@ import openai
 
 from .agent_tools import FINISH, Call, ToolError, check_start, declarations, parse_arguments
 from .bot_config import BotConfig
-from .domain import ASK_HUMAN, COMPLETED, FAILED, PAUSED, PAUSING_TOOLS
+from .domain import ASK_HUMAN, COMPLETED, FAILED, PAUSED, PAUSING_TOOLS, PROPOSE_CHANGE
 from .workers import crash_point
 
 ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
@@ -274,6 +274,10 @@ class AgentLoop:
             if not args["question"].strip():
                 raise ToolError("ask_human: question is empty")
             return {**request, "question": args["question"]}
+        if call.name == PROPOSE_CHANGE:
+            if not args["recipe"].strip() or not args["summary"].strip():
+                raise ToolError("propose_change: recipe and summary must not be empty")
+            return {**request, "recipe": args["recipe"], "summary": args["summary"]}
         return {
             **request,
             "runs": check_start(args, self.step.workflows),

@@ -71,6 +71,15 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "required": ["runs"],
         },
     },
+    "propose_change": {
+        "description": "Propose a change to this run's own workflow: the whole new recipe as "
+        "YAML and a summary of why. A person reviews it; nothing changes until they apply it.",
+        "parameters": {
+            "type": "object",
+            "properties": {"recipe": _STRING, "summary": _STRING},
+            "required": ["recipe", "summary"],
+        },
+    },
     FINISH: {
         "description": "Finish the task with a structured result (any JSON object).",
         "parameters": {

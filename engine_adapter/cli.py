@@ -436,6 +436,40 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_proposal(args: argparse.Namespace) -> int:
+    from . import proposals
+
+    with _conn() as conn:
+        if args.proposal_command == "list":
+            _print_rows(
+                args,
+                proposals.list_proposals(conn, args.workflow),
+                lambda p: (
+                    f"#{p['id']:<5} {p['workflow']:<20} {p['status']:<9} {p['risk']:<6} "
+                    f"{p['summary'][:60]}"
+                ),
+                "no proposals",
+            )
+        elif args.proposal_command == "show":
+            _print(
+                args,
+                proposals.get(conn, args.id),
+                lambda p: (
+                    f"proposal #{p['id']} of {p['workflow']}: {p['status']}, risk "
+                    f"{p['risk']} ({'; '.join(p['risk_reasons'])})\nby {p['proposed_by']}: "
+                    f"{p['summary']}\n{p['diff']}"
+                ),
+            )
+        elif args.proposal_command == "apply":
+            version = proposals.apply(conn, args.id, _actor(args))
+            print(f"applied proposal #{args.id}: version {version}")
+        else:
+            approve = args.proposal_command == "approve"
+            proposals.review(conn, args.id, approve, _actor(args), args.note)
+            print(f"{'approved' if approve else 'rejected'} proposal #{args.id}")
+    return 0
+
+
 def cmd_schedule_list(args: argparse.Namespace) -> int:
     from .schedules import schedule_list
 
@@ -860,6 +894,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp = tp.add_parser("list", help="list tokens (never their values)")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(fn=cmd_token)
+    pp = sub.add_parser("proposal", help="proposed workflow changes").add_subparsers(
+        dest="proposal_command", required=True, metavar="COMMAND"
+    )
+    sp = pp.add_parser("list", help="proposals, newest first")
+    sp.add_argument("--workflow")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_proposal)
+    for name, hlp in (
+        ("show", "a proposal with its risk and diff"),
+        ("approve", "approve an open proposal (an approver, not its proposer)"),
+        ("reject", "reject an open proposal, with a note"),
+        ("apply", "apply an approved proposal as a new version (fails if stale)"),
+    ):
+        sp = pp.add_parser(name, help=hlp)
+        sp.add_argument("id", type=int)
+        if name == "show":
+            sp.add_argument("--json", action="store_true", help="print JSON")
+        if name in ("approve", "reject"):
+            sp.add_argument("--note", required=name == "reject")
+        sp.set_defaults(fn=cmd_proposal)
     sp = add("pause", cmd_pause, "refuse new runs (runs in flight go on) until unpause")
     sp.add_argument("--reason", help="said to whoever tries to start a run")
     add("unpause", cmd_pause, "start new runs again")
@@ -875,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from . import api_tokens, commands, gates, recipes, spawn
+        from . import api_tokens, commands, gates, proposals, recipes, spawn
 
         known += (
             LookupError,
@@ -884,6 +938,7 @@ def main(argv: list[str] | None = None) -> int:
             spawn.SpawnError,
             recipes.RecipeError,
             api_tokens.TokenError,
+            proposals.ProposalError,
             ValueError,
         )
         return args.fn(args)

@@ -398,3 +398,60 @@ def resume(
     emit(follower.event("run.resumed"))
     policy = Policy.from_request(request.get("policy"))
     return _follow(conn, run_id, actor, emit, policy, time.monotonic())
+
+
+# -- propose -----------------------------------------------------------------------------------
+_PROPOSAL_ERRORS = {  # proposals.ProposalError kind -> exit code, error type
+    "invalid": (EXIT_INVALID, "invalid_workflow"),
+    "not_found": (EXIT_INVALID, "workflow_not_found"),
+    "stale": (EXIT_CONTRACT, "workflow_hash_mismatch"),
+    "not_allowed": (EXIT_POLICY, "policy_violation"),
+    "refused": (EXIT_POLICY, "policy_violation"),
+}
+
+
+def propose(
+    conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
+) -> tuple[dict[str, Any], int]:
+    """A change to a workflow that takes proposals, proposed for review: never applied here."""
+    from . import proposals
+
+    try:
+        recipe = _recipe_of(request["proposed_workflow"])
+    except RecipeError as err:
+        raise ContractError(
+            EXIT_INVALID, "invalid_workflow", "the proposed workflow is invalid", err.errors
+        ) from None
+    try:
+        row = proposals.propose(
+            conn, request["workflow"], request["base_hash"], recipe, request["summary"], actor
+        )
+    except proposals.ProposalError as err:
+        code, kind = _PROPOSAL_ERRORS[err.kind]
+        raise ContractError(code, kind, str(err)) from None
+    return {
+        "ok": True,
+        "status": "proposal_created",
+        "proposal": {
+            "id": row["id"],
+            "workflow": row["workflow"],
+            "base_hash": _hash(row["base_hash"]),
+            "proposed_hash": _hash(row["proposed_hash"]),
+            "summary": row["summary"],
+            "risk": row["risk"],
+            "risk_reasons": list(row["risk_reasons"]),
+            "diff": row["diff"],
+            "status": row["status"],
+            "expires_at": row["expires_at"].isoformat(),
+        },
+        "error": None,
+    }, EXIT_OK
+
+
+def proposal_error(err: ContractError) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "status": "proposal_failed",
+        "proposal": None,
+        "error": {"type": err.kind, "message": str(err), "details": err.details},
+    }

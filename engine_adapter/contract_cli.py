@@ -35,9 +35,11 @@ def cmd_contract(args: argparse.Namespace) -> int:
         if args.request == "validate":
             return _answer(*contract.validate(request))
         with _conn() as conn:
-            do = contract.run if args.request == "run" else contract.resume
-            return _answer(*do(conn, request, _actor(args), _emit))
+            do = {"run": contract.run, "resume": contract.resume, "propose": contract.propose}
+            return _answer(*do[args.request](conn, request, _actor(args), _emit))
     except contract.ContractError as err:
+        if args.request == "propose":
+            return _answer(contract.proposal_error(err), err.code)
         return _answer(contract.error_envelope(err, run_id), err.code)
     except Exception as err:  # the contract promises an envelope, even for our own bugs
         # Standard error carries NDJSON only: where it happened goes into the envelope.
@@ -48,6 +50,8 @@ def cmd_contract(args: argparse.Namespace) -> int:
             f"{type(err).__name__}: {err}".strip(),
             [f"at {Path(where.filename).name}:{where.lineno} in {where.name}"],
         )
+        if args.request == "propose":
+            return _answer(contract.proposal_error(internal), internal.code)
         return _answer(contract.error_envelope(internal, run_id), internal.code)
 
 
@@ -56,6 +60,7 @@ def add_commands(sub: Any) -> None:
         ("run", "start a run from a JSON request on stdin; print one JSON envelope"),
         ("resume", "decide a paused run's gate with its resume token; print one JSON envelope"),
         ("validate", "check a workflow given in a JSON request on stdin; print one envelope"),
+        ("propose", "propose a change to a workflow (JSON on stdin); print one envelope"),
     ):
         sp = sub.add_parser(name, help=help, description=help + " (see README, Runtime contract)")
         sp.set_defaults(fn=cmd_contract, request=name)

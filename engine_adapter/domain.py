@@ -26,11 +26,18 @@ REPEAT = "repeat"  # the same steps again until a condition holds
 
 BOT_KINDS = (RUN_COMMAND, DISPATCH_TASK)  # done by a bot
 # What a dispatch_task step may let an agent bot call (`tools:`); `finish` is always available.
-AGENT_TOOLS = ("run_command", "read_file", "write_file", "ask_human", "start_workflow")
+AGENT_TOOLS = (
+    "run_command",
+    "read_file",
+    "write_file",
+    "ask_human",
+    "start_workflow",
+    "propose_change",
+)
 # Tools that pause the agent's loop: the bot hands the request to the conductor, which opens a
 # gate or starts runs and waits holding no process, then gives the loop its answer (a new round).
-ASK_HUMAN, START_WORKFLOW = "ask_human", "start_workflow"
-PAUSING_TOOLS = (ASK_HUMAN, START_WORKFLOW)
+ASK_HUMAN, START_WORKFLOW, PROPOSE_CHANGE = "ask_human", "start_workflow", "propose_change"
+PAUSING_TOOLS = (ASK_HUMAN, START_WORKFLOW, PROPOSE_CHANGE)
 # A round of an agent step that ended on a pausing tool: its bot result's status, never a step's.
 PAUSED = "paused"
 SLEEP_KINDS = (SLEEP, SLEEP_UNTIL)

@@ -47,6 +47,7 @@ TOP_KEYS = (
     "outputs",
     "webhooks",
     "notify",
+    "allow_proposals",
 )
 MAX_RETRIES = 10
 MAX_CONCURRENT_RUNS = 10_000
@@ -727,6 +728,7 @@ class Recipe:
     outputs: dict[str, str] | None = None  # the run's outputs: name -> expression, at its end
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
     notify: tuple[NotifyRule, ...] = ()  # who hears of gates and failures (notify_spec.py)
+    allow_proposals: bool = False  # changes may be proposed (proposals.py), never made directly
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted.
@@ -741,6 +743,7 @@ class Recipe:
         if d["catch_up"] == DEFAULT_CATCH_UP:
             d["catch_up"] = None
         d["network"] = None if self.network else False  # the default keeps older hashes
+        d["allow_proposals"] = self.allow_proposals or None
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["notify"] = [n.to_dict() for n in self.notify] or None
@@ -844,6 +847,9 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     network = d.get("network", True)
     if not isinstance(network, bool):
         errors.append(f"network: {_q(network)} must be true (the default) or false (no network)")
+    allow_proposals = d.get("allow_proposals", False)
+    if not isinstance(allow_proposals, bool):
+        errors.append(f"allow_proposals: {_q(allow_proposals)} must be true or false (default)")
     workdir = _opt_str(d, "workdir", errors)
     if workdir is not None and not workdir.startswith("/"):
         errors.append(f"workdir: {_q(workdir)} must be an absolute path")
@@ -907,6 +913,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         outputs=outputs,
         webhooks=webhooks,
         notify=notify,
+        allow_proposals=allow_proposals,
     )
 
 

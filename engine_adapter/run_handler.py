@@ -30,12 +30,13 @@ from . import (
     gates,
     names,
     notifications,
+    proposals,
     run_state,
     thread_entries,
 )
 from .domain import StepResult
 from .recipe_values import parse_duration
-from .recipes import RecipeError, Step, check_wake
+from .recipes import RecipeError, Step, check_wake, load_recipe_text
 from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
 from .settings import QUEUE
@@ -442,6 +443,11 @@ class RunHandler:
             request = done["output"]
             if request["tool"] == domain.ASK_HUMAN:
                 answers[request["call"]] = self.ask_human(step, path, try_no, round_no, request)
+            elif request["tool"] == domain.PROPOSE_CHANGE:
+                answers[request["call"]] = self.ctx.step(
+                    names.checkpoint(names.SPAWN, path, try_no, f"p{round_no}"),
+                    lambda: self.propose_change(step, path, request),
+                )
             else:
                 answers[request["call"]] = self.start_runs(step, path, try_no, round_no, request)
         raise AssertionError("unreachable")
@@ -520,6 +526,42 @@ class RunHandler:
             verb = "approved" if decision["decision"] == domain.APPROVE else "denied"
             said = f"({verb})" + (f" {said}" if said else "")
         return f"{decision.get('actor', 'a person')} answered: {said}"
+
+    def propose_change(self, step: Step, path: str, request: dict[str, Any]) -> str:
+        """The agent's proposed change to this run's workflow, recorded for review (never
+        applied here); what the model reads back."""
+        from .identity import Actor
+
+        run = db.fetch_one(self.conn, "get_run", dict(run_id=self.run_id))
+        slug = run["workflow"]
+        try:
+            recipe = load_recipe_text(request["recipe"], "recipe")
+            row = proposals.propose(
+                self.conn,
+                slug,
+                run["recipe_hash"],
+                recipe,
+                request["summary"],
+                Actor(f"{run['bot']} (agent)", "system"),
+                run_id=self.run_id,
+            )
+        except RecipeError as err:
+            return "error: the proposed recipe is invalid: " + "; ".join(err.errors)
+        except proposals.ProposalError as err:
+            return f"error: {err}"
+        with self.conn.transaction():
+            self.note(
+                f"Step {step.id} proposed a change to workflow {slug}: proposal #{row['id']} "
+                f"(risk {row['risk']}): {row['summary']}",
+                None,
+                f"proposal:{row['id']}",
+                data={"proposal": row["id"], "risk": row["risk"]},
+            )
+        return (
+            f"proposal #{row['id']} recorded (risk {row['risk']}: "
+            f"{'; '.join(row['risk_reasons'])}); a person reviews it, and nothing changes "
+            "until they apply it"
+        )
 
     def start_runs(
         self, step: Step, path: str, try_no: int, round_no: int, request: dict[str, Any]

@@ -144,3 +144,25 @@ def test_the_openapi_document_lists_every_route(api):
     assert status == 200 and doc["openapi"].startswith("3.")
     listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert listed == {(r.method, "/api/v1" + r.path) for r in ROUTES}
+
+
+def test_proposals_through_the_api(db_url, conn, apply, api):
+    apply(GATED + "allow_proposals: true\n")
+    operator = token(db_url, "ci", "operator")
+    approver = token(db_url, "lead", "approver")
+    status, wf, _ = call(api, "GET", "/workflows/gated", operator)
+    changed = GATED.replace("echo shipped", "echo shipped twice") + "allow_proposals: true\n"
+    body = {"base_hash": "sha256:" + wf["hash"], "recipe": changed, "summary": "say it twice"}
+    status, made, _ = call(api, "POST", "/workflows/gated/proposals", operator, body)
+    assert status == 200 and made["risk"] == "high" and made["status"] == "open"
+    pid = made["id"]
+    assert call(api, "POST", f"/proposals/{pid}/approve", operator, {})[0] == 403
+    assert call(api, "POST", f"/proposals/{pid}/apply", operator, {})[0] == 403  # not approved
+    status, _, _ = call(api, "POST", f"/proposals/{pid}/approve", approver, {"note": "ok"})
+    assert status == 200
+    status, done, _ = call(api, "POST", f"/proposals/{pid}/apply", operator, {})
+    assert status == 200 and done["version"] == 2
+    status, shown, _ = call(api, "GET", f"/proposals/{pid}", operator)
+    assert shown["status"] == "applied" and shown["reviewed_by"] == "lead"
+    assert call(api, "GET", "/proposals/x1", operator)[0] == 400
+    assert call(api, "GET", "/proposals/999", operator)[0] == 404

@@ -524,3 +524,34 @@ def test_run_page_shows_the_tree_delivers_an_event_and_reruns_from_a_step(page, 
     assert "rerun of" in page.locator("#tl-related").inner_text()
     # Leaving a live page mid-write is normal: no traceback for it in the console's log.
     assert "WebSocketClosedError" not in (stack.procs.home / "console.log").read_text()
+
+
+def test_proposals_page_shows_the_diff_and_approves_then_applies(page, stack):
+    from engine_adapter import proposals
+    from engine_adapter.recipes import load_recipe_text
+
+    base = "slug: ui-proposed\nallow_proposals: true\nsteps:\n  - id: s\n    run_command: echo a\n"
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, base)
+        current = conn.execute(
+            "select hash from threadline.workflows where slug = 'ui-proposed'"
+        ).fetchone()["hash"]
+        made = proposals.propose(
+            conn,
+            "ui-proposed",
+            current,
+            load_recipe_text(base.replace("echo a", "echo b")),
+            "say b instead",
+            Actor("carol", "api"),
+        )
+        page.goto(stack.base + "/proposals")
+        shown = f".tl-proposal[data-id='{made['id']}']"
+        page.locator(shown, has_text="step s runs a new command").wait_for()
+        assert "+  run_command: echo b" in page.locator(f"{shown} .tl-diff").inner_text()
+        card = page.locator(".tl-gate-card", has=page.locator(shown))
+        card.locator("button:has-text('Approve')").click()
+        page.locator(f".tl-ok:has-text('Approved proposal #{made['id']}')").wait_for()
+        card = page.locator(".tl-gate-card", has=page.locator(shown))
+        card.locator("button:has-text('Apply')").click()
+        page.locator(f".tl-ok:has-text('Applied proposal #{made['id']}: version 2')").wait_for()
+        assert proposals.get(conn, made["id"])["status"] == "applied"

@@ -81,7 +81,7 @@ def test_dispatch_task_tools_are_validated_and_kept():
         load_recipe_text(RECIPE.format(tools="[run_command, ask_god, run_command]"))
     assert info.value.errors == [
         'steps[0].tools[1]: "ask_god" is not a tool (known: run_command, read_file, write_file, '
-        "ask_human, start_workflow)",
+        "ask_human, start_workflow, propose_change)",
         'steps[0].tools[2]: "run_command" is listed twice',
     ]
     with pytest.raises(RecipeError) as info:

@@ -17,9 +17,10 @@ import psycopg
 from absurd_sdk import Absurd
 from psycopg.types.json import Jsonb
 
-from . import db, run_state, schedules
+from . import child_runs, db, run_state, schedules
 from .domain import decision_result
 from .notifier import Notifier
+from .recipe_values import parse_duration
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
 from .workers import Worker
@@ -75,6 +76,7 @@ class Conductor:
             self._last_sweep = now
             self.reconcile()
             self.recover_dead_conductors()
+            self.end_timed_out_runs()
         if now - self._last_readmit >= READMIT_EVERY_S:
             self._last_readmit = now
             self.readmit()
@@ -154,6 +156,21 @@ class Conductor:
             except Exception:
                 log.exception("admission sweep failed for workflow %s", workflow)
         return admitted
+
+    def end_timed_out_runs(self) -> int:
+        """Runs older than their recipe's `timeout` are cancelled, with their child runs."""
+        ended = 0
+        try:
+            for row in db.fetch_all(self.conn, "runs_with_timeout"):
+                limit = parse_duration(row["timeout"])
+                if row["age_s"] < limit:
+                    continue
+                with self.conn.transaction():
+                    why = f"its policy: the run's timeout ({row['timeout']}) passed"
+                    ended += child_runs.cancel_run_tree(self.conn, str(row["run_id"]), why)
+        except Exception:  # nothing may escape the conductor's loop
+            log.exception("run timeout sweep failed")
+        return ended
 
     def tick_schedules(self) -> None:
         """Fire due cron slots on the database clock; a failure is logged and retried next tick."""

@@ -48,7 +48,10 @@ TOP_KEYS = (
     "webhooks",
     "notify",
     "allow_proposals",
+    "timeout",
+    "max_steps",
 )
+MAX_STEPS = 100_000
 MAX_RETRIES = 10
 MAX_CONCURRENT_RUNS = 10_000
 DEFAULT_CATCH_UP = "latest"
@@ -729,6 +732,8 @@ class Recipe:
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
     notify: tuple[NotifyRule, ...] = ()  # who hears of gates and failures (notify_spec.py)
     allow_proposals: bool = False  # changes may be proposed (proposals.py), never made directly
+    timeout_s: float | None = None  # a run still going after this is cancelled (the conductor)
+    max_steps: int | None = None  # a run that would start more step tries is cancelled
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted.
@@ -738,12 +743,13 @@ class Recipe:
         d = {
             k: getattr(self, k)
             for k in TOP_KEYS
-            if k not in ("env", "steps", "outputs", "webhooks", "notify")
+            if k not in ("env", "steps", "outputs", "webhooks", "notify", "timeout")
         }
         if d["catch_up"] == DEFAULT_CATCH_UP:
             d["catch_up"] = None
         d["network"] = None if self.network else False  # the default keeps older hashes
         d["allow_proposals"] = self.allow_proposals or None
+        d["timeout"] = None if self.timeout_s is None else format_duration(self.timeout_s)
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
         d["notify"] = [n.to_dict() for n in self.notify] or None
@@ -847,6 +853,15 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     network = d.get("network", True)
     if not isinstance(network, bool):
         errors.append(f"network: {_q(network)} must be true (the default) or false (no network)")
+    run_timeout = None
+    if "timeout" in d:
+        try:
+            run_timeout = parse_duration(d["timeout"])
+        except ValueError as err:
+            errors.append(f"timeout: {err}")
+    max_steps = d.get("max_steps")
+    if max_steps is not None and (not _is_int(max_steps) or not 1 <= max_steps <= MAX_STEPS):
+        errors.append(f"max_steps: {_q(max_steps)} must be an integer from 1 to {MAX_STEPS}")
     allow_proposals = d.get("allow_proposals", False)
     if not isinstance(allow_proposals, bool):
         errors.append(f"allow_proposals: {_q(allow_proposals)} must be true or false (default)")
@@ -914,6 +929,8 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         webhooks=webhooks,
         notify=notify,
         allow_proposals=allow_proposals,
+        timeout_s=run_timeout,
+        max_steps=max_steps,
     )
 
 

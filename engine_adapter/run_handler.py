@@ -76,6 +76,7 @@ class RunHandler:
         self.loop: dict[str, Any] = dict(inherited.get("loop") or {})
         # Branch results of earlier tries of a group: a retry re-runs only what did not complete.
         self.settled: dict[str, dict[str, dict[str, Any]]] = {}
+        self.tries_started = 0  # leaf step tries so far (a replay counts them again, the same)
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -158,6 +159,13 @@ class RunHandler:
                 return StepResult(domain.COMPLETED, branch, extra={"branch": branch})
             if not decided["value"]:
                 return StepResult(domain.SKIPPED, "", reason=decided["why"])
+        if step.kind not in _BLOCKS:  # a leaf's try: the recipe's max_steps counts them
+            self.tries_started += 1
+            limit = self.recipe.get("max_steps")
+            if limit is not None and self.tries_started > limit:
+                self.end_by_policy(
+                    path, try_no, f"it would start more than {limit} step tries (max_steps)"
+                )
         if step.kind in domain.BOT_KINDS:
             return self.bot_step(step, path, try_no)
         if step.kind in domain.SLEEP_KINDS:
@@ -920,6 +928,22 @@ class RunHandler:
             db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
             child_runs.cancel_open_children(self.conn, self.run_id, "its parent run was cancelled")
             db.notify(self.conn, self.run_id, "cancelled")
+        raise CancelledTask()
+
+    def end_by_policy(self, path: str, try_no: int, why: str) -> None:
+        """The recipe's limits end the run cancelled, saying which (a retry would meet them
+        again, so it does not park as failed)."""
+
+        def end() -> bool:
+            with self.conn.transaction():
+                self.set_state("cancelled", path, try_no)
+                self.note(f"Run cancelled by its policy: {why}.", None, f"policy:{path}:{try_no}")
+                db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
+                child_runs.cancel_open_children(self.conn, self.run_id, "its parent was cancelled")
+                db.notify(self.conn, self.run_id, "cancelled")
+            return True
+
+        self.ctx.step(names.checkpoint(names.FAILED, path, try_no, "policy"), end)
         raise CancelledTask()
 
     def finish(self, ended: EndRun | None = None) -> bool:

@@ -335,3 +335,9 @@ on conflict (only_row) do update set reason = excluded.reason, paused_by = exclu
 
 -- clear_pause --
 delete from threadline.pause returning paused_at
+
+-- runs_with_timeout --
+-- Unfinished runs whose recipe sets a run timeout, with their age (the conductor's sweep).
+select run_id, recipe ->> 'timeout' as timeout, extract(epoch from now() - created_at) as age_s
+  from threadline.run_threads
+ where state not in ('completed', 'failed', 'cancelled') and recipe ? 'timeout'

@@ -1,0 +1,65 @@
+"""A recipe's run policy: `timeout` cancels a run that goes on too long (with its child runs),
+`max_steps` one that would start more step tries (a loop that never ends)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_adapter import harness
+from engine_adapter.recipes import RecipeError
+from engine_adapter.spawn import spawn
+
+
+def test_a_run_past_its_timeout_is_cancelled_with_its_children(conn, apply, procs):
+    apply("""
+slug: slow
+timeout: 2s
+steps:
+  - id: fan
+    parallel:
+      a: [{id: a1, run_command: sleep 60}]
+      b: [{id: b1, run_command: sleep 60}]
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "slow").run_id
+    view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=30)
+    assert view["thread"][-1]["text"] == (
+        "Run cancelled: its policy: the run's timeout (2s) passed."
+    )
+    children = conn.execute(
+        "select state from threadline.run_threads where parent_run_id = %s", (run_id,)
+    ).fetchall()
+    assert [c["state"] for c in children] == ["cancelled", "cancelled"]
+
+
+def test_max_steps_ends_a_loop_that_never_ends(conn, apply, procs):
+    apply("""
+slug: forever
+max_steps: 5
+steps:
+  - id: again
+    repeat:
+      - id: tick
+        run_command: echo tick
+    until: "false"
+    max_iterations: 1000
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "forever").run_id
+    view = harness.wait_for_state(procs.url, run_id, "cancelled", timeout=60)
+    assert "Run cancelled by its policy: it would start more than 5 step tries (max_steps)." in [
+        e["text"] for e in view["thread"]
+    ]
+    ticks = conn.execute(
+        "select count(*) as n from threadline.step_claims where run_id = %s", (run_id,)
+    ).fetchone()["n"]
+    assert ticks == 5
+
+
+def test_run_policy_fields_are_checked(apply):
+    with pytest.raises(RecipeError) as info:
+        apply("slug: bad\ntimeout: soon\nmax_steps: 0\nsteps: [{id: s, run_command: 'true'}]\n")
+    assert info.value.errors[0].startswith("timeout: ")
+    assert info.value.errors[1] == "max_steps: 0 must be an integer from 1 to 100000"

@@ -21,6 +21,7 @@ import psycopg
 
 from . import agent_loop, agent_tools, db, names, run_state, thread_entries
 from .agent_journal import ThreadJournal
+from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
 from .domain import COMPLETED, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
@@ -34,7 +35,6 @@ LEASE_S = 30
 DEFAULT_TIMEOUT_S = 600.0
 MAX_BACKOFF_S = 60.0
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
-AGENT_ENV = "THREADLINE_AGENT_CMD"
 _CONTENDED = object()
 
 
@@ -47,13 +47,6 @@ class Claim:
     bot: str
     text: str
     instruction: Instruction
-
-
-def agent_command(bot: str) -> str | None:
-    """The external agent backend of a bot: THREADLINE_AGENT_CMD_<BOT>, else
-    THREADLINE_AGENT_CMD."""
-    specific = f"{AGENT_ENV}_{bot.upper().replace('-', '_')}"
-    return os.environ.get(specific) or os.environ.get(AGENT_ENV)
 
 
 class BotSlot:
@@ -192,10 +185,10 @@ class BotSlot:
                     claim,
                     "failed",
                     (
-                        f"bot {claim.bot!r} has no agent backend: set {AGENT_ENV}_"
-                        f"{claim.bot.upper().replace('-', '_')} (or {AGENT_ENV}) to a command "
-                        "that reads "
-                        f"the instruction on stdin and writes its reply on stdout"
+                        f"bot {claim.bot!r} has no model and no command: configure it as an "
+                        "agent bot (`threadline bot apply bots.yaml`, README: Agent bots), or "
+                        f"set {command_env_name(claim.bot)} (or {AGENT_ENV}) to a command that "
+                        "reads the instruction on stdin and writes its reply on stdout"
                     ),
                     None,
                 )

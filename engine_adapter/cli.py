@@ -615,6 +615,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
 
 def cmd_health(args: argparse.Namespace) -> int:
+    from .bot_backends import missing_line
     from .read_model import health
 
     with _conn() as conn:
@@ -636,6 +637,8 @@ def cmd_health(args: argparse.Namespace) -> int:
             )
         if v["paused"]:
             lines.append(f"PAUSED: {v['paused']}")
+        if missing := missing_line(v["bots_without_backend"]):
+            lines.append(missing)
         return "\n".join(lines)
 
     _print(args, h, text)

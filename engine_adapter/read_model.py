@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from . import db, gates, pause, step_tree
+from .bot_backends import bots_without_backend
 from .domain import FINISHED
 from .thread_entries import RunNotFound
 from .workers import list_workers
@@ -180,6 +181,9 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "runnable_unclaimed": counts["runnable_unclaimed"],
         "instructions_waiting": counts["instructions_waiting"],
         "paused": pause.describe(switch) if (switch := pause.state(conn)) else None,
+        # From this process's environment: where the bots process runs elsewhere, its own may
+        # hold a command backend this one does not.
+        "bots_without_backend": bots_without_backend(conn),
     }
 
 

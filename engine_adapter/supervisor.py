@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import db, schema
+from .bot_backends import bots_without_backend, missing_line
 from .recipes import load_recipe_file
 from .roles import ensure_logins
 from .sandbox import SandboxError, detect
@@ -151,6 +152,10 @@ def up(
         log.info("example workflows installed: %s", ", ".join(examples))
     # Playground: the console offers to SIGKILL the conductor, since `up` restarts it.
     env = dict(os.environ, THREADLINE_PLAYGROUND="1")
+    with db.connect(url) as conn:  # the bots process gets env: its backends are these
+        missing = missing_line(bots_without_backend(conn, env))
+    if missing:
+        log.warning("%s", missing)
     me = [sys.executable, "-m", "engine_adapter.cli"]
     children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
     if console:

@@ -61,3 +61,10 @@ select coalesce(sum((data -> 'usage' ->> 'in')::bigint + (data -> 'usage' ->> 'o
          as used
   from threadline.thread_entries
  where run_id = %(run_id)s and kind = 'agent.assistant'
+
+-- bots_of_agent_steps --
+-- The bots that enabled workflows' dispatch_task steps go to (nested steps included).
+select distinct w.bot
+  from threadline.workflows w
+ where w.enabled
+   and jsonb_path_exists(w.recipe, 'strict $.**.dispatch_task')

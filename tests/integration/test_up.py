@@ -57,6 +57,14 @@ def test_up_runs_everything_and_restarts_what_dies(tmp_path):
         assert oct((home / "credentials.json").stat().st_mode & 0o777) == "0o600"
         assert oct(home.stat().st_mode & 0o777) == "0o700"  # it was made 0755 above
         assert f"steps run {detect().describe()}" in (home / "up.log").read_text()
+        # The examples' agent steps have no model yet: `up` and `health` say so, in one line.
+        said = [
+            line
+            for line in (home / "up.log").read_text().splitlines()
+            if "agents: bots investigator, shell have no model" in line
+        ]
+        assert len(said) == 1 and "threadline bot apply" in said[0]
+        assert "agents: bots investigator, shell have no model" in threadline(home, "health").stdout
         assert set(creds["roles"]) == {"conductor", "bots", "console", "hooks", "viewer"}
         assert (
             "hello" in threadline(home, "recipe", "list").stdout

@@ -16,6 +16,8 @@ from panel.viewable import Viewer
 
 from engine_adapter.names import short_run_id
 from engine_adapter import read_model
+from engine_adapter.bot_backends import bots_without_backend
+from engine_adapter.bot_config import list_bots
 
 from . import access, data, state
 from .live import Change
@@ -47,6 +49,37 @@ def unsandboxed_warning(workers: list[dict[str, Any]]) -> str:
     )
 
 
+def no_backend_html(missing: list[str]) -> str:
+    """Bots that agent steps go to with neither a model nor a command (as this process's
+    environment sees commands; a bots process elsewhere may have its own)."""
+    if not missing:
+        return ""
+    names = ", ".join(f"<code>{html.escape(b)}</code>" for b in missing)
+    return (
+        f'<div class="tl-error" id="tl-no-backend">No model or command for {names}: their '
+        "dispatch_task steps fail until one is set. <code>threadline bot apply bots.yaml</code> "
+        "(README: Agent bots), or THREADLINE_AGENT_CMD_&lt;BOT&gt; for the bots process.</div>"
+    )
+
+
+def agents_frame(agents: list[dict[str, Any]]) -> pd.DataFrame:
+    """The agent bots as configured now (a run keeps the settings it was spawned with)."""
+    return pd.DataFrame(
+        [
+            {
+                "bot": a["name"],
+                "model": a["model"],
+                "endpoint": a["base_url"],
+                "key from": a["api_key_env"] or "(none)",
+                "max turns": str(a["max_turns"]),
+                "token budget": str(a["max_tokens_per_run"] or "none"),
+            }
+            for a in agents
+        ],
+        columns=["bot", "model", "endpoint", "key from", "max turns", "token budget"],
+    )
+
+
 class ConductorsPage(Viewer):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -73,6 +106,15 @@ class ConductorsPage(Viewer):
             disabled=access.refusal(access.current_session(), "kill", access.OPERATE) is not None,
         )
         self.kill.on_click(lambda _e: self._kill())
+        self.agents = pn.widgets.Tabulator(
+            pd.DataFrame(),
+            disabled=True,
+            show_index=False,
+            selectable=False,
+            sizing_mode="stretch_width",
+            name="agents",
+        )
+        self.no_backend = html_pane("")
         self.feedback = html_pane("")
         self.sandbox = html_pane("")
         self._dirty, self._loaded_at = False, 0.0
@@ -95,6 +137,9 @@ class ConductorsPage(Viewer):
             self.workers,
             pn.pane.Markdown("### Runnable runs no conductor has taken"),
             self.unclaimed,
+            pn.pane.Markdown("### Agent bots"),
+            self.no_backend,
+            self.agents,
             sizing_mode="stretch_width",
         )
 
@@ -103,6 +148,10 @@ class ConductorsPage(Viewer):
         with data.connection() as conn:
             workers = read_model.workers_overview(conn)
             unclaimed = read_model.runnable_unclaimed(conn)
+            agents = list_bots(conn)
+            missing = bots_without_backend(conn)
+        self.no_backend.object = no_backend_html(missing)
+        patch_table(self.agents, agents_frame(agents))
         patch_table(
             self.workers,
             pd.DataFrame(

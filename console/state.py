@@ -145,6 +145,14 @@ def related_runs_html(run: RunView) -> str:
     return '<div class="tl-muted" id="tl-related">' + " · ".join(parts) + "</div>" if parts else ""
 
 
+def tokens_text(tokens: dict[str, Any]) -> str:
+    """An agent step's tokens (and cost, where its model has a price) in a few words."""
+    text = f"{tokens.get('in', 0):,} tokens in, {tokens.get('out', 0):,} out"
+    if tokens.get("cost_usd") is not None:
+        text += f" · ${tokens['cost_usd']:.4f}"
+    return text
+
+
 def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> list[dict[str, Any]]:
     """One row per step: status (with a countdown while sleeping), attempts, duration, output
     preview; the step a link pointed at is marked ▶."""
@@ -163,6 +171,8 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
             detail = f"run {short_run_id(step['run_id'])}"
         elif step.get("winner"):
             detail = "finished first"
+        if step.get("tokens"):  # an agent step's model use
+            detail = " · ".join(d for d in (detail, tokens_text(step["tokens"])) if d)
         output = step.get("output")
         preview = "" if output is None else as_text(output).strip().splitlines()[-1:] or [""]
         indent = "\u2003" * depth  # em spaces: nesting reads as indentation in any font

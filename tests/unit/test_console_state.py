@@ -333,3 +333,48 @@ def test_charts_say_so_when_empty_and_keep_their_window_with_one_bucket():
     assert tuple(one.layout.xaxis.range) == (window["since"], until)  # days, not 23:59:59.9996
     assert one.data[0].width == 86400 * 1000 * 0.9 and one.layout.yaxis.tickformat == "d"
     assert not failures_figure([{"workflow": "w", "step": "s", "runs": 2}]).layout.annotations
+
+
+PRICED = {"in": 1, "out": 2, "cost_usd": 0.5}
+
+
+def test_an_agent_steps_tokens_and_cost_show_in_its_stepper_row():
+    run = run_with(
+        [
+            step("think", "dispatch_task", "completed", tokens={"in": 12345, "out": 678}),
+            step("priced", "dispatch_task", "completed", tokens=PRICED),
+        ]
+    )
+    rows = state.stepper_rows(run, NOW)
+    assert rows[0]["detail"] == "12,345 tokens in, 678 out"
+    assert rows[1]["detail"] == "1 tokens in, 2 out · $0.5000"
+
+
+def test_the_conductors_page_names_bots_with_no_backend():
+    from console.conductors_page import agents_frame, no_backend_html
+
+    assert no_backend_html([]) == ""
+    said = no_backend_html(["shell", "<x>"])
+    assert "<code>shell</code>" in said and "&lt;x&gt;" in said and "bot apply" in said
+    frame = agents_frame(
+        [
+            {
+                "name": "helper",
+                "model": "m",
+                "base_url": "http://h/v1",
+                "api_key_env": "OPENAI_API_KEY",
+                "max_turns": 20,
+                "max_tokens_per_run": None,
+            }
+        ]
+    )
+    assert frame.to_dict("records") == [
+        {
+            "bot": "helper",
+            "model": "m",
+            "endpoint": "http://h/v1",
+            "key from": "OPENAI_API_KEY",
+            "max turns": "20",
+            "token budget": "none",
+        }
+    ]

@@ -1,4 +1,5 @@
-"""The runs page's charts: runs over time by outcome, step duration by workflow, failures."""
+"""The runs page's charts: runs over time by outcome, step duration by workflow, failures, and
+agent tokens (and cost) by workflow."""
 
 from __future__ import annotations
 
@@ -110,16 +111,37 @@ def failures_figure(rows: list[dict]) -> go.Figure:
     return _layout(fig, title)
 
 
+def agent_use_figure(rows: list[dict]) -> go.Figure:
+    """Agent model tokens by workflow, in and out; the title says the cost where priced."""
+    title = "Agent tokens by workflow"
+    if not rows:
+        return _empty(go.Figure(), title, "No agent turns in this window yet")
+    frame = pd.DataFrame(rows, columns=["workflow", "tokens_in", "tokens_out", "cost_usd"])
+    fig = go.Figure(
+        [
+            go.Bar(y=frame["workflow"], x=frame[column], name=name, orientation="h")
+            for column, name in (("tokens_in", "in"), ("tokens_out", "out"))
+        ]
+    )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title="tokens", rangemode="tozero", tickformat="d")
+    costs = frame["cost_usd"].dropna()
+    if len(costs):
+        title += f" · ${costs.sum():.4f} priced"
+    return _layout(fig, title)
+
+
 class RunCharts:
     def __init__(self) -> None:
         self.over_time = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
         self.durations = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
         self.failures = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
+        self.agent_use = pn.pane.Plotly(go.Figure(), sizing_mode="stretch_width")
 
     def panel(self) -> pn.viewable.Viewable:
         return pn.Card(
             pn.Row(self.over_time, self.durations, sizing_mode="stretch_width"),
-            self.failures,
+            pn.Row(self.failures, self.agent_use, sizing_mode="stretch_width"),
             title="Charts",
             collapsed=False,
             sizing_mode="stretch_width",
@@ -131,3 +153,4 @@ class RunCharts:
         self.over_time.object = over_time_figure(found["over_time"], found["window"])
         self.durations.object = durations_figure(found["durations"])
         self.failures.object = failures_figure(found["failures"])
+        self.agent_use.object = agent_use_figure(found["agent_use"])

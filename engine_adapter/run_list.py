@@ -201,4 +201,5 @@ def chart_data(
         "over_time": db.fetch_all(conn, "runs_over_time", common | {"bucket": bucket}),
         "durations": db.fetch_all(conn, "step_durations", common | {"limit": 5000}),
         "failures": db.fetch_all(conn, "failures_by_step", common),
+        "agent_use": db.fetch_all(conn, "agent_use_by_workflow", common),
     }

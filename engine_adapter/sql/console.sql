@@ -60,6 +60,20 @@ select workflow, coalesce(current_step, '(before any step)') as step, count(*)::
  order by 3 desc
  limit 20
 
+-- agent_use_by_workflow --
+-- Model tokens (and cost, where priced) of agent turns since a moment, by workflow.
+select r.workflow,
+       sum((e.data -> 'usage' ->> 'in')::bigint)::bigint as tokens_in,
+       sum((e.data -> 'usage' ->> 'out')::bigint)::bigint as tokens_out,
+       sum((e.data -> 'usage' ->> 'cost_usd')::float8) as cost_usd
+  from threadline.thread_entries e
+  join threadline.run_threads r using (run_id)
+ where e.kind = 'agent.assistant' and e.created_at >= %(since)s
+   and (%(workflow)s::text is null or r.workflow = %(workflow)s)
+ group by 1
+ order by 2 desc
+ limit 20
+
 -- open_gates --
 -- Every run waiting at a human gate, oldest first, with its question and deadline.
 select r.run_id, r.workflow, r.current_step as step, r.await_key as gate_key, r.updated_at as waiting_since,

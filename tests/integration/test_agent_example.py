@@ -43,3 +43,12 @@ def test_the_shipped_agent_example_runs_end_to_end(conn, procs, tmp_path):
     assert [s["status"] for s in view["steps"]] == ["failed", "completed", "completed"]
     assert "never created" in view["steps"][2]["output"]
     assert len(model.requests) == 3
+    # The runs page's chart of agent use, by workflow: three turns of 10 in, 5 out.
+    from console.charts import agent_use_figure
+    from engine_adapter.run_list import RunFilters, chart_data
+
+    use = chart_data(conn, RunFilters())["agent_use"]
+    assert use == [
+        {"workflow": "agent-triage", "tokens_in": 30, "tokens_out": 15, "cost_usd": None}
+    ]
+    assert agent_use_figure(use).layout.title.text == "Agent tokens by workflow"

@@ -40,7 +40,7 @@ class Outcome:
     status: str  # completed | failed | paused
     output: Any  # the final text, or finish's JSON; why it failed; a paused call's request
     reason: str | None = None
-    tokens: dict[str, int] | None = None  # this step's, over all its turns: {"in", "out"}
+    tokens: dict[str, Any] | None = None  # this step's, over all its turns: in, out, cost_usd
 
 
 class Journal(Protocol):
@@ -140,10 +140,9 @@ class AgentLoop:
         turn, last, answered = 0, None, 0
         self.seen = 0  # the last person's message delivered to the model (its thread seq)
         people = self.journal.human_messages(0)
-        self.tokens = {"in": 0, "out": 0}
+        self.tokens: dict[str, Any] = {"in": 0, "out": 0}
         for data in self.journal.load():  # resume where the last attempt's journal stops
-            for k in self.tokens:
-                self.tokens[k] += (data.get("usage") or {}).get(k, 0)
+            self.add_usage(data.get("usage") or {})
             if data["message"]["role"] == "assistant":
                 messages += [_from_person(m) for m in people if m["seq"] <= data.get("seen", 0)]
                 people = [m for m in people if m["seq"] > data.get("seen", 0)]
@@ -157,6 +156,13 @@ class AgentLoop:
             return self.with_tokens(self.loop(messages, turn, last, answered))
         except AgentFailed as err:
             return self.with_tokens(Outcome(FAILED, str(err), str(err)))
+
+    def add_usage(self, usage: dict[str, Any]) -> None:
+        """A turn's tokens (and cost, where priced) into the step's totals."""
+        for k in ("in", "out"):
+            self.tokens[k] += usage.get(k, 0)
+        if usage.get("cost_usd") is not None:
+            self.tokens["cost_usd"] = round(self.tokens.get("cost_usd", 0) + usage["cost_usd"], 8)
 
     def with_tokens(self, outcome: Outcome) -> Outcome:
         return Outcome(outcome.status, outcome.output, outcome.reason, dict(self.tokens))
@@ -219,17 +225,20 @@ class AgentLoop:
         if not response.choices:
             raise AgentFailed(f"the model answered turn {turn} with no choices")
         message = _assistant_message(response.choices[0].message)
-        usage = {
+        usage: dict[str, Any] = {
             "in": getattr(response.usage, "prompt_tokens", 0) or 0,
             "out": getattr(response.usage, "completion_tokens", 0) or 0,
         }
-        for k in self.tokens:
-            self.tokens[k] += usage[k]
+        cost = self.config.cost_usd(usage["in"], usage["out"])
+        if cost is not None:
+            usage["cost_usd"] = cost
+        self.add_usage(usage)
         names = [c.name for c in _calls(message)]
         text = message["content"] or ""
         if names:
             text = (text + "\n" if text else "") + "calls " + ", ".join(names)
-        text += f"\n[tokens: {usage['in']} in, {usage['out']} out]"
+        text += f"\n[tokens: {usage['in']} in, {usage['out']} out"
+        text += f" · ${cost:.6f}]" if cost is not None else "]"
         self.record(ASSISTANT, text, f"{turn}:assistant", turn, message, self.seen, usage)
         messages.append(message)
         crash_point("agent_after_model")

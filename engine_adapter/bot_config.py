@@ -53,6 +53,15 @@ class BotConfig:
     api_key_env: str | None = None
     max_turns: int = DEFAULT_MAX_TURNS
     max_tokens_per_run: int | None = None  # a run's budget, over all its agent steps
+    # Its model's price when the run was spawned (threadline.model_prices), USD per million
+    # tokens in and out; None: not priced, and no cost is made up.
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def cost_usd(self, tokens_in: int, tokens_out: int) -> float | None:
+        if self.price_in is None or self.price_out is None:
+            return None
+        return round((tokens_in * self.price_in + tokens_out * self.price_out) / 1e6, 8)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,3 +175,30 @@ def snapshot(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
     """What a run spawned now keeps of bot `name`: its settings, or None when it has none."""
     row = db.fetch_one(conn, "bot_snapshot", dict(name=name))
     return BotConfig.from_dict(row).to_dict() if row else None
+
+
+MAX_PRICE = 10_000.0  # USD per million tokens: far above any model's, below a typo's
+
+
+def set_price(
+    conn: psycopg.Connection[Any], model: str, input_usd: float, output_usd: float
+) -> None:
+    """A model's price, USD per million tokens in and out; runs spawned from now on keep it."""
+    if not model.strip() or len(model) > 200:
+        raise RecipeError([f"model: {quote(model)} must be 1 to 200 characters"])
+    for name, value in (("--input", input_usd), ("--output", output_usd)):
+        if not math.isfinite(value) or not 0 <= value <= MAX_PRICE:
+            raise RecipeError(
+                [f"{name}: {value} must be USD per million tokens, from 0 to {MAX_PRICE:g}"]
+            )
+    with conn.transaction():
+        conn.execute(db.q("set_model_price"), dict(model=model, input=input_usd, output=output_usd))
+
+
+def list_prices(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    return db.fetch_all(conn, "list_model_prices")
+
+
+def remove_price(conn: psycopg.Connection[Any], model: str) -> bool:
+    with conn.transaction():
+        return db.fetch_one(conn, "remove_model_price", dict(model=model)) is not None

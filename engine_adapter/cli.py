@@ -404,6 +404,29 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_price(args: argparse.Namespace) -> int:
+    from . import bot_config
+
+    with _conn() as conn:
+        if args.price_command == "set":
+            bot_config.set_price(conn, args.model, args.input, args.output)
+            print(
+                f"{args.model}: ${args.input:g} in, ${args.output:g} out per million tokens "
+                "(runs spawned from now on)"
+            )
+        elif args.price_command == "remove":
+            removed = bot_config.remove_price(conn, args.model)
+            print(f"{args.model}: {'removed' if removed else 'had no price'}")
+        else:
+            _print_rows(
+                args,
+                bot_config.list_prices(conn),
+                lambda p: f"{p['model']:<30} ${p['input']:g} in, ${p['output']:g} out per 1M",
+                "no model prices (threadline price set MODEL --input USD --output USD)",
+            )
+    return 0
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from . import api_tokens
 
@@ -882,6 +905,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--payload", help="JSON object (default: the original run's payload)")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     add("health", cmd_health, "conductor and bot liveness; exit 0 only when ok", json_flag=True)
+    mp = sub.add_parser("price", help="what models cost (per million tokens)").add_subparsers(
+        dest="price_command", required=True, metavar="COMMAND"
+    )
+    sp = mp.add_parser("set", help="set MODEL's price in USD per million tokens")
+    sp.add_argument("model")
+    sp.add_argument("--input", type=float, required=True, help="USD per million tokens in")
+    sp.add_argument("--output", type=float, required=True, help="USD per million tokens out")
+    sp.set_defaults(fn=cmd_price)
+    sp = mp.add_parser("remove", help="forget MODEL's price")
+    sp.add_argument("model")
+    sp.set_defaults(fn=cmd_price)
+    sp = mp.add_parser("list", help="list model prices")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_price)
     tp = sub.add_parser("token", help="bearer tokens of the HTTP API").add_subparsers(
         dest="token_command", required=True, metavar="COMMAND"
     )

@@ -77,6 +77,8 @@ class RunView:
     outputs: dict[str, Any]  # the run's declared outputs, once it completed
     parent: dict[str, Any] | None  # a child run's place in its parent
     thread: list[Entry] = field(default_factory=list)
+    # Its agent steps' model use: tokens in and out, cost_usd (None: not priced), turns.
+    agent_use: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         def value(v: Any) -> Any:
@@ -111,7 +113,13 @@ def run_view(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
         outputs=(run["outputs"] or {}).get("declared") or {},
         parent=run["parent"],
         thread=[Entry(**{f.name: e[f.name] for f in fields(Entry)}) for e in entries],
+        agent_use=_agent_use(conn, run_id),
     )
+
+
+def _agent_use(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
+    use = db.fetch_one(conn, "run_agent_use", dict(run_id=run_id))
+    return dict(use) if use and use["turns"] else None
 
 
 def show_run(

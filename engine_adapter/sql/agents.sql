@@ -17,10 +17,14 @@ select name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
   from threadline.bots order by name
 
 -- bot_snapshot --
--- What a new run keeps of its bot's settings (never the key, only its variable's name).
-select name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
-       max_tokens_per_run
-  from threadline.bots where name = %(name)s
+-- What a new run keeps of its bot's settings (never the key, only its variable's name), with its
+-- model's price as it is now.
+select b.name, b.base_url, b.model, b.temperature, b.max_tokens, b.api_key_env, b.max_turns,
+       b.max_tokens_per_run, p.input_per_mtok::float8 as price_in,
+       p.output_per_mtok::float8 as price_out
+  from threadline.bots b
+  left join threadline.model_prices p on p.model = b.model
+ where b.name = %(name)s
 
 -- set_run_agent --
 -- The run's snapshot of its agent bot, written once at spawn.
@@ -68,3 +72,26 @@ select distinct w.bot
   from threadline.workflows w
  where w.enabled
    and jsonb_path_exists(w.recipe, 'strict $.**.dispatch_task')
+
+-- set_model_price --
+insert into threadline.model_prices (model, input_per_mtok, output_per_mtok)
+values (%(model)s, %(input)s, %(output)s)
+on conflict (model) do update
+   set input_per_mtok = excluded.input_per_mtok, output_per_mtok = excluded.output_per_mtok,
+       updated_at = now()
+
+-- list_model_prices --
+select model, input_per_mtok::float8 as input, output_per_mtok::float8 as output, updated_at
+  from threadline.model_prices order by model
+
+-- remove_model_price --
+delete from threadline.model_prices where model = %(model)s returning model
+
+-- run_agent_use --
+-- A run's agent turns: tokens in and out, and cost where its model was priced.
+select coalesce(sum((data -> 'usage' ->> 'in')::bigint), 0)::bigint as "in",
+       coalesce(sum((data -> 'usage' ->> 'out')::bigint), 0)::bigint as "out",
+       sum((data -> 'usage' ->> 'cost_usd')::float8) as cost_usd,
+       count(*)::int as turns
+  from threadline.thread_entries
+ where run_id = %(run_id)s and kind = 'agent.assistant'

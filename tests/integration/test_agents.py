@@ -296,3 +296,29 @@ def test_a_bots_model_key_never_reaches_a_step(conn, apply, procs, workdir):
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     assert "sk-do-not-leak" not in view["steps"][0]["output"]
     assert "THREADLINE_STEP_KEY=" in view["steps"][0]["output"]
+
+
+def test_a_priced_model_costs_per_turn_step_and_run_and_a_spawned_run_keeps_its_price(
+    conn, apply, procs, workdir, db_url
+):
+    """`threadline price set` prices a model; a run keeps the price it was spawned with."""
+    script = [answer(None, tool_call("c1", "run_command", {"command": "true"})), answer("done")]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        priced = harness.run_cli(db_url, "price", "set", "m", "--input", "2", "--output", "10")
+        assert priced.returncode == 0, priced.stderr
+        procs.start("conductor")
+        run_id = spawn(conn, "agent").run_id  # spawned at $2 / $10 per million
+        repriced = harness.run_cli(db_url, "price", "set", "m", "--input", "1000", "--output", "0")
+        assert repriced.returncode == 0
+        procs.start("bots")
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    turn = (10 * 2 + 5 * 10) / 1e6  # the scripted server's 10 tokens in, 5 out per turn
+    assert view["steps"][0]["tokens"] == {"in": 20, "out": 10, "cost_usd": round(2 * turn, 8)}
+    assert view["agent_use"] == {"in": 20, "out": 10, "cost_usd": 2 * turn, "turns": 2}
+    texts = [e["text"] for e in view["thread"] if e["kind"] == "agent.assistant"]
+    assert texts[0].endswith(f"[tokens: 10 in, 5 out · ${turn:.6f}]")
+    listed = harness.run_cli(db_url, "price", "list").stdout
+    assert "$1000 in, $0 out per 1M" in listed
+    bad = harness.run_cli(db_url, "price", "set", "m", "--input", "-1", "--output", "1")
+    assert bad.returncode == 2 and "--input: -1.0 must be USD per million tokens" in bad.stderr

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Protocol
 
@@ -41,6 +41,10 @@ class Outcome:
     output: Any  # the final text, or finish's JSON; why it failed; a paused call's request
     reason: str | None = None
     tokens: dict[str, Any] | None = None  # this step's, over all its turns: in, out, cost_usd
+    # Whether the step's retries may try again: not for a failure the same conversation meets
+    # again (max_turns, the budget, a refusal); a model still unreachable after the client's
+    # retries may answer later.
+    retryable: bool = False
 
 
 class Journal(Protocol):
@@ -90,6 +94,10 @@ def _client(config: BotConfig, timeout_s: float) -> openai.OpenAI:
 
 class AgentFailed(Exception):
     """The step fails with this reason (a model error, a missing key)."""
+
+    def __init__(self, why: str, retryable: bool = False) -> None:
+        super().__init__(why)
+        self.retryable = retryable
 
 
 def _assistant_message(msg: Any) -> dict[str, Any]:
@@ -155,7 +163,7 @@ class AgentLoop:
         try:
             return self.with_tokens(self.loop(messages, turn, last, answered))
         except AgentFailed as err:
-            return self.with_tokens(Outcome(FAILED, str(err), str(err)))
+            return self.with_tokens(Outcome(FAILED, str(err), str(err), retryable=err.retryable))
 
     def add_usage(self, usage: dict[str, Any]) -> None:
         """A turn's tokens (and cost, where priced) into the step's totals."""
@@ -165,7 +173,7 @@ class AgentLoop:
             self.tokens["cost_usd"] = round(self.tokens.get("cost_usd", 0) + usage["cost_usd"], 8)
 
     def with_tokens(self, outcome: Outcome) -> Outcome:
-        return Outcome(outcome.status, outcome.output, outcome.reason, dict(self.tokens))
+        return replace(outcome, tokens=dict(self.tokens))
 
     def loop(
         self, messages: list[dict[str, Any]], turn: int, last: dict[str, Any] | None, answered: int
@@ -219,7 +227,7 @@ class AgentLoop:
                 f"the model refused turn {turn} ({err.status_code}): {_error_message(err)}"
             ) from None
         except openai.OpenAIError as err:  # still failing after the client's retries
-            raise AgentFailed(f"the model call of turn {turn} failed: {err}") from None
+            raise AgentFailed(f"the model call of turn {turn} failed: {err}", True) from None
         if not self.still_current():  # cancelled, or superseded while the model thought
             raise Stopped
         if not response.choices:

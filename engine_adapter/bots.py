@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -272,6 +272,13 @@ class BotSlot:
                 self.close_claim(claim, "cancelled")
             log.info("agent loop of attempt %s of %s stopped", claim.attempt, claim.step_key)
             return
+        if outcome.status == "failed" and not outcome.retryable:
+            if claim.failures < claim.instruction.retries:
+                outcome = replace(
+                    outcome,
+                    reason=f"{outcome.reason} (not retried: the same conversation would end the "
+                    "same way; `threadline retry` starts the step afresh)",
+                )
         self.report(
             claim,
             outcome.status,
@@ -281,6 +288,7 @@ class BotSlot:
             reason=outcome.reason,
             duration_s=time.monotonic() - started,
             tokens=outcome.tokens,
+            retry=outcome.retryable,
         )
 
     @contextmanager
@@ -384,7 +392,8 @@ class BotSlot:
         value: Any = None,
         reason: str | None = None,
         duration_s: float = 0.0,
-        tokens: dict[str, int] | None = None,
+        tokens: dict[str, Any] | None = None,
+        retry: bool = True,
     ) -> None:
         """Reply, terminal signal and done event in one transaction, fenced by the attempt.
         `value`: the step's output when it is not the reply's text (an agent's finish JSON)."""
@@ -408,7 +417,7 @@ class BotSlot:
                 self.finish(claim, "cancelled", None)
                 return
             exit_code = result.exit_code if result else None
-            if status == "failed" and claim.failures < retries:
+            if status == "failed" and retry and claim.failures < retries:
                 backoff = min(2.0**claim.failures, MAX_BACKOFF_S)
                 self.finish(claim, "failed", backoff)
                 thread_entries.append(

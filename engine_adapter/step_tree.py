@@ -171,6 +171,7 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
             status=result.get("status", domain.COMPLETED),
             output=result.get("output"),
             exit_code=result.get("exit_code"),
+            reason=result.get("reason"),
         )
         if result.get("tokens"):
             node["tokens"] = result["tokens"]

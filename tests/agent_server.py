@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +25,11 @@ def answer(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]
     if calls:
         message["tool_calls"] = list(calls)
     return message
+
+
+def slow(message: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A scripted answer the server sends only after `seconds` (a client may time out first)."""
+    return {**message, "_delay": seconds}
 
 
 def http_error(status: int, message: str, retry_after: float | None = None) -> dict[str, Any]:
@@ -67,6 +73,9 @@ class ScriptedModel:
             if n > len(self.script):
                 return 500, {"error": {"message": f"script has no answer for request {n}"}}
             message = self.script[n - 1]
+        if "_delay" in message:  # outside the lock: a retry meanwhile is answered at once
+            time.sleep(message["_delay"])
+            message = {k: v for k, v in message.items() if k != "_delay"}
         if "_status" in message:
             return message["_status"], {
                 "error": {"message": message["_message"], "type": "scripted", "code": None}

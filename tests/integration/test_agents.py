@@ -322,3 +322,92 @@ def test_a_priced_model_costs_per_turn_step_and_run_and_a_spawned_run_keeps_its_
     assert "$1000 in, $0 out per 1M" in listed
     bad = harness.run_cli(db_url, "price", "set", "m", "--input", "-1", "--output", "1")
     assert bad.returncode == 2 and "--input: -1.0 must be USD per million tokens" in bad.stderr
+
+
+def test_a_model_call_that_times_out_is_retried_without_burning_an_attempt(
+    conn, apply, procs, workdir
+):
+    """The client's timeout is the step's: a model that answers too late is asked again inside
+    the same attempt."""
+    from tests.agent_server import slow
+
+    script = [slow(answer("too late"), 4), answer("in time")]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        apply(f"""
+slug: agent
+bot: helper
+workdir: {workdir}
+steps:
+  - id: think
+    dispatch_task: look around and report
+    timeout: 2s
+""")
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert view["steps"][0]["output"] == "in time"
+    assert len(model.requests) == 2 and view["steps"][0]["attempts"] == 1
+
+
+def test_a_bot_killed_during_a_tool_call_runs_that_call_again_and_nothing_finished(
+    conn, apply, procs, workdir
+):
+    """SIGKILL while a tool's command runs: the next attempt makes no finished model call again;
+    the unfinished call runs again (it never reported), and its interrupted first run left only
+    the side effect it had made before the kill."""
+    command = "echo started >> runs; sleep 5; echo finished >> ends"
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": command})),
+        answer("done"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir)
+        procs.start("conductor")
+        doomed = procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        harness.wait_for(lambda: (workdir / "runs").exists(), timeout=30, what="the tool to run")
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait()
+        procs.start("bots")
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert len(model.requests) == 2  # turn 1 was not asked again
+    assert (workdir / "runs").read_text() == "started\nstarted\n"  # the call, again
+    assert (workdir / "ends").read_text() == "finished\n"  # the killed run never finished
+    assert view["steps"][0]["attempts"] == 2
+    kinds = [k for k, _ in agent_entries(conn, run_id)]
+    assert kinds == ["agent.assistant", "agent.tool", "agent.assistant"]
+
+
+def test_a_failure_the_conversation_would_repeat_is_not_retried_but_threadline_retry_starts_afresh(
+    conn, apply, procs, workdir, db_url
+):
+    script = [
+        answer(None, tool_call("c1", "run_command", {"command": "true"})),
+        answer("fresh start, done"),
+    ]
+    with ScriptedModel(script) as model:
+        setup(conn, apply, model, workdir, max_turns=1)
+        apply(f"""
+slug: agent
+bot: helper
+workdir: {workdir}
+steps:
+  - id: think
+    dispatch_task: look around and report
+    tools: [run_command]
+    retries: 2
+""")
+        procs.start("conductor")
+        procs.start("bots")
+        run_id = spawn(conn, "agent").run_id
+        view = harness.wait_for_state(procs.url, run_id, "failed", timeout=30)
+        step = view["steps"][0]
+        assert step["attempts"] == 1 and len(model.requests) == 1  # no retry of the same end
+        assert "not retried: the same conversation would end the same way" in step["reason"]
+        assert harness.run_cli(db_url, "retry", run_id).returncode == 0
+        view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    second = model.requests[1]["messages"]
+    assert [m["role"] for m in second] == ["user"]  # a new try: a fresh conversation
+    assert view["steps"][0]["output"] == "fresh start, done" and view["steps"][0]["tries"] == 2

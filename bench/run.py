@@ -27,6 +27,7 @@ import psycopg
 # Run as a script (`python bench/run.py`): make the repository root importable for `bench.*`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import agent_figures as agent
 from bench import bare_figures as bare
 from bench import chaos
 from bench import console_figures as console
@@ -59,6 +60,8 @@ class Sizes:
     query_repeats: int
     parallel_branches: int  # a parallel group of `sleep 1` branches against them in sequence
     parallel_repeats: int
+    agent_turns: int  # tool-calling turns per agent run, against a scripted model
+    agent_runs: int
     chaos: chaos.ChaosSizes
 
 
@@ -73,6 +76,8 @@ SMOKE = Sizes(
     query_repeats=3,
     parallel_branches=4,
     parallel_repeats=1,
+    agent_turns=5,
+    agent_runs=2,
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -86,6 +91,8 @@ FULL = Sizes(
     query_repeats=10,
     parallel_branches=20,
     parallel_repeats=3,
+    agent_turns=10,
+    agent_runs=10,
     chaos=chaos.FULL,
 )
 
@@ -258,6 +265,17 @@ def parallel_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
     ]
 
 
+def agent_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
+    n, turns = sizes.agent_runs, sizes.agent_turns
+    progress(f"agents: {n} runs of {turns} tool turns against a scripted model (answers at once)")
+    figures = agent.measure(url, home, turns, n, sizes.timeout_s)
+    return [
+        ("agent model turn (model latency ~0)", figures.model_turn.fmt(1000), "-", "per turn"),
+        ("agent tool turn (run_command `true`)", figures.tool_turn.fmt(1000), "-", ""),
+        ("agent whole turn", figures.whole_turn.fmt(1000), "-", ""),
+    ]
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -287,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += console_rows(console_url, harness.ProcessSet(console_url, home), sizes)
         parallel_url = stack.enter_context(fresh_database(server_url))
         rows += parallel_rows(parallel_url, home / "parallel", sizes)
+        agent_url = stack.enter_context(fresh_database(server_url))
+        rows += agent_rows(agent_url, home / "agent", sizes)
         chaos_url = stack.enter_context(fresh_database(server_url))
         outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()

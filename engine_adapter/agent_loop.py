@@ -142,6 +142,7 @@ class AgentLoop:
         self.run_tool = run_tool
         self.still_current = still_current
         self.lease_held = lease_held
+        self.client: openai.OpenAI | None = None
 
     def run(self) -> Outcome:
         messages: list[dict[str, Any]] = [{"role": "user", "content": self.step.instruction}]
@@ -164,6 +165,9 @@ class AgentLoop:
             return self.with_tokens(self.loop(messages, turn, last, answered))
         except AgentFailed as err:
             return self.with_tokens(Outcome(FAILED, str(err), str(err), retryable=err.retryable))
+        finally:
+            if self.client is not None:
+                self.client.close()
 
     def add_usage(self, usage: dict[str, Any]) -> None:
         """A turn's tokens (and cost, where priced) into the step's totals."""
@@ -214,8 +218,10 @@ class AgentLoop:
             messages.append(_from_person(person))
             self.seen = person["seq"]
         try:
+            if self.client is None:  # one client (and its connection pool) for the attempt
+                self.client = _client(self.config, self.step.timeout_s)
             with self.lease_held():
-                response = _client(self.config, self.step.timeout_s).chat.completions.create(
+                response = self.client.chat.completions.create(
                     model=self.config.model,
                     messages=messages,  # type: ignore[arg-type]
                     tools=declarations(self.step.tools),  # type: ignore[arg-type]

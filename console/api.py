@@ -154,6 +154,18 @@ def _apply(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
     return {"slug": applied.slug, "version": applied.version, "changed": applied.changed}
 
 
+def _diff(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
+    if not query.get("a") or not query.get("b"):
+        raise ApiError(400, "a and b: give two versions (numbers or hash prefixes)")
+    return {"diff": workflows.diff_versions(conn, slug, query["a"], query["b"])}
+
+
+def _rollback(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
+    applied = workflows.rollback(conn, slug, _text(body, "to"))
+    restored = workflows.get_version(conn, slug, applied.version)["rolled_back_from"]
+    return {"slug": slug, "version": applied.version, "rolled_back_from": restored}
+
+
 def _proposals(conn: Any, actor: Actor, body: dict, query: dict) -> Any:
     return [_jsonable(p) for p in proposals.list_proposals(conn, query.get("workflow") or None)]
 
@@ -229,6 +241,9 @@ ROUTES = (
           ("recipe",), ("recipe",)),
     Route("GET", "/workflows/{slug}", "A workflow and its current recipe", (), _workflow),
     Route("GET", "/workflows/{slug}/versions", "A workflow's versions", (), _versions),
+    Route("GET", "/workflows/{slug}/diff", "What changed between versions a and b", (), _diff),
+    Route("POST", "/workflows/{slug}/rollback", "A new version equal to an earlier one",
+          OPERATE, _rollback, ("to",), ("to",)),
     Route("POST", "/workflows/{slug}/proposals", "Propose a change to a workflow", OPERATE,
           _propose, ("base_hash", "recipe", "summary"), ("base_hash", "recipe", "summary")),
     Route("GET", "/proposals", "List proposals (filter: workflow)", (), _proposals),

@@ -13,10 +13,11 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.recipes import Recipe, RecipeError
 from engine_adapter.schedules import schedule_list
 from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.workflows import (
+    rollback,
     WorkflowNotFound,
     apply_recipe,
     get_version,
@@ -123,7 +124,12 @@ class RecipeEditor(Viewer):
         self.version_pick = pn.widgets.Select(
             name="Compare with version",
             width=200,
-            options={f"v{v['version']} ({v['source']})": v["version"] for v in self.versions},
+            options={
+                f"v{v['version']} ({v['source']}"
+                + (f" of v{v['rolled_back_from']}" if v["rolled_back_from"] else "")
+                + ")": v["version"]
+                for v in self.versions
+            },
         )
         self.diff = html_pane("")
         self.rollback = pn.widgets.Button(
@@ -276,18 +282,16 @@ class RecipeEditor(Viewer):
         except access.NotAllowed as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
-        with data.connection() as conn:
-            old = get_version(conn, self.slug or "", self.version_pick.value)
-        try:  # an old version may break a bound added since: say so
-            recipe = load_recipe_text(json.dumps(old["recipe"]), source=f"v{old['version']}")
+        version = self.version_pick.value
+        try:  # an old version may break a bound added since, or be the current one: say so
             with data.connection() as conn:
-                applied = apply_recipe(conn, recipe, source="rollback")
-        except RecipeError as err:
+                applied = rollback(conn, self.slug or "", str(version))
+        except (RecipeError, LookupError) as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         self.saved.object = (
             f'<span class="tl-ok">rolled back: now <a href="{state.recipe_url(applied.slug)}">'
-            f"v{applied.version}</a> (a copy of v{old['version']})</span>"
+            f"v{applied.version}</a> (a copy of v{version})</span>"
         )
 
     def _spawn(self) -> None:

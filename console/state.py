@@ -3,20 +3,17 @@ read model's dicts. Tested without a browser."""
 
 from __future__ import annotations
 
-import difflib
 import html
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-import yaml
 
-from engine_adapter import domain, step_tree
+from engine_adapter import domain, recipe_text, step_tree
 from engine_adapter.names import short_run_id
 from engine_adapter.read_model import RunView
 from engine_adapter.render import as_text
-from engine_adapter.recipes import KINDS, TOP_KEYS
 
 # -- links -----------------------------------------------------------------------------------------
 
@@ -284,39 +281,12 @@ def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str,
 # -- recipes ---------------------------------------------------------------------------------------
 
 
-class _RecipeDumper(yaml.SafeDumper):
-    """Multi-line texts as literal blocks, as a person would write them."""
-
-
-def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_RecipeDumper.add_representer(str, _text)
-
-
 def recipe_yaml(recipe: dict[str, Any]) -> str:
-    """A stored recipe as YAML in the order a person writes it (the database keeps keys sorted)."""
-
-    def ordered(d: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
-        return {k: d[k] for k in (*first, *sorted(set(d) - set(first))) if k in d}
-
-    doc = ordered(recipe, TOP_KEYS)
-    if isinstance(doc.get("steps"), list):
-        doc["steps"] = [ordered(step, ("id", *KINDS)) for step in doc["steps"]]
-    return yaml.dump(doc, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
+    return recipe_text.recipe_yaml(recipe)
 
 
 def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
-    lines = difflib.unified_diff(
-        recipe_yaml(old).splitlines(),
-        recipe_yaml(new).splitlines(),
-        old_label,
-        new_label,
-        lineterm="",
-    )
-    return "\n".join(lines) or "(no difference)"
+    return recipe_text.recipe_diff(old, new, old_label, new_label) or "(no difference)"
 
 
 EMPTY_STATE = """### No runs yet

@@ -294,8 +294,7 @@ def cmd_bot_list(args: argparse.Namespace) -> int:
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:
-    import yaml
-
+    from .recipe_text import recipe_yaml
     from .workflows import get_workflow, list_versions
 
     with _conn() as conn:
@@ -305,10 +304,46 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
         args,
         wf,
         lambda w: (
-            yaml.safe_dump(w["recipe"], sort_keys=False, allow_unicode=True).rstrip()
+            recipe_yaml(w["recipe"]).rstrip()
             + f"\n# v{w['version']} · {w['hash'][:12]} · {len(w['versions'])} versions"
         ),
     )
+    return 0
+
+
+def cmd_recipe_history(args: argparse.Namespace) -> int:
+    from . import workflows
+
+    with _conn() as conn:
+        workflows.get_workflow(conn, args.slug)
+        versions = workflows.list_versions(conn, args.slug)
+
+    def line(v: dict[str, Any]) -> str:
+        came = f" (a copy of v{v['rolled_back_from']})" if v["rolled_back_from"] else ""
+        return (
+            f"v{v['version']:<4} sha256:{v['hash'][:12]}  {v['source']:<9} "
+            f"{v['created_at']:%Y-%m-%d %H:%M:%S}{came}"
+        )
+
+    _print_rows(args, versions, line, f"workflow {args.slug} has no versions")
+    return 0
+
+
+def cmd_recipe_diff(args: argparse.Namespace) -> int:
+    from . import workflows
+
+    with _conn() as conn:
+        print(workflows.diff_versions(conn, args.slug, args.a, args.b) or "(no difference)")
+    return 0
+
+
+def cmd_recipe_rollback(args: argparse.Namespace) -> int:
+    from . import workflows
+
+    with _conn() as conn:
+        applied = workflows.rollback(conn, args.slug, args.to)
+        restored = workflows.get_version(conn, args.slug, applied.version)["rolled_back_from"]
+    print(f"{args.slug}: v{applied.version}, a copy of v{restored}")
     return 0
 
 
@@ -828,6 +863,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("slug")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_recipe_show)
+    sp = rp.add_parser("history", help="a workflow's versions: number, hash, source, time")
+    sp.add_argument("slug")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_recipe_history)
+    sp = rp.add_parser("diff", help="what changed between two versions (number or hash prefix)")
+    sp.add_argument("slug")
+    sp.add_argument("a")
+    sp.add_argument("b")
+    sp.set_defaults(fn=cmd_recipe_diff)
+    sp = rp.add_parser("rollback", help="a new version equal to an earlier one")
+    sp.add_argument("slug")
+    sp.add_argument("--to", required=True, help="the version: its number or hash prefix")
+    sp.set_defaults(fn=cmd_recipe_rollback)
     for name, hlp in (
         ("enable", "let schedules, events and webhooks start runs of SLUG again"),
         ("disable", "stop schedules, events and webhooks from starting runs of SLUG"),

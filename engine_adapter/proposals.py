@@ -12,17 +12,16 @@ Risk rules (the highest that any change meets):
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-import yaml
 from psycopg.types.json import Jsonb
 
 from . import db, domain
 from .identity import Actor
 from .recipes import Recipe, step_docs
+from .recipe_text import recipe_diff
 
 ACTIVE = ("open", "approved")
 
@@ -40,22 +39,6 @@ class ProposalError(ValueError):
 class Risk:
     level: str  # low | medium | high
     reasons: tuple[str, ...]
-
-
-def canonical_yaml(doc: dict[str, Any]) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
-
-
-def recipe_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
-    """A unified diff of two canonical recipes, as YAML."""
-    return "".join(
-        difflib.unified_diff(
-            canonical_yaml(old).splitlines(keepends=True),
-            canonical_yaml(new).splitlines(keepends=True),
-            fromfile=old_label,
-            tofile=new_label,
-        )
-    )
 
 
 def _steps(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

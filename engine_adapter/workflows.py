@@ -9,6 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db
+from .recipe_text import recipe_diff
 from .recipes import Recipe, RecipeError, sub_workflows
 from .settings import QUEUE
 
@@ -27,7 +28,12 @@ class Applied:
     changed: bool  # False when the recipe's hash equals the current version's
 
 
-def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "update") -> Applied:
+def apply_recipe(
+    conn: psycopg.Connection[Any],
+    recipe: Recipe,
+    source: str = "update",
+    rolled_back_from: int | None = None,
+) -> Applied:
     """Create the workflow or add a version; an unchanged recipe writes nothing.
 
     A new or changed schedule (cron or zone) takes effect now: the database stamps
@@ -35,14 +41,16 @@ def apply_recipe(conn: psycopg.Connection[Any], recipe: Recipe, source: str = "u
     max_concurrent_runs admits queued runs in the same transaction. A webhook path another
     workflow holds raises RecipeError, and nothing is written."""
     try:
-        return _apply(conn, recipe, source)
+        return _apply(conn, recipe, source, rolled_back_from)
     except psycopg.errors.UniqueViolation as err:
         if err.diag.constraint_name != _WEBHOOK_PATH_TAKEN:
             raise
         raise RecipeError([err.diag.message_primary or str(err)]) from None
 
 
-def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applied:
+def _apply(
+    conn: psycopg.Connection[Any], recipe: Recipe, source: str, rolled_back_from: int | None
+) -> Applied:
     doc = recipe.to_dict()
     fields = dict(
         slug=recipe.slug,
@@ -75,6 +83,7 @@ def _apply(conn: psycopg.Connection[Any], recipe: Recipe, source: str) -> Applie
                 hash=recipe.canonical_hash,
                 recipe=Jsonb(doc),
                 source=source,
+                rolled_back_from=rolled_back_from,
             ),
         )
     return Applied(recipe.slug, version, changed=True)
@@ -170,3 +179,66 @@ def _path_back(slug: str, target: str, calls: Any, chain: list[str]) -> list[str
         if found:
             return found
     return None
+
+
+# -- history ---------------------------------------------------------------------------------------
+class VersionNotFound(LookupError):
+    """A version reference that names no version, or more than one."""
+
+
+class AlreadyCurrent(ValueError):
+    """A rollback to the recipe the workflow has now: nothing to do, nothing written."""
+
+
+def resolve_version(conn: psycopg.Connection[Any], slug: str, ref: str) -> dict[str, Any]:
+    """A version of slug by number ("3") or by its canonical hash, whole or a prefix of at least
+    6 hex digits ("sha256:" optional)."""
+    get_workflow(conn, slug)  # WorkflowNotFound first
+    text = ref.strip()
+    if text.isdigit():
+        return get_version(conn, slug, int(text))
+    prefix = text.removeprefix("sha256:").lower()
+    if len(prefix) < 6 or any(c not in "0123456789abcdef" for c in prefix):
+        raise VersionNotFound(
+            f"{ref!r}: name a version by its number or by 6 or more hex digits of its hash"
+        )
+    found = db.fetch_all(conn, "versions_by_hash", dict(slug=slug, prefix=prefix))
+    versions = sorted({row["version"] for row in found})
+    if not versions:
+        raise VersionNotFound(f"workflow {slug!r} has no version with hash {ref}")
+    # Equal hashes are equal recipes: a rollback repeats an earlier hash. The latest stands.
+    if len({row["hash"] for row in found}) > 1:
+        raise VersionNotFound(
+            f"hash prefix {ref} is ambiguous in workflow {slug!r}: versions "
+            f"{', '.join(map(str, versions))}; give more digits"
+        )
+    return get_version(conn, slug, versions[-1])
+
+
+def diff_versions(conn: psycopg.Connection[Any], slug: str, a: str, b: str) -> str:
+    va, vb = resolve_version(conn, slug, a), resolve_version(conn, slug, b)
+    return recipe_diff(
+        va["recipe"],
+        vb["recipe"],
+        f"{slug} version {va['version']}",
+        f"{slug} version {vb['version']}",
+    )
+
+
+def rollback(conn: psycopg.Connection[Any], slug: str, ref: str) -> Applied:
+    """A new version equal to an earlier one, recording which; the current one named is refused
+    (nothing to do). Runs already spawned keep their snapshot."""
+    with conn.transaction():
+        target = resolve_version(conn, slug, ref)
+        current = get_workflow(conn, slug)
+        if target["hash"] == current["hash"]:
+            raise AlreadyCurrent(
+                f"workflow {slug!r} is at version {target['version']}'s recipe already "
+                f"(version {current['version']}); nothing to roll back"
+            )
+        return apply_recipe(
+            conn,
+            Recipe.from_dict(target["recipe"], f"{slug} version {target['version']}"),
+            source="rollback",
+            rolled_back_from=target["version"],
+        )

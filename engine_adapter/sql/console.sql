@@ -171,5 +171,5 @@ select max(last_beat_at) as last_beat_at,
 
 -- workflow_version --
 -- One stored version of a workflow's recipe.
-select slug, version, hash, source, recipe, created_at
+select slug, version, hash, source, recipe, rolled_back_from, created_at
   from threadline.workflow_versions where slug = %(slug)s and version = %(version)s

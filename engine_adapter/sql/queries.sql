@@ -79,13 +79,20 @@ returning version
 
 -- insert_workflow_version --
 -- An immutable snapshot of one version.
-insert into threadline.workflow_versions (slug, version, hash, recipe, source)
-values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s)
+insert into threadline.workflow_versions (slug, version, hash, recipe, source, rolled_back_from)
+values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s, %(rolled_back_from)s)
 
 -- list_workflow_versions --
 -- A workflow's versions, newest first.
-select slug, version, hash, source, created_at from threadline.workflow_versions
+select slug, version, hash, source, rolled_back_from, created_at
+  from threadline.workflow_versions
  where slug = %(slug)s order by version desc
+
+-- versions_by_hash --
+-- A workflow's versions whose canonical hash starts with a prefix.
+select version, hash from threadline.workflow_versions
+ where slug = %(slug)s and starts_with(hash, %(prefix)s)
+ order by version
 
 -- spawn_task --
 -- Absurd's spawn; with an idempotency key it returns the existing task and created = false.

@@ -166,3 +166,23 @@ def test_proposals_through_the_api(db_url, conn, apply, api):
     assert shown["status"] == "applied" and shown["reviewed_by"] == "lead"
     assert call(api, "GET", "/proposals/x1", operator)[0] == 400
     assert call(api, "GET", "/proposals/999", operator)[0] == 404
+
+
+def test_history_diff_and_rollback_through_the_api(db_url, conn, apply, api):
+    apply(GATED)
+    apply(GATED.replace("echo shipped", "echo shipped again"))
+    viewer, operator = token(db_url, "v", "viewer"), token(db_url, "o", "operator")
+    status, diff, _ = call(api, "GET", "/workflows/gated/diff?a=1&b=2", viewer)
+    assert status == 200 and "+  run_command: echo shipped again" in diff["diff"]
+    assert call(api, "GET", "/workflows/gated/diff?a=1", viewer)[0] == 400
+    assert call(api, "POST", "/workflows/gated/rollback", viewer, {"to": "1"})[0] == 403
+    status, back, _ = call(api, "POST", "/workflows/gated/rollback", operator, {"to": "1"})
+    assert status == 200 and back == {"slug": "gated", "version": 3, "rolled_back_from": 1}
+    status, again, _ = call(api, "POST", "/workflows/gated/rollback", operator, {"to": "1"})
+    assert status == 400 and "nothing to roll back" in again["error"]
+    status, history, _ = call(api, "GET", "/workflows/gated/versions", viewer)
+    assert [(v["version"], v["source"]) for v in history] == [
+        (3, "rollback"),
+        (2, "update"),
+        (1, "create"),
+    ]

@@ -555,3 +555,24 @@ def test_proposals_page_shows_the_diff_and_approves_then_applies(page, stack):
         card.locator("button:has-text('Apply')").click()
         page.locator(f".tl-ok:has-text('Applied proposal #{made['id']}: version 2')").wait_for()
         assert proposals.get(conn, made["id"])["status"] == "applied"
+
+
+def test_the_recipe_page_rolls_back_to_an_earlier_version(page, stack):
+    one = "slug: ui-versions\nsteps:\n  - id: s\n    run_command: echo one\n"
+    with db.connect(stack.url) as conn:
+        harness_apply(conn, one)
+        harness_apply(conn, one.replace("echo one", "echo two"))
+        page.goto(stack.base + "/recipe?slug=ui-versions")
+        # The page compares the current version with the one before it, v1, at once.
+        page.locator("pre:has-text('-  run_command: echo one')").wait_for()
+        page.locator("button:has-text('Roll back to this version')").click()
+        page.locator(".tl-ok:has-text('rolled back: now v3 (a copy of v1)')").wait_for()
+        rows = conn.execute(
+            "select version, source, rolled_back_from from threadline.workflow_versions"
+            " where slug = 'ui-versions' order by version"
+        ).fetchall()
+        assert [(r["version"], r["source"], r["rolled_back_from"]) for r in rows] == [
+            (1, "create", None),
+            (2, "update", None),
+            (3, "rollback", 1),
+        ]

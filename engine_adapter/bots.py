@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -33,7 +34,6 @@ log = logging.getLogger("threadline.bots")
 
 LEASE_S = 30
 DEFAULT_TIMEOUT_S = 600.0
-MAX_BACKOFF_S = 60.0
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 _CONTENDED = object()
 
@@ -417,8 +417,10 @@ class BotSlot:
                 self.finish(claim, "cancelled", None)
                 return
             exit_code = result.exit_code if result else None
+            policy = claim.instruction.retry
+            retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
             if status == "failed" and retry and claim.failures < retries:
-                backoff = min(2.0**claim.failures, MAX_BACKOFF_S)
+                backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
                 self.finish(claim, "failed", backoff)
                 thread_entries.append(
                     self.conn,

@@ -190,6 +190,49 @@ def bot_result(
     return StepResult(status, output, exit_code, reason, extra=extra).to_dict()
 
 
+# -- retries ---------------------------------------------------------------------------------------
+# A bot step's `retry_on`: which failures its `retries` retry. An exit code, "failure" (any
+# non-zero exit), "timeout" (the command ran out of time). Without it, every failure is retried.
+# A bot that dies mid-attempt is not the step's failure: its attempt is always taken over.
+RETRY_CLASSES = ("failure", "timeout")
+DEFAULT_BACKOFF_S, DEFAULT_MAX_BACKOFF_S = 1.0, 60.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retry_on: tuple[str | int, ...] = ()  # empty: every failure
+    backoff_s: float = DEFAULT_BACKOFF_S  # the first wait; it doubles, up to max_backoff_s
+    max_backoff_s: float = DEFAULT_MAX_BACKOFF_S
+
+    def retries(self, exit_code: int | None, timed_out: bool) -> bool:
+        """Whether this failure is one to retry."""
+        if not self.retry_on:
+            return True
+        if timed_out:
+            return "timeout" in self.retry_on
+        return "failure" in self.retry_on or exit_code in self.retry_on
+
+    def wait_s(self, failures: int, jitter: float = 1.0) -> float:
+        """Before the next attempt, after `failures` failed ones; `jitter` spreads retries."""
+        return min(self.backoff_s * 2.0**failures, self.max_backoff_s) * jitter
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "retry_on": list(self.retry_on),
+            "backoff_s": self.backoff_s,
+            "max_backoff_s": self.max_backoff_s,
+        }
+
+    @classmethod
+    def from_data(cls, d: Mapping[str, Any] | None) -> RetryPolicy:
+        d = d or {}
+        return cls(
+            tuple(d.get("retry_on") or ()),
+            float(d.get("backoff_s", DEFAULT_BACKOFF_S)),
+            float(d.get("max_backoff_s", DEFAULT_MAX_BACKOFF_S)),
+        )
+
+
 # -- the conductor -> bot wire format --------------------------------------------------------------
 @dataclass(frozen=True)
 class Instruction:
@@ -210,6 +253,7 @@ class Instruction:
     # calls (call id -> what the model reads as the tool's result).
     task: str | None = None
     answers: Mapping[str, str] = field(default_factory=dict)
+    retry: RetryPolicy = RetryPolicy()
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -226,6 +270,7 @@ class Instruction:
             "workflows": list(self.workflows),
             "task": self.task,
             "answers": dict(self.answers),
+            "retry": self.retry.to_data(),
         }
 
     @classmethod
@@ -244,4 +289,5 @@ class Instruction:
             workflows=tuple(d.get("workflows") or ()),
             task=d.get("task"),
             answers=dict(d.get("answers") or {}),
+            retry=RetryPolicy.from_data(d.get("retry")),
         )

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from . import db, notifications, resume_tokens, thread_entries
+from .domain import RetryPolicy
 
 log = logging.getLogger("threadline.notifier")
 
@@ -33,7 +34,7 @@ POLL_S = 0.5
 WAITING_SWEEP_S = 5.0
 LEASE_S = 60
 MAX_ATTEMPTS = 8
-MAX_BACKOFF_S = 300.0
+RETRY = RetryPolicy(backoff_s=1.0, max_backoff_s=300.0)  # 2 s, 4 s, ... up to 5 min
 SEND_TIMEOUT_S = 10.0
 PUBLIC_URL_ENV = "THREADLINE_PUBLIC_URL"  # where resume links point: the webhook ingress
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:5007"
@@ -59,7 +60,7 @@ class Due:
 
 def backoff_s(attempts: int) -> float:
     """Exponential, capped, with jitter so many failed receivers do not retry in step."""
-    return min(2.0**attempts, MAX_BACKOFF_S) * random.uniform(0.8, 1.2)
+    return RETRY.wait_s(attempts, random.uniform(0.8, 1.2))
 
 
 class Notifier:

@@ -175,6 +175,8 @@ class Step:
     payload: dict[str, Any] | None = None  # workflow: the child's payload (values may hold {{…}})
     tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call (finish aside)
     workflows: tuple[str, ...] = ()  # dispatch_task: what its agent's start_workflow may start
+    retry_on: tuple[str | int, ...] = ()  # bot steps: which failures retries retry (all: empty)
+    backoff: tuple[float, float] | None = None  # bot steps: first wait and cap, seconds
 
     def block(self, name: str) -> tuple[Step, ...]:
         return dict(self.blocks).get(name, ())
@@ -237,6 +239,13 @@ class Step:
             d["tools"] = list(self.tools)
         if self.workflows:
             d["workflows"] = list(self.workflows)
+        if self.retry_on:  # omitted when unset, so older recipes keep their hashes
+            d["retry_on"] = list(self.retry_on)
+        if self.backoff is not None:
+            d["backoff"] = {
+                "initial": format_duration(self.backoff[0]),
+                "max": format_duration(self.backoff[1]),
+            }
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -309,8 +318,16 @@ class _Tree:
 
 _COMMON_STEP_KEYS = {"id", "if", "output"}
 _STEP_KEYS: dict[str, set[str]] = {
-    domain.RUN_COMMAND: {"timeout", "retries", "on_failure"},
-    domain.DISPATCH_TASK: {"timeout", "retries", "on_failure", "tools", "workflows"},
+    domain.RUN_COMMAND: {"timeout", "retries", "on_failure", "retry_on", "backoff"},
+    domain.DISPATCH_TASK: {
+        "timeout",
+        "retries",
+        "on_failure",
+        "tools",
+        "workflows",
+        "retry_on",
+        "backoff",
+    },
     domain.SLEEP: set(),
     domain.SLEEP_UNTIL: set(),
     domain.HUMAN_GATE: {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
@@ -457,6 +474,8 @@ def _parse_step(
                 f"{path}.retries: {_q(fields['retries'])} must be an integer from 0 to "
                 f"{MAX_RETRIES}"
             )
+    if kind in domain.BOT_KINDS:
+        _parse_retry_policy(d, path, errors, fields)
     if kind in (*domain.BOT_KINDS, domain.PARALLEL, domain.FOREACH, domain.WORKFLOW):
         fields["on_failure"] = _choice(
             d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail", errors
@@ -537,6 +556,37 @@ def _parse_tools(raw: Any, path: str, errors: list[str]) -> tuple[str, ...]:
         elif raw.index(name) != i:
             errors.append(f"{path}[{i}]: {_q(name)} is listed twice")
     return tuple(raw)
+
+
+def _parse_retry_policy(d: dict, path: str, errors: list[str], fields: dict[str, Any]) -> None:
+    """`retry_on` (exit codes, failure, timeout) and `backoff: {initial, max}` of a bot step."""
+    raw = d.get("retry_on")
+    if raw is not None:
+        known = f"exit codes 1-255, {', '.join(domain.RETRY_CLASSES)}"
+        if not isinstance(raw, list) or not raw:
+            errors.append(f"{path}.retry_on: {_q(raw)} must be a non-empty list of {known}")
+        else:
+            for i, item in enumerate(raw):
+                ok = item in domain.RETRY_CLASSES or (_is_int(item) and 1 <= item <= 255)
+                if not ok:
+                    errors.append(f"{path}.retry_on[{i}]: {_q(item)} is not one of {known}")
+            fields["retry_on"] = tuple(dict.fromkeys(raw))
+    raw = d.get("backoff")
+    if raw is None:
+        return
+    if not isinstance(raw, dict) or set(raw) - {"initial", "max"}:
+        errors.append(f"{path}.backoff: {_q(raw)} must be a mapping with initial and max")
+        return
+    try:
+        initial = parse_duration(raw.get("initial", domain.DEFAULT_BACKOFF_S))
+        cap = parse_duration(raw.get("max", domain.DEFAULT_MAX_BACKOFF_S))
+    except ValueError as err:
+        errors.append(f"{path}.backoff: {err}")
+        return
+    if not 0 < initial <= cap:
+        errors.append(f"{path}.backoff: initial must be positive and at most max")
+        return
+    fields["backoff"] = (initial, cap)
 
 
 def _parse_started(

@@ -483,6 +483,7 @@ class RunHandler:
             tools=step.tools,
             workflows=step.workflows,
             answers=dict(answers),
+            retry=domain.RetryPolicy(step.retry_on, *(step.backoff or ())),
         )
         text = None
         if later:  # the task as first sent; the thread says only that the step goes on

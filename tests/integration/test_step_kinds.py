@@ -183,3 +183,36 @@ steps:
     assert "more bytes of output dropped" in view["steps"][0]["output"]
     received = procs.home / "runs" / run_id / "received"  # the default per-run directory
     assert int(received.read_text()) == 200_000  # the whole instruction arrived
+
+
+def test_retry_on_retries_only_the_failures_it_names(conn, apply, procs, tmp_path):
+    """Exit 75 is retried (after the backoff's first wait), exit 3 is not; a timeout is not
+    when only exit codes are named."""
+    apply("""
+slug: classes
+steps:
+  - id: flaky
+    run_command: |
+      n=$(cat {{payload.dir}}/count 2>/dev/null || echo 0); echo $((n+1)) > {{payload.dir}}/count
+      [ "$n" -eq 0 ] && exit 75
+      exit 3
+    retries: 5
+    retry_on: [75]
+    backoff: {initial: 1s, max: 2s}
+    on_failure: continue
+  - id: slow
+    run_command: sleep 60
+    timeout: 1s
+    retries: 5
+    retry_on: [failure]
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "classes", {"dir": str(tmp_path)}).run_id
+    view = harness.wait_for_state(procs.url, run_id, "failed", timeout=60)
+    flaky, slow = view["steps"]
+    assert (flaky["status"], flaky["attempts"], flaky["exit_code"]) == ("failed", 2, 3)
+    assert (tmp_path / "count").read_text().strip() == "2"  # 75 retried once; 3 not retried
+    assert (slow["status"], slow["attempts"]) == ("failed", 1)  # a timeout is no `failure`
+    waits = [e["text"] for e in view["thread"] if "retrying in" in e["text"]]
+    assert len(waits) == 1 and "exit 75" in waits[0]

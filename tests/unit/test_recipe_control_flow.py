@@ -156,3 +156,32 @@ def test_then_and_else_may_name_the_same_output():
         "slug: ok\nsteps:\n- {id: a, if: true, then: [{id: b, %s, output: x}],\n"
         "   else: [{id: c, %s, output: x}]}" % (LS, LS)
     )
+
+
+def test_retry_on_and_backoff_are_checked_and_kept():
+    from engine_adapter import domain
+    from engine_adapter.recipes import Step, load_recipe_text
+
+    text = (
+        "slug: r\nsteps:\n  - id: s\n    run_command: ./deploy\n    retries: 3\n"
+        "    retry_on: [75, timeout]\n    backoff: {initial: 2s, max: 30s}\n"
+    )
+    step = load_recipe_text(text).steps[0]
+    assert step.retry_on == (75, "timeout") and step.backoff == (2.0, 30.0)
+    assert Step.from_dict(step.to_dict()) == step
+    policy = domain.RetryPolicy(step.retry_on, *step.backoff)
+    assert policy.retries(75, False) and policy.retries(None, True)
+    assert not policy.retries(3, False)
+    assert [policy.wait_s(n) for n in range(5)] == [2, 4, 8, 16, 30]
+    assert domain.RetryPolicy().retries(3, False)  # no retry_on: every failure
+    for bad, says in (
+        ("retry_on: [0]", "retry_on[0]: 0 is not one of exit codes 1-255, failure, timeout"),
+        ("retry_on: []", "retry_on: [] must be a non-empty list"),
+        ("backoff: {initial: 1m, max: 1s}", "backoff: initial must be positive and at most max"),
+        ("backoff: {first: 1s}", "must be a mapping with initial and max"),
+    ):
+        with pytest.raises(RecipeError) as info:
+            load_recipe_text(f"slug: r\nsteps:\n  - id: s\n    run_command: x\n    {bad}\n")
+        assert says in info.value.errors[0], bad
+    plain = load_recipe_text("slug: r\nsteps:\n  - id: s\n    run_command: x\n")
+    assert "retry_on" not in plain.to_dict()["steps"][0]  # older recipes keep their hashes

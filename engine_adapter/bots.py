@@ -24,7 +24,7 @@ from . import agent_loop, agent_tools, db, names, run_state, thread_entries
 from .agent_journal import ThreadJournal
 from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
-from .domain import COMPLETED, PAUSED, Instruction, bot_result
+from .domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
@@ -47,6 +47,7 @@ class Claim:
     bot: str
     text: str
     instruction: Instruction
+    lost_attempt: int | None = None  # the attempt before this one, when its bot was lost
 
 
 class BotSlot:
@@ -114,7 +115,8 @@ class BotSlot:
             key = cand["await_key"]
             if not db.fetch_one(self.conn, "claim_still_free", dict(step_key=key))["free"]:
                 return _CONTENDED  # another bot claimed it after our candidate query's snapshot
-            for lost in db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key)):
+            lost_rows = db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key))
+            for lost in lost_rows:
                 self.reap(lost)
             counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))
             instruction = db.fetch_one(
@@ -129,7 +131,10 @@ class BotSlot:
                 lease_s=LEASE_S,
             )
             self.conn.execute(db.q("insert_claim"), claim_row)
-            if counts["next_attempt"] > 1:
+            parsed = Instruction.from_data(instruction["data"])
+            lost_attempt = max((row["attempt"] for row in lost_rows), default=None)
+            runs = lost_attempt is None or parsed.retry.retries_lost
+            if counts["next_attempt"] > 1 and runs:
                 thread_entries.append(
                     self.conn,
                     str(cand["run_id"]),
@@ -150,7 +155,8 @@ class BotSlot:
             counts["failures"],
             cand["bot"],
             instruction["text"],
-            Instruction.from_data(instruction["data"]),
+            parsed,
+            lost_attempt,
         )
 
     def reap(self, lost: dict[str, Any]) -> None:
@@ -161,6 +167,18 @@ class BotSlot:
 
     # -- run ----------------------------------------------------------------------------------
     def execute(self, claim: Claim) -> None:
+        if claim.lost_attempt is not None and not claim.instruction.retry.retries_lost:
+            self.report(
+                claim,
+                "failed",
+                f"Attempt {claim.lost_attempt} was lost (its bot stopped or lost its lease before "
+                "it finished), and retry_on does not name lost: the step runs at most once, so "
+                "it is not run again.",
+                None,
+                reason=LOST,
+                retry=False,
+            )
+            return
         kind = claim.instruction.kind
         timeout_s = claim.instruction.timeout_s or DEFAULT_TIMEOUT_S
         try:

@@ -192,9 +192,12 @@ def bot_result(
 
 # -- retries ---------------------------------------------------------------------------------------
 # A bot step's `retry_on`: which failures its `retries` retry. An exit code, "failure" (any
-# non-zero exit), "timeout" (the command ran out of time). Without it, every failure is retried.
-# A bot that dies mid-attempt is not the step's failure: its attempt is always taken over.
-RETRY_CLASSES = ("failure", "timeout")
+# non-zero exit), "timeout" (the command ran out of time), "lost" (the bot died or lost its lease
+# mid-attempt). Without it, every failure is retried. A lost attempt never spends one of `retries`
+# (a crashed machine is not the command's failure); a `retry_on` without "lost" makes the step run
+# at most once across bot crashes: a lost attempt fails it instead of running it again.
+LOST = "lost"
+RETRY_CLASSES = ("failure", "timeout", LOST)
 DEFAULT_BACKOFF_S, DEFAULT_MAX_BACKOFF_S = 1.0, 60.0
 
 
@@ -211,6 +214,11 @@ class RetryPolicy:
         if timed_out:
             return "timeout" in self.retry_on
         return "failure" in self.retry_on or exit_code in self.retry_on
+
+    @property
+    def retries_lost(self) -> bool:
+        """Whether an attempt whose bot was lost is run again (by the next bot)."""
+        return not self.retry_on or LOST in self.retry_on
 
     def wait_s(self, failures: int, jitter: float = 1.0) -> float:
         """Before the next attempt, after `failures` failed ones; `jitter` spreads retries."""

@@ -216,3 +216,40 @@ steps:
     assert (slow["status"], slow["attempts"]) == ("failed", 1)  # a timeout is no `failure`
     waits = [e["text"] for e in view["thread"] if "retrying in" in e["text"]]
     assert len(waits) == 1 and "exit 75" in waits[0]
+
+
+def test_a_lost_attempt_is_run_again_only_when_retry_on_names_lost(conn, apply, procs, tmp_path):
+    """SIGKILL of the bot mid-command: the step whose retry_on names `lost` runs again (and the
+    lost attempt spends none of its retries); the one whose retry_on leaves it out fails, saying
+    why, and its command never starts a second time."""
+    apply("""
+slug: lost-classes
+steps:
+  - id: once
+    run_command: echo started >> {{payload.dir}}/once; sleep 300
+    retries: 3
+    retry_on: [timeout]
+    on_failure: continue
+  - id: again
+    run_command: |
+      echo started >> {{payload.dir}}/again
+      [ "$(wc -l < {{payload.dir}}/again)" -gt 1 ] || sleep 300
+    retries: 0
+    retry_on: [75, lost]
+""")
+    procs.start("conductor")
+    bots = procs.start("bots")
+    run_id = spawn(conn, "lost-classes", {"dir": str(tmp_path)}).run_id
+    harness.wait_for(lambda: (tmp_path / "once").exists(), what="step once to start")
+    harness.kill(bots)
+    bots = procs.start("bots")
+    harness.wait_for(lambda: (tmp_path / "again").exists(), what="step again to start")
+    harness.kill(bots)
+    procs.start("bots")
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    once, again = view["steps"]
+    assert (once["status"], once["attempts"]) == ("failed", 2)
+    assert "retry_on does not name lost" in once["output"]
+    assert (tmp_path / "once").read_text() == "started\n"  # never started again
+    assert (again["status"], again["attempts"]) == ("completed", 2)  # retries: 0, yet run again
+    assert (tmp_path / "again").read_text() == "started\nstarted\n"

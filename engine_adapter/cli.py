@@ -462,6 +462,33 @@ def cmd_price(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_limits(args: argparse.Namespace) -> int:
+    from . import run_limits
+
+    with _conn() as conn:
+        command = getattr(args, "limits_command", None)
+        if command == "set":
+            admitted = run_limits.set_limit(conn, args.scope, args.max_runs, _actor(args))
+            started = f"; {admitted} queued run(s) started" if admitted else ""
+            print(f"{args.scope}: at most {args.max_runs} runs at once{started}")
+        elif command == "remove":
+            found, admitted = run_limits.remove_limit(conn, args.scope)
+            started = f"; {admitted} queued run(s) started" if admitted else ""
+            print(f"{args.scope}: {'removed' if found else 'had no limit'}{started}")
+        else:
+            _print_rows(
+                args,
+                run_limits.list_limits(conn),
+                lambda lim: (
+                    f"{lim['scope']:<30} {lim['active']} of {lim['max_runs']} active, "
+                    f"{lim['queued']} queued  (set by {lim['set_by']})"
+                ),
+                "no global or initiator limits (threadline limits set global|initiator:NAME N); "
+                "workflows may still set max_concurrent_runs",
+            )
+    return 0
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from . import api_tokens
 
@@ -967,6 +994,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp = mp.add_parser("list", help="list model prices")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(fn=cmd_price)
+    lp = sub.add_parser("limits", help="concurrency caps: global and per initiator")
+    lp.add_argument("--json", action="store_true", help="print JSON")
+    lp.set_defaults(fn=cmd_limits)
+    ls = lp.add_subparsers(dest="limits_command", metavar="COMMAND")
+    sp = ls.add_parser("set", help="at most MAX top-level runs at once under SCOPE")
+    sp.add_argument("scope", help="global, or initiator:NAME (who started the runs)")
+    sp.add_argument("max_runs", type=int, metavar="MAX")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
+    sp.set_defaults(fn=cmd_limits)
+    sp = ls.add_parser("remove", help="lift SCOPE's cap (queued runs that now fit start)")
+    sp.add_argument("scope")
+    sp.set_defaults(fn=cmd_limits)
     tp = sub.add_parser("token", help="bearer tokens of the HTTP API").add_subparsers(
         dest="token_command", required=True, metavar="COMMAND"
     )

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, names, run_state, thread_entries
+from . import child_runs, db, names, run_limits, run_state, thread_entries
 from .domain import ENDED, FINISHED
 from .identity import Actor
 from .settings import QUEUE
@@ -93,15 +93,14 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
 
 
 def _check_room(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> None:
-    """A failed run gave up its place (max_concurrent_runs): resuming it takes one again, so it is
-    refused while the workflow is full. Under the admission lock, held to commit, so a concurrent
-    spawn or retry cannot take the same place."""
+    """A failed run gave up its place under its caps (run_limits.py): resuming it takes one
+    again, so it is refused while one of them is full. Under the admission lock, held to commit,
+    so a concurrent spawn or retry cannot take the same place."""
     db.fetch_one(conn, "lock_admission", dict(workflow=workflow))
-    places = db.fetch_one(conn, "workflow_places", dict(workflow=workflow))
-    if places and places["max_runs"] is not None and places["active"] >= places["max_runs"]:
+    full = run_limits.Caps.of(conn, run_id).full()
+    if full:
         raise CommandRefused(
-            f"run {run_id} cannot be retried now: workflow {workflow!r} has {places['active']} of "
-            f"{places['max_runs']} runs allowed at once active (max_concurrent_runs); "
+            f"run {run_id} cannot be retried now: {'; '.join(full)} are active; "
             "retry it when one of them finishes"
         )
 

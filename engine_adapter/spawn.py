@@ -2,8 +2,9 @@
 
 Every trigger (schedule, webhook, event, manual) is a caller of `spawn`; the run's `trigger`
 records which one, who called and its delivery / slot / event / request id, and the thread's
-opening note says it in words. A workflow with `max_concurrent_runs` gets its new runs as
-`queued`: admitted here at once while there is room, else in line (commit order) as others finish.
+opening note says it in words. A new run under a concurrency cap (its workflow's
+`max_concurrent_runs`, a global or an initiator cap: run_limits.py) starts `queued`: admitted here
+at once while there is room, else in line (commit order) as others finish.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import bot_config, db, pause, payload_schema, recipe_doc, thread_entries
+from . import bot_config, db, pause, payload_schema, recipe_doc, run_limits, thread_entries
 from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
@@ -162,7 +163,9 @@ def spawn(
             params["inherited"] = child.inherited
         if carried is not None:
             params["carried"] = carried
-        limited = child is None and recipe.get("max_concurrent_runs") is not None
+        limited = child is None and (
+            recipe.get("max_concurrent_runs") is not None or run_limits.exist(conn)
+        )
         if limited:
             params["admit"] = True  # the handler awaits admission before its first step
         options: dict[str, Any] = {
@@ -196,6 +199,7 @@ def spawn(
                 bot=wf["bot"],
                 trigger=Jsonb(trigger),
                 idempotency_key=idempotency_key,
+                initiator=None if child is not None else run_limits.initiator_of(trigger),
             ),
         )
         agent = _agent_snapshot(conn, wf["bot"], child)
@@ -214,7 +218,7 @@ def spawn(
             data={"trigger": trigger, "payload": payload},
         )
         if limited:
-            _queue(conn, run_id, workflow, wf["recipe"]["max_concurrent_runs"])
+            _queue(conn, run_id, workflow)
         db.notify(conn, run_id, "spawn")
     return Spawned(run_id, created=True)
 
@@ -231,20 +235,13 @@ def _agent_snapshot(
     return bot_config.snapshot(conn, bot)
 
 
-def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str, limit: int) -> None:
+def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> None:
     """Queue the new run, admit what fits (in line) and say in the thread if it has to wait."""
     db.fetch_one(conn, "queue_run", dict(run_id=run_id, workflow=workflow))
     db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=workflow))
-    place = db.fetch_one(conn, "queue_place", dict(run_id=run_id))
-    if place["state"] == "queued":
-        ahead = f", {place['ahead']} ahead of it in line" if place["ahead"] else ""
-        thread_entries.system_note(
-            conn,
-            run_id,
-            f"Queued: {place['active']} of {limit} runs allowed at once are active{ahead}; "
-            f"it starts when a place is free (max_concurrent_runs {limit}).",
-            dedupe_key="queued",
-        )
+    caps = run_limits.Caps.of(conn, run_id)
+    if caps.row.get("state") == "queued":
+        thread_entries.system_note(conn, run_id, caps.waiting_note(), dedupe_key="queued")
 
 
 def describe_trigger(trigger: dict[str, Any]) -> str:

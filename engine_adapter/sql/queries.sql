@@ -101,9 +101,10 @@ select task_id, run_id, attempt, created from absurd.spawn_task(%(queue)s, %(tas
 -- insert_run_thread --
 -- The run's thread, bound to its one bot, with the recipe and payload snapshot.
 insert into threadline.run_threads
-  (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, idempotency_key)
+  (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, idempotency_key,
+   initiator)
 values (%(run_id)s, %(workflow)s, %(version)s, %(hash)s, %(recipe)s, %(payload)s, %(bot)s,
-        %(trigger)s, %(idempotency_key)s)
+        %(trigger)s, %(idempotency_key)s, %(initiator)s)
 
 -- set_run_parent --
 -- A child run's place in its parent (migration 009).

@@ -46,12 +46,6 @@ select slug from threadline.workflows
 -- The workflow's admission lock, until commit (see migration 002).
 select threadline.lock_admission(%(workflow)s)
 
--- workflow_places --
--- A workflow's max_concurrent_runs and the runs holding a place (read under the admission lock).
-select (recipe ->> 'max_concurrent_runs')::integer as max_runs,
-       threadline.active_runs(slug) as active
-  from threadline.workflows where slug = %(workflow)s
-
 -- queue_run --
 -- A new run of a workflow with a concurrency limit waits for admission, in line (migration 002).
 select threadline.queue_run(%(run_id)s, %(workflow)s)
@@ -59,16 +53,6 @@ select threadline.queue_run(%(run_id)s, %(workflow)s)
 -- admit_queued --
 -- Admit the workflow's first queued runs in line while it has room (see migration 002).
 select threadline.admit_queued(%(queue)s, %(workflow)s) as admitted
-
--- queue_place --
--- Where a queued run stands: runs holding a place, runs ahead of it in line.
-select threadline.active_runs(r.workflow) as active,
-       (select count(*) from threadline.run_threads q
-         where q.workflow = r.workflow and q.state = 'queued'
-           and q.queue_seq < r.queue_seq) as ahead,
-       r.state
-  from threadline.run_threads r
- where r.run_id = %(run_id)s
 
 -- workflows_with_queued_runs --
 -- Workflows that have runs waiting for admission (the reconcile sweep re-admits them).

@@ -208,8 +208,8 @@ def test_runs_past_the_limit_queue_fifo_and_start_as_others_finish(db_url, conn,
     shown = show_run(conn, c)
     assert [s["status"] for s in shown["steps"]] == ["pending"]
     assert [e["text"] for e in shown["thread"]][1] == (
-        "Queued: 1 of 1 runs allowed at once are active, 1 ahead of it in line; "
-        "it starts when a place is free (max_concurrent_runs 1)."
+        "Queued: 1 of 1 runs of workflow 'limited' (max_concurrent_runs) are active, "
+        "1 ahead of it in line; it starts when a place is free."
     )
     assert (
         f"{c}  limited" in cli(db_url, "runs").stdout and " queued " in cli(db_url, "runs").stdout
@@ -373,8 +373,8 @@ steps:
     with pytest.raises(CommandRefused) as refused:
         retry_run(conn, failed, Actor("alice", "console"))
     assert str(refused.value) == (
-        f"run {failed} cannot be retried now: workflow 'limited' has 1 of 1 runs allowed at once "
-        "active (max_concurrent_runs); retry it when one of them finishes"
+        f"run {failed} cannot be retried now: 1 of 1 runs of workflow 'limited' "
+        "(max_concurrent_runs) are active; retry it when one of them finishes"
     )
     assert written() == before
     by_cli = cli(db_url, "retry", failed)

@@ -32,6 +32,7 @@ from bench import bare_figures as bare
 from bench import chaos
 from bench import console_figures as console
 from bench import parallel_figures as parallel
+from bench import scale_figures as scale
 from bench import threadline_figures as tl
 from bench.database import add_database_option, embedded_server, fresh_database
 from bench.stats import Summary, ratio
@@ -62,6 +63,7 @@ class Sizes:
     parallel_repeats: int
     agent_turns: int  # tool-calling turns per agent run, against a scripted model
     agent_runs: int
+    in_flight: tuple[int, ...]  # runs in flight for step -> next step, by executor threads
     chaos: chaos.ChaosSizes
 
 
@@ -78,6 +80,7 @@ SMOKE = Sizes(
     parallel_repeats=1,
     agent_turns=5,
     agent_runs=2,
+    in_flight=(1, 10),
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -93,6 +96,7 @@ FULL = Sizes(
     parallel_repeats=3,
     agent_turns=10,
     agent_runs=10,
+    in_flight=(1, 10, 50),
     chaos=chaos.FULL,
 )
 
@@ -276,6 +280,23 @@ def agent_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
     ]
 
 
+def scale_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
+    progress(f"scale: step -> next step with {sizes.in_flight} runs in flight, 1 and 4 threads")
+    figures = scale.measure(url, home, list(sizes.in_flight), [1, 4], 1, sizes.timeout_s * 4)
+    rows: list[Row] = []
+    for n in sizes.in_flight:
+        one, four = figures.by_size[1, n], figures.by_size[4, n]
+        rows.append(
+            (
+                f"step -> next step, {n} in flight, 4 executor threads",
+                four.fmt(1000),
+                "-",
+                f"1 thread: p50 {one.median * 1000:.1f} ms ({ratio(one.median, four.median)}x)",
+            )
+        )
+    return rows
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -307,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += parallel_rows(parallel_url, home / "parallel", sizes)
         agent_url = stack.enter_context(fresh_database(server_url))
         rows += agent_rows(agent_url, home / "agent", sizes)
+        scale_url = stack.enter_context(fresh_database(server_url))
+        rows += scale_rows(scale_url, home / "scale", sizes)
         chaos_url = stack.enter_context(fresh_database(server_url))
         outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()

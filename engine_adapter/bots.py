@@ -28,6 +28,7 @@ from .domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
+from .wakeups import POLL_S, Wake, start_listener
 from .workers import Worker, crash_point
 
 log = logging.getLogger("threadline.bots")
@@ -60,14 +61,14 @@ class BotSlot:
         bots: list[str] | None,
         stop: threading.Event,
         sandbox: Sandbox,
+        wake: Wake,
     ):
         self.worker = worker
         self.sandbox = sandbox
         self.bots = bots
         self.stop = stop
+        self.wake = wake  # fed by the process's one listener (wakeups.py)
         self.conn = db.connect(url, role="bots")
-        self.listen_conn = db.connect(url, role="bots")
-        self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         self.current_pgid: int | None = None
         self.abandoning = False
 
@@ -76,9 +77,9 @@ class BotSlot:
             try:
                 claim = self.claim()
                 if claim is None:
-                    for _ in self.listen_conn.notifies(timeout=1.0, stop_after=1):
-                        pass
+                    self.wake.wait(timeout=POLL_S)
                     continue
+                self.wake.signal()  # there may be more: another idle slot looks
                 self.run_claim(claim)
             except psycopg.OperationalError:
                 if not self.stop.is_set():
@@ -508,7 +509,7 @@ class BotSlot:
         self.abandoning = True
         if self.current_pgid:
             kill_group(self.current_pgid)
-        for c in (self.listen_conn, self.conn):
+        for c in (self.conn,):
             try:
                 c.close()
             except Exception:  # closing on the way out
@@ -526,7 +527,9 @@ def main(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    slots = [BotSlot(worker, url, bots, stop, sandbox) for _ in range(concurrency)]
+    wake = Wake(concurrency)
+    slots = [BotSlot(worker, url, bots, stop, sandbox, wake) for _ in range(concurrency)]
+    start_listener(url, "bots", wake, stop)
     log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
     threads_ = [
         threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True)

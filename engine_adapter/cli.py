@@ -109,7 +109,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_conductor(args: argparse.Namespace) -> int:
     from .conductor import main
 
-    main()
+    main(threads=args.threads)
     return 0
 
 
@@ -764,7 +764,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="console without sign-in (loopback only): anyone on this machine acts as you",
     )
-    add("conductor", cmd_conductor, "run a conductor process")
+    sp = add("conductor", cmd_conductor, "run a conductor process")
+    sp.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="runs handled at once, each on its own connection (default 4, "
+        "or THREADLINE_CONDUCTOR_THREADS)",
+    )
     sp = add("bots", cmd_bots, "run a bot process")
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
     sp.add_argument("--bot", action="append", help="serve only this bot (repeatable; default all)")

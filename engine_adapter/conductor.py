@@ -2,16 +2,21 @@
 runs tools.
 
 Per step and try it SENDs an instruction into the run thread and PARKs on the step's done
-event, holding no process. Its loop LISTENs with a timeout of min(next wake-up, 1 s), then
-claims work; timers heartbeat, reconcile, recover runs held by dead conductors and tick schedules.
+event, holding no process. Its main thread LISTENs with a timeout of min(next wake-up, 1 s) and
+runs the timers (reconcile, recover runs held by dead conductors, admission, schedules); woken runs
+are handled by executor threads, each on a connection of its own, so a step of one run never
+waits behind the SEND of another (a run's own steps stay in order: the engine holds a claimed run
+for one executor).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 from absurd_sdk import Absurd
@@ -23,6 +28,7 @@ from .notifier import Notifier
 from .recipe_values import parse_duration
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
+from .wakeups import Wake
 from .workers import Worker
 
 log = logging.getLogger("threadline.conductor")
@@ -35,16 +41,54 @@ SWEEP_EVERY_S = 1.0
 # Admission happens on spawn, on finish and when a limit is raised; this sweep is only a backstop.
 READMIT_EVERY_S = 10.0
 SCHEDULE_EVERY_S = 1.0  # cron slots are minutes: a slot fires within about a second of its time
-BATCH = 10
+THREADS_ENV = "THREADLINE_CONDUCTOR_THREADS"
+DEFAULT_THREADS = 4
 
 
-class Conductor:
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url
-        self.worker = Worker("conductor", url)
+class Executor:
+    """One thread handling woken runs through the SDK's public work_batch, on a connection and an
+    engine client of its own (a psycopg connection serialises its callers, and every run's
+    transactions must be its own)."""
+
+    def __init__(self, url: str | None, worker_id: str, on_claimed: Callable[[], None]) -> None:
+        self.worker_id = worker_id
+        self.on_claimed = on_claimed
         self.conn = db.connect(url, role="conductor")
         self.engine = Absurd(self.conn, queue_name=QUEUE)
         self.engine.register_task(HANDLER_NAME)(self.handle_run)
+        self.handled = 0
+
+    def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        self.handled += 1
+        self.on_claimed()
+        return RunHandler(self.conn, ctx, params).run()
+
+    def work_once(self) -> bool:
+        """Claim and handle one run; False when there was none."""
+        before = self.handled
+        self.engine.work_batch(
+            worker_id=self.worker_id, claim_timeout=CLAIM_TIMEOUT_S, batch_size=1
+        )
+        return self.handled > before
+
+
+def thread_count() -> int:
+    raw = os.environ.get(THREADS_ENV, str(DEFAULT_THREADS))
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{THREADS_ENV}={raw!r} must be a whole number of at least 1")
+    return int(raw)
+
+
+class Conductor:
+    def __init__(self, url: str | None = None, threads: int | None = None) -> None:
+        self.url = url
+        self.threads = threads or thread_count()
+        self.worker = Worker("conductor", url)
+        self.conn = db.connect(url, role="conductor")  # the timers'
+        self.wake = Wake(self.threads)
+        self.executors: list[Executor] = []
+        self._executor_threads: list[threading.Thread] = []
+        self._failure: BaseException | None = None
         self.listen_conn = db.connect(url, role="conductor")
         self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
         # The notification outbox goes out from a thread of its own: a slow receiver never
@@ -59,18 +103,45 @@ class Conductor:
     def run_forever(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop())
         signal.signal(signal.SIGINT, lambda *_: self.stop())
-        log.info("conductor %s started", self.worker.id)
+        log.info("conductor %s started with %d executor threads", self.worker.id, self.threads)
         self.recover_dead_conductors()
         self.prune_dead_workers()
         self.notifier.start()
+        self.start_executors()
         try:
             while not self._stopping:
                 self.tick()
         finally:
             self.close()
+        if self._failure is not None:
+            raise self._failure
+
+    def start_executors(self) -> None:
+        for i in range(self.threads):
+            executor = Executor(self.url, self.worker.id, self.wake.signal)
+            thread = threading.Thread(
+                target=self.execute_forever, args=(executor,), name=f"executor-{i}", daemon=True
+            )
+            self.executors.append(executor)
+            self._executor_threads.append(thread)
+            thread.start()
+
+    def execute_forever(self, executor: Executor) -> None:
+        """Handle runs while there are any, else wait for a wake-up. A failure outside a run
+        (the database gone) stops the conductor, as it would a single-threaded one."""
+        try:
+            while not self._stopping:
+                while not self._stopping and executor.work_once():
+                    pass
+                self.wake.wait(timeout=5.0)
+        except BaseException as err:
+            if not self._stopping:
+                log.exception("executor failed; the conductor stops")
+                self._failure = err
+                self.stop()
 
     def tick(self) -> None:
-        """One turn: timers, claim and run what is due, then wait for a notification."""
+        """One turn: timers, a wake-up for the executors, then wait for a notification."""
         now = time.monotonic()
         if now - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = now
@@ -83,38 +154,32 @@ class Conductor:
         if now - self._last_schedule_tick >= SCHEDULE_EVERY_S:
             self._last_schedule_tick = now
             self.tick_schedules()
-        while self.work_once():
-            pass
+        self.wake.signal()  # a run due by the clock (a sleep, a timeout) needs no notification
         self.wait_for_wake()
-
-    def work_once(self) -> bool:
-        tasks = self.engine.claim_tasks(
-            batch_size=BATCH, claim_timeout=CLAIM_TIMEOUT_S, worker_id=self.worker.id
-        )
-        for task in tasks:
-            # The SDK's executor: replays checkpoints, completes, suspends or fails the run.
-            self.engine._execute_task(task, CLAIM_TIMEOUT_S)
-        return len(tasks) == BATCH
 
     def wait_for_wake(self) -> None:
         row = db.fetch_one(self.conn, "next_wake")
         seconds = row["seconds"] if row and row["seconds"] is not None else 1.0
-        timeout = min(max(seconds, 0.0), 1.0)
-        if timeout <= 0:
-            return
+        # Due now: the executors were woken and claim until nothing is left; look again soon.
+        timeout = min(max(seconds, 0.05), 1.0)
         for _ in self.listen_conn.notifies(timeout=timeout, stop_after=1):
-            pass
+            self.wake.signal()
 
     def stop(self) -> None:
         self._stopping = True
+        self.wake.release_all()
 
     def close(self) -> None:
+        self.stop()
+        for thread in self._executor_threads:
+            thread.join(timeout=CLAIM_TIMEOUT_S)  # a run in hand finishes its SEND
         self.notifier.stop.set()
         if self.notifier.thread.is_alive():
             self.notifier.thread.join(timeout=15)  # a send in flight finishes (its own timeout)
         for closer in (
             self.listen_conn.close,
             self.conn.close,
+            *(executor.conn.close for executor in self.executors),
             self.notifier.conn.close,
             self.worker.close,
         ):
@@ -206,13 +271,11 @@ class Conductor:
                 log.info("recovery of %s skipped: %s", row["run_id"], err)
         return recovered
 
-    # -- the one handler ----------------------------------------------------------------------
-    def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
-        return RunHandler(self.conn, ctx, params).run()
 
-
-def main(url: str | None = None) -> None:
+def main(url: str | None = None, threads: int | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s conductor %(levelname)s %(message)s"
     )
-    Conductor(url).run_forever()
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads {threads} must be at least 1")
+    Conductor(url, threads).run_forever()

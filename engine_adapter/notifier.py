@@ -32,10 +32,12 @@ log = logging.getLogger("threadline.notifier")
 
 POLL_S = 0.5
 WAITING_SWEEP_S = 5.0
-LEASE_S = 60
 MAX_ATTEMPTS = 8
 RETRY = RetryPolicy(backoff_s=1.0, max_backoff_s=300.0)  # 2 s, 4 s, ... up to 5 min
 SEND_TIMEOUT_S = 10.0
+# A sender killed mid-send leaves its row leased this long: a send's timeout with room to spare,
+# no longer, so the notification goes out again soon after the crash.
+LEASE_S = 3 * SEND_TIMEOUT_S
 PUBLIC_URL_ENV = "THREADLINE_PUBLIC_URL"  # where resume links point: the webhook ingress
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:5007"
 SMTP_ENV = "THREADLINE_SMTP_"  # HOST, PORT, FROM, USER, PASSWORD, STARTTLS

@@ -150,11 +150,18 @@ def test_the_outbox_survives_a_killed_sender_and_a_failing_receiver(
     conductor.wait()
     procs.start("conductor", env=env)
     harness.wait_for(lambda: receiver.accepted(), timeout=60, what="the delivery")
-    row = conn.execute(
-        "select event, status, attempts, last_error from threadline.notifications"
-        " where run_id = %s",
-        (run_id,),
-    ).fetchone()
+
+    def outbox_row() -> dict[str, Any]:
+        return conn.execute(
+            "select event, status, attempts, last_error from threadline.notifications"
+            " where run_id = %s",
+            (run_id,),
+        ).fetchone()
+
+    # The receiver answers before the sender marks the row: wait for the mark.
+    row = harness.wait_for(
+        lambda: (r := outbox_row())["status"] != "pending" and r, what="the row marked"
+    )
     assert row["event"] == "failed" and row["status"] == "sent" and row["attempts"] == 3
     assert [status for _, _, status in receiver.requests] == [500, 500, 200]
     keys = {headers["Idempotency-Key"] for headers, _, _ in receiver.requests}

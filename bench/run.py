@@ -294,6 +294,15 @@ def scale_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
                 f"1 thread: p50 {one.median * 1000:.1f} ms ({ratio(one.median, four.median)}x)",
             )
         )
+    commits, wal = figures.per_workflow
+    rows.append(
+        (
+            f"database work per run of {scale.STEPS} steps (all processes)",
+            f"{commits:.0f} commits, {wal:.0f} WAL records",
+            "-",
+            "",
+        )
+    )
     return rows
 
 

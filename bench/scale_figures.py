@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,21 +33,38 @@ from engine_adapter.workflows import apply_recipe
 Conn = psycopg.Connection[Any]
 SLUG = "bench-scale"
 STEPS = 5
+STATS_FLUSH_S = 1.5
 RECIPE = f"slug: {SLUG}\nsteps:\n" + "".join(
     f'  - {{id: s{i}, run_command: "true"}}\n' for i in range(1, STEPS + 1)
 )
 
 
-def batch(conn: Conn, in_flight: int, timeout: float) -> list[float]:
-    """Spawn `in_flight` runs at once; their step -> next step latencies in seconds."""
+def db_counters(conn: Conn) -> tuple[int, int]:
+    """(commits in this database, WAL records of the server) so far."""
+    row = conn.execute(
+        "select (select xact_commit from pg_stat_database where datname = current_database())"
+        " as commits, (select wal_records from pg_stat_wal) as wal"
+    ).fetchone()
+    return int(row["commits"]), int(row["wal"])
+
+
+def batch(conn: Conn, in_flight: int, timeout: float) -> tuple[list[float], tuple[int, int]]:
+    """Spawn `in_flight` runs at once: their step -> next step latencies in seconds, and the
+    commits and WAL records the whole batch cost (every process's, spawns included)."""
+    before = db_counters(conn)
     run_ids = [spawn(conn, SLUG).run_id for _ in range(in_flight)]
     wait_completed(conn, run_ids, timeout)
-    return step_latencies(conn, run_ids)[0]
+    time.sleep(STATS_FLUSH_S)  # busy backends report their counts about once a second
+    conn.execute("select pg_stat_clear_snapshot()")
+    after = db_counters(conn)
+    cost = (after[0] - before[0], after[1] - before[1])
+    return step_latencies(conn, run_ids)[0], cost
 
 
 @dataclass(frozen=True)
 class Figures:
     by_size: dict[tuple[int, int], Summary]  # (threads, in flight) -> step -> next step
+    per_workflow: tuple[float, float]  # commits, WAL records per run of five steps
 
     def lines(self) -> list[str]:
         threads = sorted({t for t, _ in self.by_size})
@@ -62,6 +80,11 @@ class Figures:
                     f"{'':<4}p50 {threads[0]} thread / {threads[-1]} threads: "
                     f"{ratio(one.median, most.median)}"
                 )
+        commits, wal = self.per_workflow
+        out.append(
+            f"per run of {STEPS} steps (all processes): {commits:.0f} commits, "
+            f"{wal:.0f} WAL records"
+        )
         return out
 
 
@@ -69,6 +92,7 @@ def measure(
     url: str, home: Path, sizes: list[int], threads: list[int], repeats: int, timeout: float
 ) -> Figures:
     samples: dict[tuple[int, int], list[float]] = {}
+    runs, commits, wal = 0, 0, 0
     with db.connect(url) as conn:
         apply_recipe(conn, load_recipe_text(RECIPE))
         for count in threads:
@@ -80,13 +104,18 @@ def measure(
                 batch(conn, 2, timeout)  # warm-up: connections, caches
                 for _ in range(repeats):
                     for n in sizes:
-                        samples.setdefault((count, n), []).extend(batch(conn, n, timeout))
+                        latencies, (c, w) = batch(conn, n, timeout)
+                        samples.setdefault((count, n), []).extend(latencies)
+                        runs, commits, wal = runs + n, commits + c, wal + w
             except Exception:
                 print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)
                 raise
             finally:
                 procs.kill_all()
-    return Figures({key: Summary.of(values) for key, values in samples.items()})
+    return Figures(
+        {key: Summary.of(values) for key, values in samples.items()},
+        (commits / runs, wal / runs),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import panel as pn
 from panel.viewable import Viewer
 
 from engine_adapter.names import short_run_id
-from engine_adapter import read_model
+from engine_adapter import read_model, retention
 from engine_adapter.bot_backends import bots_without_backend
 from engine_adapter.bot_config import list_bots
 
@@ -117,6 +117,7 @@ class ConductorsPage(Viewer):
         self.no_backend = html_pane("")
         self.feedback = html_pane("")
         self.sandbox = html_pane("")
+        self.cleanup = html_pane("", name="cleanup")
         self._dirty, self._loaded_at = False, 0.0
         self.load()
         on_change(self._on_change, catch_up=self.load)
@@ -135,6 +136,7 @@ class ConductorsPage(Viewer):
             self.sandbox,
             pn.pane.Markdown("### Processes"),
             self.workers,
+            self.cleanup,
             pn.pane.Markdown("### Runnable runs no conductor has taken"),
             self.unclaimed,
             pn.pane.Markdown("### Agent bots"),
@@ -150,6 +152,8 @@ class ConductorsPage(Viewer):
             unclaimed = read_model.runnable_unclaimed(conn)
             agents = list_bots(conn)
             missing = bots_without_backend(conn)
+            cleaned = retention.describe_last(retention.last(conn))
+        self.cleanup.object = f"<p class='tl-cleanup'>{html.escape(cleaned)}</p>"
         self.no_backend.object = no_backend_html(missing)
         patch_table(self.agents, agents_frame(agents))
         patch_table(

@@ -27,6 +27,11 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 
 
 def debug_html(d: dict[str, Any]) -> str:
+    if d["task"] is None:
+        return (
+            "<p><i>The engine's rows of this run are gone (cleaned up by Absurd's own cleanup); "
+            "its steps, thread and attempts above are Threadline's own and stay.</i></p>"
+        )
     parts = ["<h6>Current await</h6>"]
     if d["awaiting"]:
         parts.append(

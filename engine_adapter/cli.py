@@ -489,6 +489,39 @@ def cmd_limits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from . import retention
+
+    with _conn() as conn:
+        report = retention.cleanup(conn, f"cli:{_actor(args).name}", dry_run=args.dry_run)
+        if report is None:
+            print(
+                "a cleanup is running elsewhere (a conductor's); try again later", file=sys.stderr
+            )
+            return 1
+        _print(args, report.to_dict(), lambda _: report.line())
+    return 0
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from . import retention
+
+    with _conn() as conn:
+        if getattr(args, "retention_command", None) == "set":
+            retention.set_default(conn, args.key, args.duration, _actor(args))
+        current = retention.defaults(conn)
+        _print(
+            args,
+            current,
+            lambda d: (
+                f"finished runs are kept {d['runs']}, their streamed output {d['output']} "
+                f"(unless a workflow's retention says otherwise; set by {d['set_by']})\n"
+                + retention.describe_last(retention.last(conn))
+            ),
+        )
+    return 0
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from . import api_tokens
 
@@ -1001,6 +1034,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp = mp.add_parser("list", help="list model prices")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(fn=cmd_price)
+    sp = add(
+        "cleanup",
+        cmd_cleanup,
+        "remove finished runs and output past their retention now",
+        json_flag=True,
+    )
+    sp.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
+    rp = sub.add_parser("retention", help="how long finished runs and their output are kept")
+    rp.add_argument("--json", action="store_true", help="print JSON")
+    rp.set_defaults(fn=cmd_retention)
+    rs = rp.add_subparsers(dest="retention_command", metavar="COMMAND")
+    sp = rs.add_parser("set", help="the global default of runs or output (a workflow may differ)")
+    sp.add_argument("key", choices=("runs", "output"))
+    sp.add_argument("duration", help="e.g. 180d, 30d, 12h")
+    sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
+    sp.set_defaults(fn=cmd_retention)
     lp = sub.add_parser("limits", help="concurrency caps: global and per initiator")
     lp.add_argument("--json", action="store_true", help="print JSON")
     lp.set_defaults(fn=cmd_limits)

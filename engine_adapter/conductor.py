@@ -22,7 +22,7 @@ import psycopg
 from absurd_sdk import Absurd
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, run_state, schedules
+from . import child_runs, db, retention, run_state, schedules
 from .domain import decision_result
 from .notifier import Notifier
 from .recipe_values import parse_duration
@@ -98,6 +98,7 @@ class Conductor:
         self._last_sweep = 0.0
         self._last_readmit = 0.0
         self._last_schedule_tick = 0.0
+        self._last_cleanup = 0.0  # the first tick cleans up: a restart never postpones it
 
     # -- loop ---------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -154,6 +155,9 @@ class Conductor:
         if now - self._last_schedule_tick >= SCHEDULE_EVERY_S:
             self._last_schedule_tick = now
             self.tick_schedules()
+        if not self._last_cleanup or now - self._last_cleanup >= retention.EVERY_S:
+            self._last_cleanup = now
+            self.clean_up()
         self.wake.signal()  # a run due by the clock (a sleep, a timeout) needs no notification
         self.wait_for_wake()
 
@@ -249,6 +253,15 @@ class Conductor:
                 )
         except Exception:  # nothing may escape the conductor's loop
             log.exception("schedule tick failed")
+
+    def clean_up(self) -> None:
+        """Retention (retention.py): logged, never raised into the loop."""
+        try:
+            report = retention.cleanup(self.conn, self.worker.id)
+            if report is not None and (report.runs or report.outputs or report.workers):
+                log.info(report.line())
+        except Exception:
+            log.exception("cleanup failed")
 
     def prune_dead_workers(self) -> None:
         """Each restart registers a new process: forget those dead for a day (at start-up, so the

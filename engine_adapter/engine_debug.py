@@ -17,7 +17,7 @@ from . import db, names
 def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
     task = db.fetch_one(conn, "engine_task_row", dict(run_id=run_id))
     attempts = db.fetch_all(conn, "engine_attempts", dict(run_id=run_id))
-    checkpoints = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+    checkpoints = db.fetch_all(conn, "engine_checkpoints", dict(run_id=run_id))
     waits = db.fetch_all(conn, "engine_waits", dict(run_id=run_id))
     claims = db.fetch_all(conn, "run_claims", dict(run_id=run_id))
     attempt_of = {a["run_id"]: a["attempt"] for a in attempts}

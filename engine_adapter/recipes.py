@@ -50,6 +50,7 @@ TOP_KEYS = (
     "allow_proposals",
     "timeout",
     "max_steps",
+    "retention",
 )
 MAX_STEPS = 100_000
 MAX_RETRIES = 10
@@ -784,6 +785,7 @@ class Recipe:
     allow_proposals: bool = False  # changes may be proposed (proposals.py), never made directly
     timeout_s: float | None = None  # a run still going after this is cancelled (the conductor)
     max_steps: int | None = None  # a run that would start more step tries is cancelled
+    retention: dict[str, str] | None = None  # runs / output: how long finished runs keep them
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted.
@@ -912,6 +914,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     max_steps = d.get("max_steps")
     if max_steps is not None and (not _is_int(max_steps) or not 1 <= max_steps <= MAX_STEPS):
         errors.append(f"max_steps: {_q(max_steps)} must be an integer from 1 to {MAX_STEPS}")
+    retention = _parse_retention(d.get("retention"), errors)
     allow_proposals = d.get("allow_proposals", False)
     if not isinstance(allow_proposals, bool):
         errors.append(f"allow_proposals: {_q(allow_proposals)} must be true or false (default)")
@@ -981,7 +984,41 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         allow_proposals=allow_proposals,
         timeout_s=run_timeout,
         max_steps=max_steps,
+        retention=retention,
     )
+
+
+RETENTION_KEYS = ("runs", "output")
+
+
+def _parse_retention(raw: Any, errors: list[str]) -> dict[str, str] | None:
+    """`retention: {runs: 180d, output: 30d}`: how long this workflow's finished runs are kept,
+    and their streamed command output (retention.py; each defaults to the global setting)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not raw or set(raw) - set(RETENTION_KEYS):
+        errors.append(f"retention: {_q(raw)} must be a mapping with runs and/or output durations")
+        return None
+    out = {}
+    for key in RETENTION_KEYS:
+        if key not in raw:
+            continue
+        try:
+            seconds = parse_duration(raw[key])
+        except ValueError as err:
+            errors.append(f"retention.{key}: {err}")
+            continue
+        if seconds < 3600:
+            errors.append(f"retention.{key}: {_q(raw[key])} must be at least 1h")
+            continue
+        out[key] = format_duration(seconds)
+    if (
+        "runs" in out
+        and "output" in out
+        and parse_duration(out["output"]) > parse_duration(out["runs"])
+    ):
+        errors.append("retention.output: must not be longer than retention.runs")
+    return out or None
 
 
 def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:

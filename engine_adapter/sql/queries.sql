@@ -288,7 +288,13 @@ select task_id, state, attempts, max_attempts, enqueue_at, first_started_at, can
 select * from absurd.retry_task(%(queue)s, %(run_id)s, '{}'::jsonb)
 
 -- run_checkpoints --
--- The run's checkpoints (step results are read back from them).
+-- The run's journal: Threadline's copy of its checkpoints (migration 022), which step results are
+-- read back from; it outlives any cleanup of the engine's own tables.
+select name as checkpoint_name, state, status, written_at as updated_at
+  from threadline.run_journal where run_id = %(run_id)s order by written_at, name
+
+-- engine_checkpoints --
+-- The engine's own checkpoints of a run, with the attempt that wrote each (the debug pane's).
 select checkpoint_name, state, status, owner_run_id, updated_at
   from absurd.c_threadline where task_id = %(run_id)s order by updated_at, checkpoint_name
 

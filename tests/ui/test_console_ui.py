@@ -148,6 +148,8 @@ def test_needs_you_lists_open_gates_and_approves_in_place(page, stack):
 def test_badge_turns_red_when_the_conductor_dies_and_green_after_restart(page, stack):
     page.goto(stack.base + "/conductors")
     page.wait_for_selector("#tl-badge[data-color='green']")
+    # The conductor's first tick cleaned up (retention.py); the page says when and what.
+    page.wait_for_selector(".tl-cleanup:has-text('Last cleanup')")
     page.click("button:has-text('Kill the conductor (SIGKILL)')")  # the playground's button
     assert stack.conductor.wait(timeout=10) == -signal.SIGKILL
     page.wait_for_selector("#tl-badge[data-color='red']", timeout=10_000)

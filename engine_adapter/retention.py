@@ -1,0 +1,160 @@
+"""Threadline cleans up after itself: finished runs past their retention go, with their child
+runs, thread, journal and the engine's rows; streamed command output goes sooner; the engine's old
+events and processes dead for a day are pruned by the same job.
+
+A workflow sets `retention: {runs: 90d, output: 7d}`; the global defaults (180 days, 30 days)
+are `threadline retention set runs|output DURATION`. The conductor runs the job at start and
+hourly (one conductor at a time), `threadline cleanup [--dry-run]` runs it now. It works in
+bounded batches, one transaction each, and skips any run a live writer holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+
+from . import db
+from .identity import Actor
+from .recipe_values import format_duration, parse_duration, quote
+from .settings import QUEUE
+
+BATCH = 100  # runs per transaction
+MAX_BATCHES = 50  # per job; the rest waits for the next one
+EVENTS_BATCH = 1000
+EVERY_S = 3600.0
+MIN_S = 3600
+
+
+class RetentionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Report:
+    runs: int = 0  # top-level runs (their child runs go with them)
+    outputs: int = 0  # streamed output entries
+    events: int = 0  # the engine's emitted events
+    workers: int = 0  # processes dead for a day
+    dry_run: bool = False
+
+    def line(self) -> str:
+        verb = "would remove" if self.dry_run else "removed"
+        return (
+            f"cleanup {verb} {self.runs} run(s) with their child runs, {self.outputs} output "
+            f"line(s), {self.events} engine event(s), {self.workers} dead process(es)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) -> Report | None:
+    """Run the job now; None when another process is running it."""
+    if dry_run:
+        counts = db.fetch_one(conn, "count_past_retention")
+        return Report(
+            counts["runs"], counts["outputs"], counts["events"], counts["workers"], dry_run=True
+        )
+    if not db.fetch_one(conn, "try_cleanup_lock")["locked"]:
+        return None
+    try:
+        record = db.fetch_one(conn, "start_cleanup", dict(by=by))["id"]
+        report, error = Report(), None
+        try:
+            report = _remove(conn)
+        except psycopg.Error as err:
+            error = f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            conn.execute(
+                db.q("finish_cleanup"),
+                dict(
+                    id=record,
+                    runs=report.runs,
+                    outputs=report.outputs,
+                    events=report.events,
+                    workers=report.workers,
+                    error=error,
+                ),
+            )
+        return report
+    finally:
+        db.fetch_one(conn, "unlock_cleanup")
+
+
+def _remove(conn: psycopg.Connection[Any]) -> Report:
+    runs = _in_batches(conn, "runs_past_retention", "delete_runs")
+    outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs")
+    events = db.fetch_one(conn, "cleanup_engine_events", dict(queue=QUEUE, limit=EVENTS_BATCH))
+    workers = db.fetch_one(conn, "prune_dead_workers_counted")
+    return Report(runs, outputs, events["removed"], workers["removed"])
+
+
+def _in_batches(conn: psycopg.Connection[Any], select: str, delete: str) -> int:
+    """Select a batch, delete it in its own transaction, until none is left (or MAX_BATCHES)."""
+    removed = 0
+    for _ in range(MAX_BATCHES):
+        with conn.transaction():
+            ids = [r["run_id"] for r in db.fetch_all(conn, select, dict(limit=BATCH))]
+            if not ids:
+                break
+            removed += db.fetch_one(conn, delete, dict(run_ids=ids))["removed"]
+        if len(ids) < BATCH:
+            break
+    return removed
+
+
+def last(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
+    """The last cleanup: when, by whom, what it removed (or its error)."""
+    return db.fetch_one(conn, "last_cleanup")
+
+
+def describe_last(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "Cleanup has not run yet."
+    when = f"{row['started_at']:%Y-%m-%d %H:%M %Z}"
+    if row["error"]:
+        return f"Cleanup at {when} by {row['by_worker']} failed: {row['error']}"
+    if row["finished_at"] is None:
+        return f"Cleanup running since {when} ({row['by_worker']})."
+    return (
+        f"Last cleanup {when} by {row['by_worker']}: removed {row['runs_removed']} run(s), "
+        f"{row['outputs_removed']} output line(s), {row['events_removed']} engine event(s), "
+        f"{row['workers_removed']} dead process(es)."
+    )
+
+
+def defaults(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    row = db.fetch_one(conn, "retention_defaults")
+    return {
+        "runs": format_duration(row["runs_s"]),
+        "output": format_duration(row["output_s"]),
+        "set_by": row["set_by"],
+        "set_at": row["set_at"],
+    }
+
+
+def set_default(conn: psycopg.Connection[Any], key: str, duration: str, actor: Actor) -> None:
+    """Set the global retention of runs or of output; errors name the key and the value."""
+    if key not in ("runs", "output"):
+        raise RetentionError(f"retention {key!r} must be 'runs' or 'output'")
+    try:
+        seconds = int(parse_duration(duration))
+    except ValueError as err:
+        raise RetentionError(f"retention {key}: {err}") from None
+    if seconds < MIN_S:
+        raise RetentionError(f"retention {key}: {quote(duration)} must be at least 1h")
+    with conn.transaction():
+        row = db.fetch_one(conn, "retention_defaults")
+        values = {"runs": row["runs_s"], "output": row["output_s"], key: seconds}
+        if values["output"] > values["runs"]:
+            raise RetentionError(
+                f"retention {key}: output ({format_duration(values['output'])}) must not be "
+                f"longer than runs ({format_duration(values['runs'])})"
+            )
+        conn.execute(
+            db.q("set_retention_defaults"),
+            dict(runs_s=values["runs"], output_s=values["output"], set_by=actor.label),
+        )

@@ -1,0 +1,95 @@
+-- Retention (migration 023): which finished runs and outputs are past their time, and removing them.
+
+-- runs_past_retention --
+-- Finished top-level runs older than their workflow's retention.runs (else the default), oldest
+-- first.
+select r.run_id
+  from threadline.run_threads r
+  join threadline.workflows w on w.slug = r.workflow
+ where r.parent_run_id is null and r.state in ('completed', 'failed', 'cancelled')
+   and r.finished_at < now() - make_interval(secs => threadline.retention_of(w.recipe, 'runs'))
+ order by r.finished_at
+ limit %(limit)s
+
+-- outputs_past_retention --
+-- Finished runs with streamed command output older than their workflow's retention.output.
+select r.run_id
+  from threadline.run_threads r
+  join threadline.workflows w on w.slug = r.workflow
+ where r.state in ('completed', 'failed', 'cancelled')
+   and r.finished_at < now() - make_interval(secs => threadline.retention_of(w.recipe, 'output'))
+   and exists (select 1 from threadline.thread_entries e
+                where e.run_id = r.run_id and e.author_kind = 'bot' and e.kind = 'progress')
+ order by r.finished_at
+ limit %(limit)s
+
+-- count_past_retention --
+-- What a cleanup would remove now (a dry run).
+select (select count(*) from threadline.run_threads r
+          join threadline.workflows w on w.slug = r.workflow
+         where r.parent_run_id is null and r.state in ('completed', 'failed', 'cancelled')
+           and r.finished_at < now()
+                 - make_interval(secs => threadline.retention_of(w.recipe, 'runs'))) as runs,
+       (select count(*) from threadline.thread_entries e
+          join threadline.run_threads r on r.run_id = e.run_id
+          join threadline.workflows w on w.slug = r.workflow
+         where e.author_kind = 'bot' and e.kind = 'progress'
+           and r.state in ('completed', 'failed', 'cancelled')
+           and r.finished_at < now()
+                 - make_interval(secs => threadline.retention_of(w.recipe, 'output'))) as outputs,
+       (select count(*) from absurd.e_threadline
+         where emitted_at < absurd.current_time()
+                 - make_interval(secs => (select runs_s from threadline.retention_defaults)))
+         as events,
+       (select count(*) from threadline.workers w
+         where w.last_beat_at < now() - interval '1 day'
+           and not exists (select 1 from threadline.live_workers l where l.id = w.id)) as workers
+
+-- delete_runs --
+select threadline.delete_runs(%(run_ids)s::uuid[]) as removed
+
+-- delete_outputs --
+select threadline.delete_outputs(%(run_ids)s::uuid[]) as removed
+
+-- cleanup_engine_events --
+-- The engine's emitted events older than the default run retention (Absurd's own cleanup).
+select absurd.cleanup_events(%(queue)s, (select runs_s from threadline.retention_defaults),
+                             %(limit)s) as removed
+
+-- prune_dead_workers_counted --
+-- Forget processes dead for a day (as at start-up), counting them.
+with gone as (
+  delete from threadline.workers w
+   where w.last_beat_at < now() - interval '1 day'
+     and not exists (select 1 from threadline.live_workers l where l.id = w.id)
+  returning 1
+)
+select count(*) as removed from gone
+
+-- try_cleanup_lock --
+-- One cleanup at a time across conductors (a session lock, released by unlock_cleanup).
+select pg_try_advisory_lock(7414, 0) as locked
+
+-- unlock_cleanup --
+select pg_advisory_unlock(7414, 0) as unlocked
+
+-- start_cleanup --
+insert into threadline.cleanups (by_worker) values (%(by)s) returning id
+
+-- finish_cleanup --
+update threadline.cleanups
+   set finished_at = now(), runs_removed = %(runs)s, outputs_removed = %(outputs)s,
+       events_removed = %(events)s, workers_removed = %(workers)s, error = %(error)s
+ where id = %(id)s
+
+-- last_cleanup --
+select id, started_at, finished_at, by_worker, runs_removed, outputs_removed, events_removed,
+       workers_removed, error
+  from threadline.cleanups order by id desc limit 1
+
+-- retention_defaults --
+select runs_s, output_s, set_by, set_at from threadline.retention_defaults
+
+-- set_retention_defaults --
+update threadline.retention_defaults
+   set runs_s = %(runs_s)s, output_s = %(output_s)s, set_by = %(set_by)s, set_at = now()

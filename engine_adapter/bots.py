@@ -248,6 +248,7 @@ class BotSlot:
             timeout_s=timeout_s,
             stdin_text=stdin_text,
             popen_kwargs=self.sandbox.popen_kwargs(),
+            contained=self.sandbox.contains_descendants,
             on_start=lambda pgid: self.started(claim, pgid),
             on_output=lambda text: self.progress(claim, text),
             should_continue=lambda: self.still_current(claim),
@@ -529,7 +530,7 @@ def main(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     wake = Wake(concurrency)
     slots = [BotSlot(worker, url, bots, stop, sandbox, wake) for _ in range(concurrency)]
-    start_listener(url, "bots", wake, stop)
+    start_listener(url, "bots", db.BOTS_CHANNEL, wake, stop)
     log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
     threads_ = [
         threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True)

@@ -12,7 +12,16 @@ from psycopg.rows import dict_row
 
 from .settings import database_url
 
+# A notification wakes only the processes that act on it. Conductors listen on NOTIFY_CHANNEL
+# (runs the engine may now hand out: a spawn, a step done, an admission, a retry, a cancel; the
+# database's own functions notify there too), bot processes on BOTS_CHANNEL (an instruction to
+# claim). A bot's own chatter (its claim, streamed output) wakes nobody: consoles follow the
+# change feed (migration 004), and waking a conductor or bot for it only ran a claim that found
+# nothing.
 NOTIFY_CHANNEL = "threadline"
+BOTS_CHANNEL = "threadline_bots"
+BOT_WAKES = frozenset({"instruction"})
+QUIET = frozenset({"claim", "progress"})
 _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 
@@ -57,5 +66,9 @@ def fetch_all(conn: psycopg.Connection[Any], name: str, params: Any = None) -> l
 
 
 def notify(conn: psycopg.Connection[Any], run_id: str | None, what: str) -> None:
-    """Wake conductors, bots and consoles; delivered only when the caller's transaction commits."""
-    conn.execute("select pg_notify(%s, %s)", (NOTIFY_CHANNEL, f"{what}:{run_id or ''}"))
+    """Wake the conductors or the bots `what` concerns; delivered only when the caller's
+    transaction commits."""
+    if what in QUIET:
+        return
+    channel = BOTS_CHANNEL if what in BOT_WAKES else NOTIFY_CHANNEL
+    conn.execute("select pg_notify(%s, %s)", (channel, f"{what}:{run_id or ''}"))

@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any, Callable
 
 OUTPUT_CAP = 64 * 1024
@@ -68,13 +67,20 @@ def group_exists(pgid: int) -> bool:
         return False
     except PermissionError:
         pass
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    # Reading every process's stat costs milliseconds of CPU (it was a third of a bots process's
+    # time): plain scandir and bytes, no pathlib, and a group member's stat is usually early.
+    group = str(pgid).encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
         try:
-            # The command name may hold spaces and parentheses: fields start after the last ')'.
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                # The command name may hold spaces and parentheses: fields start after the last
+                # ')'.
+                fields = f.read().rsplit(b")", 1)[1].split(maxsplit=4)
         except (OSError, IndexError):
             continue  # the process ended while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        if fields[2] == group and fields[0] != b"Z":
             return True
     return False
 
@@ -102,8 +108,12 @@ def run_process(
     flush_every_s: float = 0.5,
     quiet_for_s: float = 1.0,
     popen_kwargs: dict[str, Any] | None = None,
+    contained: bool = False,
 ) -> ProcessResult:
-    """Run argv (its own session and process group) until it exits, times out or is stopped."""
+    """Run argv (its own session and process group) until it exits, times out or is stopped.
+    `contained`: argv runs in a PID namespace of its own (bubblewrap), whose processes the kernel
+    kills when its first process ends, so none can outlive the leader: no need to look for them
+    (which costs a scan of /proc, a third of a bots process's CPU)."""
     started = time.monotonic()
     proc = subprocess.Popen(
         argv,
@@ -127,16 +137,27 @@ def run_process(
     selector.register(proc.stdout, selectors.EVENT_READ)
     os.set_blocking(proc.stdout.fileno(), False)
     eof = False
+
+    def take(chunk: bytes) -> None:
+        nonlocal dropped
+        room = OUTPUT_CAP - len(kept)
+        kept.extend(chunk[:room])
+        pending.extend(chunk[:room])
+        dropped += max(0, len(chunk) - room)
+
     while not eof:
         for _ in selector.select(timeout=0.1):
             chunk = proc.stdout.read(65536)
             if not chunk:
                 eof = True
                 break
-            room = OUTPUT_CAP - len(kept)
-            kept += chunk[:room]
-            pending += chunk[:room]
-            dropped += max(0, len(chunk) - room)
+            take(chunk)
+        if not eof and proc.poll() is not None:
+            # The command is done, though something it started may hold the pipe open: what it
+            # wrote is in the pipe already; take that and stop (its group is killed below).
+            while chunk := proc.stdout.read(65536):
+                take(chunk)
+            eof = True
         now = time.monotonic()
         # Short commands stream nothing: their whole output arrives with the reply.
         if pending and now - started >= quiet_for_s and (now - last_flush >= flush_every_s or eof):
@@ -154,7 +175,7 @@ def run_process(
                     kill_group(proc.pid)
     selector.close()
     exit_code = proc.wait()
-    if group_exists(proc.pid):  # the leader exited but left children in its group
+    if not contained and group_exists(proc.pid):  # the leader exited, its group lives on
         kill_group(proc.pid, grace_s=0.5)
     return ProcessResult(
         exit_code, as_text(kept), dropped, timed_out, stopped, time.monotonic() - started

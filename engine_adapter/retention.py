@@ -18,7 +18,6 @@ import psycopg
 from . import db
 from .identity import Actor
 from .recipe_values import format_duration, parse_duration, quote
-from .settings import QUEUE
 
 BATCH = 100  # runs per transaction
 MAX_BATCHES = 50  # per job; the rest waits for the next one
@@ -87,7 +86,7 @@ def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) ->
 def _remove(conn: psycopg.Connection[Any]) -> Report:
     runs = _in_batches(conn, "runs_past_retention", "delete_runs")
     outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs")
-    events = db.fetch_one(conn, "cleanup_engine_events", dict(queue=QUEUE, limit=EVENTS_BATCH))
+    events = db.fetch_one(conn, "cleanup_engine_events", dict(limit=EVENTS_BATCH))
     workers = db.fetch_one(conn, "prune_dead_workers_counted")
     return Report(runs, outputs, events["removed"], workers["removed"])
 

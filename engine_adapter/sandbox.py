@@ -60,6 +60,12 @@ class Sandbox:
     def isolated(self) -> bool:
         return self.mode != "none"
 
+    @property
+    def contains_descendants(self) -> bool:
+        """Whether a step's processes all end with it: bubblewrap runs it in a PID namespace of
+        its own (--unshare-pid), and the kernel kills the namespace when its init ends."""
+        return bool(self.bwrap)
+
     def describe(self) -> str:
         """In words, for `health`, `up` and the console."""
         if self.bwrap and self.user:

@@ -39,13 +39,15 @@ class Wake:
                 self._pending -= 1
 
 
-def listen_forever(url: str | None, role: str, wake: Wake, stop: threading.Event) -> None:
+def listen_forever(
+    url: str | None, role: str, channel: str, wake: Wake, stop: threading.Event
+) -> None:
     """Turn the process's notifications (and a poll each POLL_S) into wake-ups until `stop`.
     The listening connection is the thread's own; a lost database ends the loop and sets `stop`,
     so the process exits and its supervisor restarts it."""
     try:
         with db.connect(url, role=role) as conn:
-            conn.execute(f"listen {db.NOTIFY_CHANNEL}")
+            conn.execute(f"listen {channel}")
             while not stop.is_set():
                 for _ in conn.notifies(timeout=POLL_S, stop_after=1):
                     pass
@@ -57,10 +59,10 @@ def listen_forever(url: str | None, role: str, wake: Wake, stop: threading.Event
 
 
 def start_listener(
-    url: str | None, role: str, wake: Wake, stop: threading.Event
+    url: str | None, role: str, channel: str, wake: Wake, stop: threading.Event
 ) -> threading.Thread:
     thread = threading.Thread(
-        target=listen_forever, args=(url, role, wake, stop), name="listener", daemon=True
+        target=listen_forever, args=(url, role, channel, wake, stop), name="listener", daemon=True
     )
     thread.start()
     return thread

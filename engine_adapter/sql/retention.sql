@@ -52,19 +52,12 @@ select threadline.delete_runs(%(run_ids)s::uuid[]) as removed
 select threadline.delete_outputs(%(run_ids)s::uuid[]) as removed
 
 -- cleanup_engine_events --
--- The engine's emitted events older than the default run retention (Absurd's own cleanup).
-select absurd.cleanup_events(%(queue)s, (select runs_s from threadline.retention_defaults),
-                             %(limit)s) as removed
+-- The engine's emitted events older than the default run retention (migration 023).
+select threadline.cleanup_engine_events(%(limit)s) as removed
 
 -- prune_dead_workers_counted --
 -- Forget processes dead for a day (as at start-up), counting them.
-with gone as (
-  delete from threadline.workers w
-   where w.last_beat_at < now() - interval '1 day'
-     and not exists (select 1 from threadline.live_workers l where l.id = w.id)
-  returning 1
-)
-select count(*) as removed from gone
+select threadline.prune_dead_workers() as removed
 
 -- try_cleanup_lock --
 -- One cleanup at a time across conductors (a session lock, released by unlock_cleanup).

@@ -91,8 +91,9 @@ def finished(conn, apply, procs, db_url, tmp_path):
 
 
 def test_a_run_past_its_retention_leaves_threadline_and_the_engine_together(
-    conn, apply, finished, db_url
+    conn, apply, finished, logins
 ):
+    console = logins["console"]  # `threadline cleanup` is a people's command: the console's role
     apply(GATED)
     in_flight = spawn(conn, "gated").run_id
     conn.execute(  # started long ago, still waiting: never touched
@@ -106,27 +107,27 @@ def test_a_run_past_its_retention_leaves_threadline_and_the_engine_together(
     assert all(kept_before.values())
     assert all(rows_of(conn, finished["short"]).values())
 
-    dry = cli(db_url, "cleanup", "--dry-run", "--json")
+    dry = cli(console, "cleanup", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert '"runs": 1' in dry.stdout
     assert all(rows_of(conn, finished["short"]).values())  # a dry run removes nothing
 
-    out = cli(db_url, "cleanup")
+    out = cli(console, "cleanup")
     assert out.returncode == 0 and "removed 1 run(s)" in out.stdout, out
     assert set(rows_of(conn, finished["short"]).values()) == {0}
     assert rows_of(conn, finished["plain"]) == kept_before
     assert rows_of(conn, in_flight)["threadline.run_threads"] == 1
     assert "removed 1 run(s)" in retention.describe_last(retention.last(conn))
 
-    again = cli(db_url, "cleanup")
+    again = cli(console, "cleanup")
     assert "removed 0 run(s)" in again.stdout
 
 
-def test_output_goes_after_its_own_retention_and_the_run_stays(conn, finished, db_url):
+def test_output_goes_after_its_own_retention_and_the_run_stays(conn, finished, db_url, logins):
     run_id = finished["plain"]
     assert progress_entries(conn, run_id) >= 2  # attempt 1 failed / attempt 2 starting
     age(conn, run_id, 40)  # past the default output retention (30 days), within 180
-    out = cli(db_url, "cleanup")
+    out = cli(logins["console"], "cleanup")
     assert out.returncode == 0, out.stderr
     assert progress_entries(conn, run_id) == 0
     shown = harness.run_cli(db_url, "show", run_id, "--json")
@@ -171,10 +172,10 @@ def test_child_runs_go_with_their_parent_and_the_conductor_cleans_up_at_start(
     ],
 )
 def test_bad_retention_settings_are_refused_and_change_nothing(
-    conn, db_url, args: tuple[str, ...], message: str
+    conn, logins, args: tuple[str, ...], message: str
 ):
     before = retention.defaults(conn)
-    out = cli(db_url, "retention", *args)
+    out = cli(logins["console"], "retention", *args)
     assert out.returncode != 0 and message in out.stderr, out
     assert retention.defaults(conn) == before
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -342,3 +343,39 @@ def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
             return True
 
     harness.wait_for(gone, timeout=10, what="the step to die with its bot")
+
+
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                stat = (cmdline.parent / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "user"])
+def test_a_step_leaves_no_process_behind(conn, apply, procs, mode, request):
+    """A command that exits leaving a background child: in bubblewrap the kernel ends the step's
+    PID namespace with it; without, the bot kills what is left of its process group."""
+    if mode == "bwrap":
+        request.getfixturevalue("needs_bwrap")
+    marker = f"leftover-{uuid.uuid4().hex[:12]}"  # this test's own, whatever else is running
+    apply(f"""
+slug: leaves-child
+steps:
+  - id: a
+    run_command: (exec -a {marker} sleep 300) & echo started
+""")
+    procs.start("conductor")
+    procs.start("bots", env={"THREADLINE_SANDBOX": mode})
+    run_id = spawn(conn, "leaves-child").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
+    assert "started" in view["steps"][0]["output"]
+    harness.wait_for(
+        lambda: not host_processes_with(marker), timeout=10, what="the leftover child to be gone"
+    )

@@ -127,6 +127,36 @@ begin
 end;
 $$;
 
+-- The engine's emitted events older than the default run retention (Absurd's own cleanup
+-- function), and processes dead for a day: for the conductor's job and `threadline cleanup`,
+-- whose roles may not delete those rows themselves.
+create function threadline.cleanup_engine_events (p_limit integer) returns integer
+  language sql security definer set search_path = pg_catalog, pg_temp
+as $$
+  select absurd.cleanup_events('threadline', (select runs_s from threadline.retention_defaults),
+                               p_limit);
+$$;
+
+create function threadline.prune_dead_workers () returns integer
+  language plpgsql security definer set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_count integer;
+begin
+  delete from threadline.workers w
+   where w.last_beat_at < now() - interval '1 day'
+     and not exists (select 1 from threadline.live_workers l where l.id = w.id);
+  get diagnostics v_count = row_count;
+  return v_count;
+end;
+$$;
+
+revoke execute on function threadline.cleanup_engine_events (integer) from public;
+revoke execute on function threadline.prune_dead_workers () from public;
+grant execute on function threadline.cleanup_engine_events (integer) to threadline_conductor,
+  threadline_console;
+grant execute on function threadline.prune_dead_workers () to threadline_conductor,
+  threadline_console;
 revoke execute on function threadline.delete_runs (uuid[]) from public;
 revoke execute on function threadline.delete_outputs (uuid[]) from public;
 grant execute on function threadline.delete_runs (uuid[]) to threadline_conductor,

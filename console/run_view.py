@@ -103,6 +103,7 @@ class RunView(Viewer):
         self.cancel.on_click(lambda _e: self._command("cancel"))
         self.retry.on_click(lambda _e: self._command("retry"))
         self.related = html_pane("")
+        self._rerun_link = ""  # set once a rerun is started from this page
         self.rerun_from = pn.widgets.Select(name="Rerun from step", options=[], width=200)
         self.rerun_payload = pn.widgets.TextInput(
             name="with payload (JSON; empty: the same)", placeholder="{}"
@@ -207,7 +208,8 @@ class RunView(Viewer):
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
-        self.related.object = state.related_runs_html(run)
+        # A live refresh (the rerun's own spawn triggers one) keeps the link to a rerun just made.
+        self.related.object = state.related_runs_html(run) + self._rerun_link
         waiting = run.event_wait
         if waiting and not self.outside_name.value:  # offer what the run waits for
             self.outside_name.value = waiting["events"][0]
@@ -395,11 +397,12 @@ class RunView(Viewer):
             self._say(str(err), ok=False)
             return
         self._say(f"Rerun started: run {spawned.run_id}.")
-        related = state.related_runs_html(self.run) if self.run else ""
-        self.related.object = related + (
+        self._rerun_link = (
             f'<div id="tl-rerun-link"><a href="{state.run_url(spawned.run_id)}">open the rerun '
             f"{spawned.run_id}</a></div>"
         )
+        related = state.related_runs_html(self.run) if self.run else ""
+        self.related.object = related + self._rerun_link
 
     def _deliver(self) -> None:
         text = self.outside_payload.value.strip()

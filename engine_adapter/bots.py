@@ -510,11 +510,10 @@ class BotSlot:
         self.abandoning = True
         if self.current_pgid:
             kill_group(self.current_pgid)
-        for c in (self.conn,):
-            try:
-                c.close()
-            except Exception:  # closing on the way out
-                pass
+        try:
+            self.conn.close()
+        except Exception:  # closing on the way out
+            pass
 
 
 def main(

@@ -98,7 +98,9 @@ class Conductor:
         self._last_sweep = 0.0
         self._last_readmit = 0.0
         self._last_schedule_tick = 0.0
-        self._last_cleanup = 0.0  # the first tick cleans up: a restart never postpones it
+        # The first tick cleans up (and forgets processes dead for a day, keeping the list the
+        # console and `health` show short): a restart never postpones it.
+        self._last_cleanup = 0.0
 
     # -- loop ---------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -106,7 +108,6 @@ class Conductor:
         signal.signal(signal.SIGINT, lambda *_: self.stop())
         log.info("conductor %s started with %d executor threads", self.worker.id, self.threads)
         self.recover_dead_conductors()
-        self.prune_dead_workers()
         self.notifier.start()
         self.start_executors()
         try:
@@ -262,11 +263,6 @@ class Conductor:
                 log.info(report.line())
         except Exception:
             log.exception("cleanup failed")
-
-    def prune_dead_workers(self) -> None:
-        """Each restart registers a new process: forget those dead for a day (at start-up, so the
-        list the console and `health` show stays short)."""
-        self.conn.execute(db.q("prune_dead_workers"))
 
     def recover_dead_conductors(self) -> int:
         """Runs claimed by a conductor that died mid-SEND go back to the queue at once."""

@@ -15,6 +15,8 @@ from typing import Any
 # a day covers any real schedule, and keeps every deadline far inside what clocks can hold.
 MAX_DURATION_S = 366 * 86_400.0
 MAX_DURATION = "366 days"
+RETENTION_KEYS = ("runs", "output")  # how long finished runs, and their streamed output, are kept
+MIN_RETENTION_S = 3600.0
 _MAX_DURATION_TEXT = 64
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -73,3 +75,11 @@ def format_duration(seconds: float) -> str:
             out.append(f"{ms // size}{unit}")
             ms %= size
     return "".join(out) or "0s"
+
+
+def retention_seconds(value: Any) -> float:
+    """A retention (`runs` or `output`) in seconds; ValueError naming the rule it breaks."""
+    seconds = parse_duration(value)
+    if seconds < MIN_RETENTION_S:
+        raise ValueError(f"{quote(value)} must be at least 1h")
+    return seconds

@@ -21,8 +21,10 @@ from .recipe_values import (
     MAX_DURATION,
     MAX_DURATION_S,
     RecipeError,
+    RETENTION_KEYS,
     format_duration,
     parse_duration,
+    retention_seconds,
 )
 from .recipe_values import quote as _q  # short: nearly every message here quotes a value
 from .notify_spec import NotifyRule, parse_notify
@@ -988,9 +990,6 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     )
 
 
-RETENTION_KEYS = ("runs", "output")
-
-
 def _parse_retention(raw: Any, errors: list[str]) -> dict[str, str] | None:
     """`retention: {runs: 180d, output: 30d}`: how long this workflow's finished runs are kept,
     and their streamed command output (retention.py; each defaults to the global setting)."""
@@ -999,26 +998,16 @@ def _parse_retention(raw: Any, errors: list[str]) -> dict[str, str] | None:
     if not isinstance(raw, dict) or not raw or set(raw) - set(RETENTION_KEYS):
         errors.append(f"retention: {_q(raw)} must be a mapping with runs and/or output durations")
         return None
-    out = {}
+    seconds = {}
     for key in RETENTION_KEYS:
-        if key not in raw:
-            continue
-        try:
-            seconds = parse_duration(raw[key])
-        except ValueError as err:
-            errors.append(f"retention.{key}: {err}")
-            continue
-        if seconds < 3600:
-            errors.append(f"retention.{key}: {_q(raw[key])} must be at least 1h")
-            continue
-        out[key] = format_duration(seconds)
-    if (
-        "runs" in out
-        and "output" in out
-        and parse_duration(out["output"]) > parse_duration(out["runs"])
-    ):
+        if key in raw:
+            try:
+                seconds[key] = retention_seconds(raw[key])
+            except ValueError as err:
+                errors.append(f"retention.{key}: {err}")
+    if seconds.get("output", 0) > seconds.get("runs", float("inf")):
         errors.append("retention.output: must not be longer than retention.runs")
-    return out or None
+    return {key: format_duration(value) for key, value in seconds.items()} or None
 
 
 def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:

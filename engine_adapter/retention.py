@@ -14,16 +14,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from . import db
 from .identity import Actor
-from .recipe_values import format_duration, parse_duration, quote
+from .recipe_values import RETENTION_KEYS, format_duration, parse_duration, retention_seconds
 
 BATCH = 100  # runs per transaction
 MAX_BATCHES = 50  # per job; the rest waits for the next one
 EVENTS_BATCH = 1000
 EVERY_S = 3600.0
-MIN_S = 3600
 
 
 class RetentionError(ValueError):
@@ -49,10 +49,23 @@ class Report:
         return asdict(self)
 
 
+def by_workflow(conn: psycopg.Connection[Any]) -> dict[str, Jsonb]:
+    """Each workflow's retention of runs and of output in seconds (its own, else the default),
+    as the queries take them: {"runs": {slug: s}, "output": {slug: s}}."""
+    row = db.fetch_one(conn, "retention_defaults")
+    default = {"runs": row["runs_s"], "output": row["output_s"]}
+    out: dict[str, dict[str, float]] = {key: {} for key in RETENTION_KEYS}
+    for wf in db.fetch_all(conn, "workflow_retentions"):
+        own = wf["retention"] or {}
+        for key in RETENTION_KEYS:
+            out[key][wf["slug"]] = parse_duration(own[key]) if key in own else default[key]
+    return {key: Jsonb(value) for key, value in out.items()}
+
+
 def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) -> Report | None:
     """Run the job now; None when another process is running it."""
     if dry_run:
-        counts = db.fetch_one(conn, "count_past_retention")
+        counts = db.fetch_one(conn, "count_past_retention", by_workflow(conn))
         return Report(
             counts["runs"], counts["outputs"], counts["events"], counts["workers"], dry_run=True
         )
@@ -84,19 +97,22 @@ def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) ->
 
 
 def _remove(conn: psycopg.Connection[Any]) -> Report:
-    runs = _in_batches(conn, "runs_past_retention", "delete_runs")
-    outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs")
+    keep = by_workflow(conn)
+    runs = _in_batches(conn, "runs_past_retention", "delete_runs", keep)
+    outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs", keep)
     events = db.fetch_one(conn, "cleanup_engine_events", dict(limit=EVENTS_BATCH))
-    workers = db.fetch_one(conn, "prune_dead_workers_counted")
+    workers = db.fetch_one(conn, "prune_dead_workers")
     return Report(runs, outputs, events["removed"], workers["removed"])
 
 
-def _in_batches(conn: psycopg.Connection[Any], select: str, delete: str) -> int:
+def _in_batches(
+    conn: psycopg.Connection[Any], select: str, delete: str, keep: dict[str, Jsonb]
+) -> int:
     """Select a batch, delete it in its own transaction, until none is left (or MAX_BATCHES)."""
     removed = 0
     for _ in range(MAX_BATCHES):
         with conn.transaction():
-            ids = [r["run_id"] for r in db.fetch_all(conn, select, dict(limit=BATCH))]
+            ids = [r["run_id"] for r in db.fetch_all(conn, select, dict(keep, limit=BATCH))]
             if not ids:
                 break
             removed += db.fetch_one(conn, delete, dict(run_ids=ids))["removed"]
@@ -137,14 +153,12 @@ def defaults(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 def set_default(conn: psycopg.Connection[Any], key: str, duration: str, actor: Actor) -> None:
     """Set the global retention of runs or of output; errors name the key and the value."""
-    if key not in ("runs", "output"):
+    if key not in RETENTION_KEYS:
         raise RetentionError(f"retention {key!r} must be 'runs' or 'output'")
     try:
-        seconds = int(parse_duration(duration))
+        seconds = int(retention_seconds(duration))
     except ValueError as err:
         raise RetentionError(f"retention {key}: {err}") from None
-    if seconds < MIN_S:
-        raise RetentionError(f"retention {key}: {quote(duration)} must be at least 1h")
     with conn.transaction():
         row = db.fetch_one(conn, "retention_defaults")
         values = {"runs": row["runs_s"], "output": row["output_s"], key: seconds}

@@ -149,12 +149,6 @@ returning lock_key
 -- The process is still beating.
 update threadline.workers set last_beat_at = now() where id = %(id)s
 
--- prune_dead_workers --
--- Forget processes dead for a day; recent ones stay visible as dead.
-delete from threadline.workers w
- where w.last_beat_at < now() - interval '1 day'
-   and not exists (select 1 from threadline.live_workers l where l.id = w.id)
-
 -- list_workers --
 -- Every known process, newest first, with liveness from its advisory lock.
 select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version, w.sandbox,
@@ -211,21 +205,14 @@ select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
 select absurd.cancel_task(%(queue)s, %(run_id)s)
 
 -- claim_candidate --
--- One instruction awaiting a bot whose step key is free to claim (threadline.step_key_free,
--- inlined): the live workers are read from pg_locks at most once per query, and only when a
--- candidate has an open claim, rather than once per candidate being worked on.
-with live as materialized (select id from threadline.live_workers)
+-- One instruction awaiting a bot whose step key is free to claim: the live workers are read from
+-- pg_locks once per query (an init plan), not once per candidate being worked on.
 select rt.run_id, rt.await_key, rt.bot, rt.workflow
   from threadline.run_threads rt
  where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
    and (%(bots)s::text[] is null or rt.bot = any(%(bots)s::text[]))
-   and not exists (
-     select 1 from threadline.step_claims c
-      where c.step_key = rt.await_key
-        and ((c.finished_at is null and c.lease_until > now()
-              and c.worker_id in (select id from live))
-             or c.outcome = 'completed'
-             or c.retry_at > now()))
+   and threadline.step_key_free(rt.await_key,
+                                (select array_agg(id) from threadline.live_workers))
  order by rt.updated_at
  limit 1
  for update of rt skip locked

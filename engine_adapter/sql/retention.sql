@@ -1,23 +1,22 @@
 -- Retention (migration 023): which finished runs and outputs are past their time, and removing them.
 
 -- runs_past_retention --
--- Finished top-level runs older than their workflow's retention.runs (else the default), oldest
--- first.
+-- Finished top-level runs older than their workflow's retention.runs (%(runs)s: slug -> seconds,
+-- each workflow's as retention.py reads it), oldest first.
 select r.run_id
   from threadline.run_threads r
-  join threadline.workflows w on w.slug = r.workflow
  where r.parent_run_id is null and r.state in ('completed', 'failed', 'cancelled')
-   and r.finished_at < now() - make_interval(secs => threadline.retention_of(w.recipe, 'runs'))
+   and r.finished_at < now() - make_interval(secs => (%(runs)s::jsonb ->> r.workflow)::float8)
  order by r.finished_at
  limit %(limit)s
 
 -- outputs_past_retention --
--- Finished runs with streamed command output older than their workflow's retention.output.
+-- Finished runs with streamed command output older than their workflow's retention.output
+-- (%(output)s: slug -> seconds).
 select r.run_id
   from threadline.run_threads r
-  join threadline.workflows w on w.slug = r.workflow
  where r.state in ('completed', 'failed', 'cancelled')
-   and r.finished_at < now() - make_interval(secs => threadline.retention_of(w.recipe, 'output'))
+   and r.finished_at < now() - make_interval(secs => (%(output)s::jsonb ->> r.workflow)::float8)
    and exists (select 1 from threadline.thread_entries e
                 where e.run_id = r.run_id and e.author_kind = 'bot' and e.kind = 'progress')
  order by r.finished_at
@@ -26,17 +25,15 @@ select r.run_id
 -- count_past_retention --
 -- What a cleanup would remove now (a dry run).
 select (select count(*) from threadline.run_threads r
-          join threadline.workflows w on w.slug = r.workflow
          where r.parent_run_id is null and r.state in ('completed', 'failed', 'cancelled')
            and r.finished_at < now()
-                 - make_interval(secs => threadline.retention_of(w.recipe, 'runs'))) as runs,
+                 - make_interval(secs => (%(runs)s::jsonb ->> r.workflow)::float8)) as runs,
        (select count(*) from threadline.thread_entries e
           join threadline.run_threads r on r.run_id = e.run_id
-          join threadline.workflows w on w.slug = r.workflow
          where e.author_kind = 'bot' and e.kind = 'progress'
            and r.state in ('completed', 'failed', 'cancelled')
            and r.finished_at < now()
-                 - make_interval(secs => threadline.retention_of(w.recipe, 'output'))) as outputs,
+                 - make_interval(secs => (%(output)s::jsonb ->> r.workflow)::float8)) as outputs,
        (select count(*) from absurd.e_threadline
          where emitted_at < absurd.current_time()
                  - make_interval(secs => (select runs_s from threadline.retention_defaults)))
@@ -55,8 +52,8 @@ select threadline.delete_outputs(%(run_ids)s::uuid[]) as removed
 -- The engine's emitted events older than the default run retention (migration 023).
 select threadline.cleanup_engine_events(%(limit)s) as removed
 
--- prune_dead_workers_counted --
--- Forget processes dead for a day (as at start-up), counting them.
+-- prune_dead_workers --
+-- Forget processes dead for a day, counting them (migration 023).
 select threadline.prune_dead_workers() as removed
 
 -- try_cleanup_lock --
@@ -79,6 +76,10 @@ update threadline.cleanups
 select id, started_at, finished_at, by_worker, runs_removed, outputs_removed, events_removed,
        workers_removed, error
   from threadline.cleanups order by id desc limit 1
+
+-- workflow_retentions --
+-- Each workflow's own retention setting, if any (retention.py fills in the defaults).
+select slug, recipe -> 'retention' as retention from threadline.workflows
 
 -- retention_defaults --
 select runs_s, output_s, set_by, set_at from threadline.retention_defaults

@@ -93,28 +93,37 @@ def test_a_global_cap_counts_every_initiator_and_removing_it_starts_the_line(
 
 
 def test_child_runs_hold_their_parents_place(conn, apply, procs, db_url):
-    """Under a global cap of 1, a run's parallel branches (child runs) still all run."""
+    """Under a global cap of 1, a run's parallel branches (child runs) all run and count as its
+    one place: while they sleep, the cap sees one run in flight, and another run waits."""
     apply("""
 slug: fan
 steps:
   - id: group
     parallel:
-      a: [{id: x, run_command: "true"}]
-      b: [{id: y, run_command: "true"}]
-      c: [{id: z, run_command: "true"}]
+      a: [{id: x, sleep: 3s}]
+      b: [{id: y, sleep: 3s}]
+      c: [{id: z, sleep: 3s}]
 """)
     run_limits.set_limit(conn, "global", 1, ADMIN)
     procs.start("conductor")
-    procs.start("bots")
     run_id = by(conn, "alice", "fan")
-    view = harness.wait_for_state(db_url, run_id, "completed", timeout=60)
-    assert view["state"] == "completed"
-    children = conn.execute(
-        "select count(*) as n, count(*) filter (where state = 'completed') as done"
-        " from threadline.run_threads where parent_run_id = %s",
-        (run_id,),
-    ).fetchone()
-    assert (children["n"], children["done"]) == (3, 3)
+
+    def branches_running() -> bool:
+        return (
+            conn.execute(
+                "select count(*) as n from threadline.run_threads"
+                " where parent_run_id = %s and state = 'sleeping'",
+                (run_id,),
+            ).fetchone()["n"]
+            == 3
+        )
+
+    harness.wait_for(branches_running, what="the three branches to be under way")
+    other = by(conn, "bob", "fan")
+    caps = run_limits.Caps.of(conn, other)
+    assert (caps.row["state"], caps.row["global_active"]) == ("queued", 1)
+    harness.wait_for_state(db_url, run_id, "completed", timeout=60)
+    harness.wait_for_state(db_url, other, "completed", timeout=60)  # started once the first ended
 
 
 def test_concurrent_spawns_never_admit_past_a_global_cap(conn, apply, db_url):

@@ -13,7 +13,7 @@ create table threadline.run_limits (
   check ((kind = 'global') = (name = ''))
 );
 
-grant select on threadline.run_limits to threadline_conductor, threadline_bots, threadline_hooks,
+grant select on threadline.run_limits to threadline_conductor, threadline_hooks,
   threadline_console, threadline_viewer;
 grant insert, update, delete on threadline.run_limits to threadline_console;
 

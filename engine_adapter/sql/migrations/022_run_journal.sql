@@ -32,5 +32,5 @@ insert into threadline.run_journal (run_id, name, state, status, written_at)
 select task_id, checkpoint_name, state, status, updated_at from absurd.c_threadline
 on conflict do nothing;
 
-grant select on threadline.run_journal to threadline_conductor, threadline_bots, threadline_hooks,
+grant select on threadline.run_journal to threadline_conductor, threadline_hooks,
   threadline_console, threadline_viewer;

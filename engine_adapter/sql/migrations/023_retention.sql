@@ -36,28 +36,6 @@ grant insert, update on threadline.cleanups to threadline_conductor, threadline_
 grant update on threadline.retention_defaults to threadline_console;
 grant usage on sequence threadline.cleanups_id_seq to threadline_conductor, threadline_console;
 
--- How long a workflow's finished runs (and their output) are kept, in seconds.
-create function threadline.retention_of (p_recipe jsonb, p_key text) returns integer
-  language plpgsql stable
-as $$
-declare
-  v_text text := p_recipe -> 'retention' ->> p_key;
-  v_total integer := 0;
-  v_part text[];
-begin
-  if v_text is null then
-    return case p_key when 'runs' then (select runs_s from threadline.retention_defaults)
-                      else (select output_s from threadline.retention_defaults) end;
-  end if;
-  -- The recipe stores a canonical duration ("180d", "1d12h"): days, hours, minutes, seconds.
-  for v_part in select regexp_matches(v_text, '(\d+)(d|h|m|s)', 'g') loop
-    v_total := v_total + v_part[1]::integer * case v_part[2] when 'd' then 86400 when 'h' then 3600
-                                                            when 'm' then 60 else 1 end;
-  end loop;
-  return v_total;
-end;
-$$;
-
 -- Delete whole runs (each with its child runs, recursively) and the engine's rows of each.
 -- Returns how many top-level runs went (their child runs with them). Only finished top-level runs are taken; a run
 -- any of whose rows a live writer holds is skipped (left for the next cleanup), never waited for.

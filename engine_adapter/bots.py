@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-from . import agent_loop, agent_tools, db, names, run_state, thread_entries
+from . import agent_loop, agent_tools, db, names, thread_entries
 from .agent_journal import ThreadJournal
 from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
@@ -28,6 +29,7 @@ from .domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
+from .settings import QUEUE
 from .wakeups import POLL_S, Wake, start_listener
 from .workers import Worker, crash_point
 
@@ -49,6 +51,7 @@ class Claim:
     text: str
     instruction: Instruction
     lost_attempt: int | None = None  # the attempt before this one, when its bot was lost
+    more: bool = False  # another instruction was waiting when this one was claimed
 
 
 class BotSlot:
@@ -79,7 +82,8 @@ class BotSlot:
                 if claim is None:
                     self.wake.wait(timeout=POLL_S)
                     continue
-                self.wake.signal()  # there may be more: another idle slot looks
+                if claim.more:
+                    self.wake.signal()  # another idle slot takes the next one
                 self.run_claim(claim)
             except psycopg.OperationalError:
                 if not self.stop.is_set():
@@ -109,56 +113,49 @@ class BotSlot:
         return None
 
     def _claim_once(self) -> Claim | None | object:
-        with self.conn.transaction():
-            cand = db.fetch_one(self.conn, "claim_candidate", dict(bots=self.bots))
-            if cand is None:
-                return None
-            key = cand["await_key"]
-            if not db.fetch_one(self.conn, "claim_still_free", dict(step_key=key))["free"]:
-                return _CONTENDED  # another bot claimed it after our candidate query's snapshot
-            lost_rows = db.fetch_all(self.conn, "close_lost_claims", dict(step_key=key))
-            for lost in lost_rows:
-                self.reap(lost)
-            counts = db.fetch_one(self.conn, "claim_counts", dict(step_key=key))
-            instruction = db.fetch_one(
-                self.conn, "instruction_for", dict(run_id=cand["run_id"], step_key=key)
-            )
-            claim_row = dict(
-                step_key=key,
-                attempt=counts["next_attempt"],
-                run_id=cand["run_id"],
+        row = db.fetch_one(
+            self.conn,
+            "claim_step",
+            dict(
+                bots=self.bots,
                 worker_id=self.worker.id,
                 host=self.worker.host,
                 lease_s=LEASE_S,
-            )
-            self.conn.execute(db.q("insert_claim"), claim_row)
-            parsed = Instruction.from_data(instruction["data"])
-            lost_attempt = max((row["attempt"] for row in lost_rows), default=None)
-            runs = lost_attempt is None or parsed.retry.retries_lost
-            if counts["next_attempt"] > 1 and runs:
-                thread_entries.append(
-                    self.conn,
-                    str(cand["run_id"]),
-                    "bot",
-                    cand["bot"],
-                    "progress",
-                    f"Attempt {counts['next_attempt']} of step "
-                    f"{names.step_id_of(instruction['data']['step'])} starting.",
-                    step_key=key,
-                    data={"attempt": counts["next_attempt"]},
-                )
-            db.notify(self.conn, str(cand["run_id"]), "claim")
-        crash_point("bot_after_claim")
-        return Claim(
-            str(cand["run_id"]),
-            key,
-            counts["next_attempt"],
-            counts["failures"],
-            cand["bot"],
-            instruction["text"],
+            ),
+        )["claim"]
+        if not row:
+            return None
+        if row.get("contended"):
+            return _CONTENDED  # another bot claimed it after our candidate query's snapshot
+        for lost in row["lost"]:
+            self.reap(lost)
+        parsed = Instruction.from_data(row["data"])
+        lost_attempt = max((lost["attempt"] for lost in row["lost"]), default=None)
+        claim = Claim(
+            row["run_id"],
+            row["step_key"],
+            row["attempt"],
+            row["failures"],
+            row["bot"],
+            row["text"],
             parsed,
             lost_attempt,
+            row["more"],
         )
+        crash_point("bot_after_claim")
+        if claim.attempt > 1 and (lost_attempt is None or parsed.retry.retries_lost):
+            with self.conn.transaction():
+                thread_entries.append(
+                    self.conn,
+                    claim.run_id,
+                    "bot",
+                    claim.bot,
+                    "progress",
+                    f"Attempt {claim.attempt} of step {names.step_id_of(parsed.step)} starting.",
+                    step_key=claim.step_key,
+                    data={"attempt": claim.attempt},
+                )
+        return claim
 
     def reap(self, lost: dict[str, Any]) -> None:
         """A dead attempt's process group must be gone before the next attempt starts."""
@@ -364,10 +361,16 @@ class BotSlot:
         return env
 
     def started(self, claim: Claim, pgid: int) -> None:
+        """Where the attempt's process group runs, so a successor can make sure it is gone. A
+        contained command (bubblewrap's PID namespace ends with its bot) needs no successor's
+        reaping if its bot dies; it is recorded at the lease's first renewal, for a bot that
+        lives on but loses its lease, which saves a commit for every short command."""
         self.current_pgid = pgid
-        self.conn.execute(
-            db.q("set_claim_pgid"), dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt)
-        )
+        if not self.sandbox.contains_descendants:
+            self.conn.execute(
+                db.q("set_claim_pgid"),
+                dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt),
+            )
         crash_point("bot_after_start")
 
     def progress(self, claim: Claim, text: str) -> None:
@@ -388,7 +391,12 @@ class BotSlot:
         row = db.fetch_one(
             self.conn,
             "extend_claim",
-            dict(step_key=claim.step_key, attempt=claim.attempt, lease_s=LEASE_S),
+            dict(
+                step_key=claim.step_key,
+                attempt=claim.attempt,
+                lease_s=LEASE_S,
+                pgid=self.current_pgid,
+            ),
         )
         return bool(row and row["live"])
 
@@ -419,92 +427,64 @@ class BotSlot:
         `value`: the step's output when it is not the reply's text (an agent's finish JSON)."""
         crash_point("bot_before_terminal")
         retries = claim.instruction.retries
-        with self.conn.transaction():
-            row = db.fetch_one(
-                self.conn, "lock_claim", dict(step_key=claim.step_key, attempt=claim.attempt)
+        exit_code = result.exit_code if result else None
+        policy = claim.instruction.retry
+        retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
+        backoff = note = None
+        if status == "failed" and retry and claim.failures < retries:
+            backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
+            note = (
+                f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
+                f"({retries - claim.failures} retries left)."
             )
-            if row is None or row["finished_at"] is not None or row["superseded"]:
-                log.info(
-                    "attempt %s of %s is no longer current; result dropped",
-                    claim.attempt,
-                    claim.step_key,
-                )
-                return
-            run = run_state.lock_run(self.conn, claim.run_id)
-            if not (
-                run["state"] == "running" and run["await_key"] == claim.step_key and run["awaiting"]
-            ):
-                self.finish(claim, "cancelled", None)
-                return
-            exit_code = result.exit_code if result else None
-            policy = claim.instruction.retry
-            retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
-            if status == "failed" and retry and claim.failures < retries:
-                backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
-                self.finish(claim, "failed", backoff)
-                thread_entries.append(
-                    self.conn,
-                    claim.run_id,
-                    "bot",
-                    claim.bot,
-                    "progress",
-                    f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
-                    f"({retries - claim.failures} retries left).",
-                    step_key=claim.step_key,
-                    data={"attempt": claim.attempt, "exit_code": exit_code},
-                )
-                db.notify(self.conn, claim.run_id, "retry")
-                return
-            # A paused round's attempt did its work: it ends completed, and the step goes on.
-            self.finish(claim, COMPLETED if status == PAUSED else status, None)
-            payload = bot_result(
-                status,
-                output if value is None else value,
-                exit_code,
-                claim.attempt,
-                result.duration_s if result else duration_s,
-                reason,
-                tokens,
-            )
-            if status != PAUSED:  # a paused loop's call is in the thread already
-                thread_entries.append(
-                    self.conn,
-                    claim.run_id,
-                    "bot",
-                    claim.bot,
-                    "message",
-                    output or "(no output)",
-                    step_key=claim.step_key,
-                    data={"attempt": claim.attempt, "exit_code": exit_code},
-                )
-            step_id = names.step_id_of(claim.instruction.step)
-            thread_entries.append(
-                self.conn,
-                claim.run_id,
-                "bot",
-                claim.bot,
-                f"signal.dispatch.{COMPLETED if status == PAUSED else status}",
-                f"step {step_id} paused: {value['tool']}"
+        payload = bot_result(
+            status,
+            output if value is None else value,
+            exit_code,
+            claim.attempt,
+            result.duration_s if result else duration_s,
+            reason,
+            tokens,
+        )
+        step_id = names.step_id_of(claim.instruction.step)
+        # A paused round's attempt did its work: it ends completed, and the step goes on; its
+        # call is in the thread already, so there is no reply to write.
+        outcome = COMPLETED if status == PAUSED else status
+        outcome_of = db.fetch_one(
+            self.conn,
+            "report_step",
+            dict(
+                queue=QUEUE,
+                run_id=claim.run_id,
+                step_key=claim.step_key,
+                attempt=claim.attempt,
+                bot=claim.bot,
+                outcome=outcome,
+                backoff_s=backoff,
+                note=note,
+                message=None if status == PAUSED else (output or "(no output)"),
+                terminal_kind=f"signal.dispatch.{outcome}",
+                terminal_text=f"step {step_id} paused: {value['tool']}"
                 if status == PAUSED
                 else f"step {step_id} {status}",
-                step_key=claim.step_key,
-                dedupe_key=f"terminal:{claim.step_key}",
-                data=payload,
-            )
-            run_state.emit_step_done(self.conn, claim.run_id, claim.step_key, payload)
-        crash_point("bot_after_terminal")
-
-    def finish(self, claim: Claim, outcome: str, backoff_s: float | None) -> None:
-        self.conn.execute(
-            db.q("finish_claim"),
-            dict(
-                step_key=claim.step_key, attempt=claim.attempt, outcome=outcome, backoff_s=backoff_s
+                payload=Jsonb(payload),
+                exit_code=exit_code,
             ),
-        )
+        )["result"]
+        if outcome_of == "dropped":
+            log.info(
+                "attempt %s of %s is no longer current; result dropped",
+                claim.attempt,
+                claim.step_key,
+            )
+        if outcome_of == "done":
+            crash_point("bot_after_terminal")
 
     def close_claim(self, claim: Claim, outcome: str) -> None:
-        with self.conn.transaction():
-            self.finish(claim, outcome, None)
+        self.conn.execute(
+            db.q("finish_claim"),
+            dict(step_key=claim.step_key, attempt=claim.attempt, outcome=outcome, backoff_s=None),
+        )
 
     def close(self) -> None:
         self.abandoning = True

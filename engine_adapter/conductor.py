@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 from absurd_sdk import Absurd
@@ -50,9 +50,8 @@ class Executor:
     engine client of its own (a psycopg connection serialises its callers, and every run's
     transactions must be its own)."""
 
-    def __init__(self, url: str | None, worker_id: str, on_claimed: Callable[[], None]) -> None:
+    def __init__(self, url: str | None, worker_id: str) -> None:
         self.worker_id = worker_id
-        self.on_claimed = on_claimed
         self.conn = db.connect(url, role="conductor")
         self.engine = Absurd(self.conn, queue_name=QUEUE)
         self.engine.register_task(HANDLER_NAME)(self.handle_run)
@@ -60,7 +59,6 @@ class Executor:
 
     def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
         self.handled += 1
-        self.on_claimed()
         return RunHandler(self.conn, ctx, params).run()
 
     def work_once(self) -> bool:
@@ -101,6 +99,7 @@ class Conductor:
         # The first tick cleans up (and forgets processes dead for a day, keeping the list the
         # console and `health` show short): a restart never postpones it.
         self._last_cleanup = 0.0
+        self._next_look = 0.0  # when wait_for_wake reads the clock of the next due run again
 
     # -- loop ---------------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -120,7 +119,7 @@ class Conductor:
 
     def start_executors(self) -> None:
         for i in range(self.threads):
-            executor = Executor(self.url, self.worker.id, self.wake.signal)
+            executor = Executor(self.url, self.worker.id)
             thread = threading.Thread(
                 target=self.execute_forever, args=(executor,), name=f"executor-{i}", daemon=True
             )
@@ -159,14 +158,24 @@ class Conductor:
         if not self._last_cleanup or now - self._last_cleanup >= retention.EVERY_S:
             self._last_cleanup = now
             self.clean_up()
-        self.wake.signal()  # a run due by the clock (a sleep, a timeout) needs no notification
         self.wait_for_wake()
 
     def wait_for_wake(self) -> None:
-        row = db.fetch_one(self.conn, "next_wake")
-        seconds = row["seconds"] if row and row["seconds"] is not None else 1.0
-        # Due now: the executors were woken and claim until nothing is left; look again soon.
-        timeout = min(max(seconds, 0.05), 1.0)
+        """Wait for a notification (each wakes one executor) or the next run due by the clock.
+        The clock is read again only when the last look's deadline has passed (at least once a
+        second), not after every notification: a run a notification made claimable is no
+        reason to look, and a look that finds it due before its executor claims it would wake a
+        second executor for nothing."""
+        now = time.monotonic()
+        if now >= self._next_look:
+            row = db.fetch_one(self.conn, "next_wake")
+            seconds = row["seconds"] if row and row["seconds"] is not None else 1.0
+            if row and row["due"]:
+                # Runs due by the clock (a sleep, a timeout, a missed notification): as many
+                # executors as there are runs; each claims until nothing is left.
+                self.wake.signal(row["due"])
+            self._next_look = now + min(max(seconds, 0.05), 1.0)
+        timeout = max(self._next_look - time.monotonic(), 0.0)
         for _ in self.listen_conn.notifies(timeout=timeout, stop_after=1):
             self.wake.signal()
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Iterator
 
 import psycopg
 from psycopg.rows import dict_row
@@ -63,6 +64,17 @@ def fetch_one(
 
 def fetch_all(conn: psycopg.Connection[Any], name: str, params: Any = None) -> list[dict[str, Any]]:
     return conn.execute(q(name), params).fetchall()
+
+
+@contextmanager
+def transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """A transaction of its own, or the caller's when one is open: no savepoint (a failure
+    rolls the caller's transaction back too), so no extra round trips."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        yield
+        return
+    with conn.transaction():
+        yield
 
 
 def notify(conn: psycopg.Connection[Any], run_id: str | None, what: str) -> None:

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar, cast
 
 import psycopg
 from absurd_sdk import CancelledTask
@@ -55,6 +55,9 @@ class EndRun(Exception):
         self.path, self.result = path, result
 
 
+T = TypeVar("T")
+
+
 class RunHandler:
     def __init__(self, conn: psycopg.Connection[Any], ctx: Any, params: dict[str, Any]) -> None:
         self.conn = conn
@@ -77,6 +80,16 @@ class RunHandler:
         # Branch results of earlier tries of a group: a retry re-runs only what did not complete.
         self.settled: dict[str, dict[str, dict[str, Any]]] = {}
         self.tries_started = 0  # leaf step tries so far (a replay counts them again, the same)
+
+    def atomic_step(self, name: str, fn: Callable[[], T]) -> T:
+        """A checkpointed step whose writes and checkpoint commit together: one commit instead
+        of two, and no crash can leave the writes without their checkpoint (a replay would find
+        them, as SEND's dedupe keys make sure, but would still pay for the lookups)."""
+        handle = self.ctx.begin_step(name)
+        if handle.done:
+            return cast(T, handle.state)
+        with self.conn.transaction():
+            return cast(T, self.ctx.complete_step(handle, fn()))
 
     # -- the walk ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -493,7 +506,7 @@ class RunHandler:
                 return StepResult(domain.FAILED, str(err), reason=str(err)).to_dict()
             instruction = replace(instruction, task=task)
             text = f"Step {step.id} goes on with the answer (round {round_no})."
-        sent = self.ctx.step(
+        sent = self.atomic_step(
             names.checkpoint(names.SEND, path, try_no, part),
             lambda: self.send(
                 step,
@@ -649,7 +662,7 @@ class RunHandler:
             }
             return self.ask(step, path, try_no, key, data)
 
-        sent = self.ctx.step(names.send_checkpoint(path, try_no), open_gate)
+        sent = self.atomic_step(names.send_checkpoint(path, try_no), open_gate)
         if not sent["ok"]:
             return StepResult(domain.FAILED, sent["error"])
         timeout = None
@@ -773,7 +786,7 @@ class RunHandler:
     ) -> dict[str, Any]:
         """SEND: render the step, post it into the thread as System and arm `awaiting`, in one
         transaction. Idempotent per step key, so a replay after a crash posts nothing twice."""
-        with self.conn.transaction():
+        with db.transaction(self.conn):  # the caller's, when it is an atomic_step
             try:
                 if text is not None:  # said by the conductor, not rendered from the step
                     pass
@@ -803,7 +816,7 @@ class RunHandler:
                         self.conn, self.run_id, self.recipe, "gate", key, self.headline(text)
                     )
             db.notify(self.conn, self.run_id, entry_kind)
-        crash_point("after_send_commit")
+        crash_point("after_send")
         return {"ok": True, "data": data}
 
     def ask(

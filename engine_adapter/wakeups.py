@@ -1,8 +1,10 @@
 """Wake-ups for a process's worker threads, fed by one LISTEN connection per process.
 
-A notification wakes one idle thread, not all of them; a thread that finds work passes a wake-up
-on before doing it, so as many threads wake as there is work for, and an idle process runs one
-claim per notification instead of one per thread (conductor executors, bot slots).
+A notification wakes one idle thread, not all of them, so an idle process runs one claim per
+notification instead of one per thread (conductor executors, bot slots). A busy thread claims
+again when it is done, until nothing is left; work that comes without a notification of its own
+wakes as many threads as there is of it (a bot's claim says when another instruction was waiting;
+the conductor counts the runs due by the clock).
 """
 
 from __future__ import annotations

@@ -164,8 +164,10 @@ select exists (select 1 from threadline.live_workers
                 where kind = %(kind)s and pid = %(pid)s and host = %(host)s) as alive
 
 -- next_wake --
--- Seconds until the earliest run becomes claimable (null when none is scheduled).
-select extract(epoch from (min(available_at) - absurd.current_time()))::float8 as seconds
+-- Seconds until the earliest run becomes claimable (null when none is scheduled), and how many
+-- are claimable now.
+select extract(epoch from (min(available_at) - absurd.current_time()))::float8 as seconds,
+       count(*) filter (where available_at <= absurd.current_time()) as due
   from absurd.r_threadline
  where state in ('pending', 'sleeping') and available_at < 'infinity'
 
@@ -204,47 +206,16 @@ select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
 -- Absurd's cancel: the task and its open runs end cancelled.
 select absurd.cancel_task(%(queue)s, %(run_id)s)
 
--- claim_candidate --
--- One instruction awaiting a bot whose step key is free to claim: the live workers are read from
--- pg_locks once per query (an init plan), not once per candidate being worked on.
-select rt.run_id, rt.await_key, rt.bot, rt.workflow
-  from threadline.run_threads rt
- where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
-   and (%(bots)s::text[] is null or rt.bot = any(%(bots)s::text[]))
-   and threadline.step_key_free(rt.await_key,
-                                (select array_agg(id) from threadline.live_workers))
- order by rt.updated_at
- limit 1
- for update of rt skip locked
+-- claim_step --
+-- The next instruction a bot may claim, claimed, in one call (migration 025).
+select threadline.claim_step(%(bots)s::text[], %(worker_id)s, %(host)s, %(lease_s)s) as claim
 
--- claim_still_free --
--- Re-checked under the run lock with a fresh snapshot: the candidate query's snapshot may predate
--- a claim another bot committed just before releasing that lock.
-select threadline.step_key_free(%(step_key)s) as free
-
--- close_lost_claims --
--- Claims of dead bots (or expired leases) end as lost; returns where their processes ran.
-update threadline.step_claims
-   set finished_at = now(), outcome = 'lost'
- where step_key = %(step_key)s and finished_at is null
-returning attempt, host, pgid, worker_id
-
--- claim_counts --
--- The next attempt number and how many attempts failed so far.
-select coalesce(max(attempt), 0) + 1 as next_attempt,
-       count(*) filter (where outcome = 'failed') as failures
-  from threadline.step_claims where step_key = %(step_key)s
-
--- insert_claim --
--- A committed claim: the attempt number is the fencing token for the terminal write.
-insert into threadline.step_claims (step_key, attempt, run_id, worker_id, host, lease_until)
-values (%(step_key)s, %(attempt)s, %(run_id)s, %(worker_id)s, %(host)s,
-        now() + make_interval(secs => %(lease_s)s))
-
--- instruction_for --
--- The System instruction a step key names.
-select text, data from threadline.thread_entries
- where run_id = %(run_id)s and step_key = %(step_key)s and kind = 'instruction'
+-- report_step --
+-- An attempt's end in one call, fenced by its attempt number (migration 025).
+select threadline.report_step(%(queue)s, %(run_id)s, %(step_key)s, %(attempt)s, %(bot)s,
+                              %(outcome)s, %(backoff_s)s, %(note)s, %(message)s,
+                              %(terminal_kind)s, %(terminal_text)s, %(payload)s,
+                              %(exit_code)s) as result
 
 -- set_claim_pgid --
 -- Where the attempt's process group runs, so a successor can make sure it is gone.
@@ -254,18 +225,11 @@ update threadline.step_claims set pgid = %(pgid)s
 -- extend_claim --
 -- Heartbeat of a running attempt; returns whether it is still current and the run still live.
 update threadline.step_claims c
-   set lease_until = now() + make_interval(secs => %(lease_s)s)
+   set lease_until = now() + make_interval(secs => %(lease_s)s),
+       pgid = coalesce(%(pgid)s, c.pgid)
  where c.step_key = %(step_key)s and c.attempt = %(attempt)s and c.finished_at is null
 returning (select rt.state = 'running' and rt.await_key = c.step_key and rt.awaiting
              from threadline.run_threads rt where rt.run_id = c.run_id) as live
-
--- lock_claim --
--- The attempt's claim row, locked, and whether a newer attempt exists.
-select c.*, exists (select 1 from threadline.step_claims n
-                     where n.step_key = c.step_key and n.attempt > c.attempt) as superseded
-  from threadline.step_claims c
- where c.step_key = %(step_key)s and c.attempt = %(attempt)s
- for update
 
 -- finish_claim --
 -- The attempt's outcome; retry_at set when another attempt is due after a backoff.

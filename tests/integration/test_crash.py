@@ -81,7 +81,7 @@ def test_conductor_sigkill_while_bot_finishes_the_step(conn, apply, procs, tmp_p
     "kind, point, attempts, effects",
     [
         # The conductor dies right after its instruction commits, or after its SEND checkpoint.
-        ("conductor", "after_send_commit", 1, ["one", "two", "three"]),
+        ("conductor", "after_send", 1, ["one", "two", "three"]),
         ("conductor", "after_send_checkpoint", 1, ["one", "two", "three"]),
         ("bots", "bot_after_claim", 2, ["one", "two", "three"]),
         ("bots", "bot_after_terminal", 1, ["one", "two", "three"]),

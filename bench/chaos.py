@@ -23,7 +23,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # Run as a script (`python bench/chaos.py`): make the repository root importable for `bench.*`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,6 +55,7 @@ class ChaosSizes:
     bot_concurrency: int = 2
     kill_every_s: float = 0.8  # mean pause between kills (uniform, 0.5x to 1.5x)
     timeout_s: float = 120.0  # after the last kill, for every run to finish
+    max_in_flight: int = 0  # spawns wait while this many runs are unfinished (0: never wait)
 
 
 SMOKE = ChaosSizes(runs=12, kills=6, conductors=2, bots=2, timeout_s=60.0)
@@ -117,12 +118,21 @@ def unleash(conn: Any, crew: Crew, sizes: ChaosSizes, rng: random.Random) -> lis
     for i in range(max(sizes.kills, 1)):
         due = sizes.runs if sizes.kills == 0 else round((i + 1) * sizes.runs / sizes.kills)
         while len(run_ids) < due:
+            if sizes.max_in_flight:
+                wait_for_room(conn, crew, sizes.max_in_flight)
             run_ids.append(spawn(conn, SLUG).run_id)
         if sizes.kills:
             time.sleep(rng.uniform(0.5, 1.5) * sizes.kill_every_s)
             crew.replace_exited()
             crew.kill_one(rng)
     return run_ids
+
+
+def wait_for_room(conn: Any, crew: Crew, most: int) -> None:
+    """Until fewer than `most` runs are unfinished (a soak keeps a steady load, not a pile)."""
+    while conn.execute(QUERIES["chaos_unfinished"], {"slug": SLUG}).fetchone()["runs"] >= most:
+        crew.replace_exited()
+        time.sleep(0.1)
 
 
 def wait_finished(conn: Any, crew: Crew, run_ids: list[str], timeout: float) -> None:
@@ -171,8 +181,22 @@ class ChaosOutcome:
         ]
 
 
+class Companion(Protocol):
+    """Work done alongside the chaos (the soak's cleanup and memory samples), from the moment
+    the crew is mustered until every run has finished."""
+
+    def start(self, crew: Crew) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 def run_chaos(
-    url: str, home: Path, sizes: ChaosSizes, seed: int | None = None, progress: Any = print
+    url: str,
+    home: Path,
+    sizes: ChaosSizes,
+    seed: int | None = None,
+    progress: Any = print,
+    companion: Companion | None = None,
 ) -> ChaosOutcome:
     """The benchmark against a migrated database; every process it starts is dead on return."""
     rng = random.Random(seed)
@@ -189,9 +213,15 @@ def run_chaos(
                 f"chaos: {sizes.runs} runs under {sizes.kills} SIGKILLs"
                 f" ({sizes.conductors} conductors + {sizes.bots} bot processes)"
             )
-            run_ids = unleash(conn, crew, sizes, rng)
-            progress("chaos: kills done; waiting for every run to finish")
-            wait_finished(conn, crew, run_ids, sizes.timeout_s)
+            if companion is not None:
+                companion.start(crew)
+            try:
+                run_ids = unleash(conn, crew, sizes, rng)
+                progress("chaos: kills done; waiting for every run to finish")
+                wait_finished(conn, crew, run_ids, sizes.timeout_s)
+            finally:
+                if companion is not None:
+                    companion.stop()
             procs.kill_all()
             time.sleep(0.5)  # a step process orphaned by its killed bot would write by now
             report = collect(conn, run_ids, workdir / EFFECTS_FILE)

@@ -30,3 +30,28 @@ select count(*)::int as attempts,
 select extract(epoch from (max(finished_at) - min(created_at)))::float8 as seconds
   from threadline.run_threads
  where run_id = any(%(run_ids)s::uuid[])
+
+-- chaos_unfinished --
+-- Runs of the benchmark's workflow not yet ended.
+select count(*)::int as runs
+  from threadline.run_threads
+ where workflow = %(slug)s and state not in ('completed', 'failed', 'cancelled')
+
+-- soak_aged_runs --
+-- Finished runs of the benchmark's workflow, backdated past any retention, for the cleanup job
+-- to find while the chaos goes on: rows of history only (no engine task), as seeded ones are.
+insert into threadline.run_threads
+  (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, state,
+   current_step, created_at, updated_at, finished_at)
+select gen_random_uuid(), w.slug, w.version, w.hash, w.recipe, '{"aged": true}'::jsonb, w.bot,
+       '{"kind": "manual"}'::jsonb, 'completed', 'three', at, at, at + interval '1 second'
+  from threadline.workflows w,
+       lateral (select now() - interval '400 days' - i * interval '1 minute' as at
+                  from generate_series(1, %(runs)s) i) t
+ where w.slug = %(slug)s
+
+-- soak_aged_left --
+-- Backdated runs the cleanup has not removed yet.
+select count(*)::int as runs
+  from threadline.run_threads
+ where workflow = %(slug)s and payload = '{"aged": true}'::jsonb

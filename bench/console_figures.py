@@ -1,18 +1,26 @@
 """The console's figures: a change in Postgres until it is visible in the page (headless Chromium),
-and the runs page's server-side queries over a large seeded history."""
+and the runs page's server-side queries over a large seeded history.
+
+    .venv/bin/python -m bench.console_figures [--runs 1000000] [--repeats 10]
+
+runs the second alone, at any size (`bench/run.py` runs both, at 100,000 runs).
+"""
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from bench.database import add_database_option, session
 from bench.seed import seed_runs
 from bench.stats import Summary
-from engine_adapter import harness, run_list, run_state, thread_entries
+from engine_adapter import db, harness, run_list, run_state, thread_entries
 from engine_adapter.recipes import load_recipe_text
 from engine_adapter.run_list import Cursor, RunFilters
 from engine_adapter.spawn import spawn
@@ -91,6 +99,11 @@ def list_queries(conn: Conn, runs: int, repeats: int) -> tuple[float, dict[str, 
         "search in payload (rare)": lambda: run_list.runs_page(conn, RunFilters(search='"T-7919"')),
         "counts by state": lambda: run_list.state_counts(conn, RunFilters()),
         "charts (7 days)": lambda: run_list.chart_data(conn, RunFilters()),
+        "whole first load (page, counts, charts)": lambda: (
+            run_list.runs_page(conn, RunFilters()),
+            run_list.state_counts(conn, RunFilters()),
+            run_list.chart_data(conn, RunFilters()),
+        ),
     }
     out = {}
     for name, fn in cases.items():
@@ -102,3 +115,22 @@ def list_queries(conn: Conn, runs: int, repeats: int) -> tuple[float, dict[str, 
             times.append(time.perf_counter() - started)
         out[name] = Summary.of(times)
     return seed_s, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The runs page's queries over a seeded history")
+    parser.add_argument("--runs", type=int, default=1_000_000, help="runs to seed (default 1M)")
+    parser.add_argument("--repeats", type=int, default=10, help="timings per query (default 10)")
+    add_database_option(parser)
+    args = parser.parse_args(argv)
+    with session(args.database_url, "threadline-bench-console-") as (url, _home):
+        with db.connect(url) as conn:
+            seed_s, figures = list_queries(conn, args.runs, args.repeats)
+    print(f"seed {args.runs:,} runs (set-based SQL): {seed_s:.1f} s")
+    for name, summary in figures.items():
+        print(f"runs page, {args.runs:,} runs: {name:<40} {summary.fmt(1000)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ insert into threadline.run_threads
   (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, state, current_step,
    created_at, updated_at, finished_at)
 select gen_random_uuid(), 'seed-' || (1 + i %% 5), 1, 'seed', '{"steps": []}'::jsonb,
-       jsonb_build_object('n', i, 'ticket', 'T-' || (i * 7919 %% 100000)), 'local',
+       jsonb_build_object('n', i, 'ticket', 'T-' || (i::bigint * 7919 %% 100000)), 'local',
        jsonb_build_object('kind', (array['manual', 'schedule', 'webhook', 'event'])[1 + i %% 4]),
        (array['completed', 'completed', 'completed', 'failed', 'cancelled', 'waiting', 'sleeping'])[1 + i %% 7],
        'check', at, at, case when i %% 7 < 5 then at + interval '3 seconds' end

@@ -59,8 +59,11 @@ def _port_free(port: int) -> bool:
 class EmbeddedPostgres:
     """One server per Threadline home: data in home/pgdata (or /var/lib/threadline when root)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, listen_addresses: str = "127.0.0.1") -> None:
         self.home = Path(home).expanduser().absolute()
+        # Where the server accepts TCP connections when this object starts it; other addresses
+        # need a pg_hba.conf line of their own too (bench/scaleout_figures.py adds one).
+        self.listen_addresses = listen_addresses
         self.credentials_file = credentials_path(self.home)
         self.location_file = self.home / "pgdata-location"
         # Postgres refuses to run as root, so root delegates to an unprivileged service user.
@@ -303,7 +306,7 @@ class EmbeddedPostgres:
             self._give_to_service(self.log_file, 0o600)
             # No unix socket: clients use TCP to 127.0.0.1, and socket paths have length limits.
             opts = (
-                f"-c listen_addresses=127.0.0.1 -c port={port} "
+                f"-c listen_addresses={self.listen_addresses} -c port={port} "
                 f"-c unix_socket_directories='' -c max_connections=200"
             )
             proc = self._run(

@@ -34,10 +34,12 @@ def start_process(
     log_path: Path | None = None,
     args: Iterable[str] = (),
     step_dirs: Iterable[Path] = (),
+    prefix: Iterable[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start `threadline conductor` or `threadline bots` against url; output goes to log_path
     (default home/<kind>.log). Under home: .threadline (THREADLINE_HOME) and runs (the runs'
-    working directories); step_dirs are directories every step may write as well."""
+    working directories); step_dirs are directories every step may write as well; prefix runs
+    the process through another command (e.g. `ip netns exec NAME`)."""
     inherited = {k: v for k, v in os.environ.items() if k != CRASH_ENV}  # crash only when asked
     layout = {
         DATABASE_URL_ENV: url,
@@ -50,7 +52,7 @@ def start_process(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(
-            [sys.executable, "-m", "engine_adapter.cli", kind, *args],
+            [*prefix, sys.executable, "-m", "engine_adapter.cli", kind, *args],
             env=full_env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -212,8 +214,10 @@ class ProcessSet:
         on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
         step_dirs: Iterable[Path] = (),
         logins: dict[str, str] | None = None,
+        prefix: Iterable[str] = (),
     ) -> None:
         self.url, self.home = url, home
+        self.prefix = tuple(prefix)  # see start_process
         self.step_dirs = tuple(step_dirs)
         home.mkdir(parents=True, exist_ok=True)
         make_traversable(home)
@@ -242,6 +246,7 @@ class ProcessSet:
             env=env,
             args=args,
             step_dirs=self.step_dirs,
+            prefix=self.prefix,
         )
         self.procs.append(proc)
         if self.on_start is not None:

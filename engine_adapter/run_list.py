@@ -78,6 +78,10 @@ class RunFilters:
     def without_state(self) -> RunFilters:
         return replace(self, state=None)
 
+    def counted_as_kept(self) -> bool:
+        """Whether the counts kept by day and workflow (migration 026) answer these filters."""
+        return not (self.trigger or self.since or self.until or self.search)
+
 
 def _parse_time(name: str, raw: str) -> datetime:
     try:
@@ -166,17 +170,25 @@ def runs_page(
 
 
 def state_counts(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str, int]:
-    rows = db.fetch_all(conn, "run_state_counts", filters.without_state().sql_params())
+    wanted = filters.without_state()
+    query = "run_state_counts_kept" if wanted.counted_as_kept() else "run_state_counts"
+    rows = db.fetch_all(conn, query, wanted.sql_params())
     found = {r["state"]: r["runs"] for r in rows}
     return {state: found.get(state, 0) for state in RUN_STATES}
+
+
+def utc_day(at: datetime) -> datetime:
+    """The start of the UTC day of a moment (as threadline.run_day)."""
+    return at.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 BUCKET_SECONDS = {"5 minutes": 300, "1 hour": 3600, "1 day": 86400}
 
 
 def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
-    """The charts' time window and bucket: the filter's range, else the last 7 days."""
-    since = filters.since or now - timedelta(days=7)
+    """The charts' time window and bucket: the filter's range, else today and the 7 days before
+    (whole UTC days, so the first bar is a whole day and the kept counts can draw it)."""
+    since = filters.since or utc_day(now - timedelta(days=7))
     span = (filters.until or now) - since
     bucket = "1 hour" if span <= timedelta(days=3) else "1 day"
     if span <= timedelta(hours=3):
@@ -190,6 +202,8 @@ def chart_data(
     now = db.fetch_one(conn, "db_now")["now"]
     since, bucket = chart_window(filters, now)
     common = dict(since=since, workflow=filters.workflow)
+    # Whole days from a day's start: the counts kept by day answer (the charts ignore `until`).
+    kept = "_kept" if bucket == "1 day" and since == utc_day(since) else ""
     return {
         # The window and bucket too: a chart drawn over its window keeps sensible ticks and bar
         # widths even with a single bucket of data.
@@ -198,8 +212,8 @@ def chart_data(
             "until": filters.until or now,
             "bucket_s": BUCKET_SECONDS[bucket],
         },
-        "over_time": db.fetch_all(conn, "runs_over_time", common | {"bucket": bucket}),
+        "over_time": db.fetch_all(conn, "runs_over_time" + kept, common | {"bucket": bucket}),
         "durations": db.fetch_all(conn, "step_durations", common | {"limit": 5000}),
-        "failures": db.fetch_all(conn, "failures_by_step", common),
+        "failures": db.fetch_all(conn, "failures_by_step" + kept, common),
         "agent_use": db.fetch_all(conn, "agent_use_by_workflow", common),
     }

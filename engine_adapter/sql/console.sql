@@ -9,8 +9,8 @@ select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kin
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
-   and (%(search)s::text is null or run_id::text like %(search_any)s
-        or payload::text ilike %(search_any)s)
+   and (%(search)s::text is null
+        or threadline.run_search_text(run_id, payload) ilike %(search_any)s)
    and (%(after_at)s::timestamptz is null or (created_at, run_id) < (%(after_at)s, %(after_id)s::uuid))
  order by created_at desc, run_id desc
  limit %(limit)s
@@ -24,13 +24,42 @@ select state, count(*)::int as runs
    and (%(trigger)s::text is null or trigger ->> 'kind' = %(trigger)s)
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
-   and (%(search)s::text is null or run_id::text like %(search_any)s
-        or payload::text ilike %(search_any)s)
+   and (%(search)s::text is null
+        or threadline.run_search_text(run_id, payload) ilike %(search_any)s)
  group by state
+
+-- run_state_counts_kept --
+-- How many runs there are by state (of one workflow or all), from the kept counts (migration 026).
+select state, sum(runs)::int as runs
+  from threadline.run_counts
+ where (%(workflow)s::text is null or workflow = %(workflow)s)
+ group by state
+
+-- runs_over_time_kept --
+-- Runs started per UTC day since a day's start, and their state, from the kept counts.
+select day as bucket, state, sum(runs)::int as runs
+  from threadline.run_counts
+ where day >= %(since)s
+   and (%(workflow)s::text is null or workflow = %(workflow)s)
+ group by 1, 2
+having sum(runs) <> 0
+ order by 1
+
+-- failures_by_step_kept --
+-- Failed runs since a day's start, by workflow and the step they failed at, from the kept counts.
+select workflow, coalesce(nullif(step, ''), '(before any step)') as step, sum(runs)::int as runs
+  from threadline.run_counts
+ where state = 'failed' and day >= %(since)s
+   and (%(workflow)s::text is null or workflow = %(workflow)s)
+ group by 1, 2
+having sum(runs) > 0
+ order by 3 desc
+ limit 20
 
 -- runs_over_time --
 -- Runs started per time bucket and their state, since a moment.
-select date_bin(%(bucket)s::interval, created_at, timestamptz '2000-01-01') as bucket, state,
+select date_bin(%(bucket)s::interval, created_at, timestamptz '2000-01-01 00:00+00') as bucket,
+       state,
        count(*)::int as runs
   from threadline.run_threads
  where created_at >= %(since)s

@@ -87,3 +87,7 @@ select runs_s, output_s, set_by, set_at from threadline.retention_defaults
 -- set_retention_defaults --
 update threadline.retention_defaults
    set runs_s = %(runs_s)s, output_s = %(output_s)s, set_by = %(set_by)s, set_at = now()
+
+-- fold_run_counts --
+-- The kept run counts of past days folded into one row each (migration 026).
+select threadline.fold_run_counts() as removed

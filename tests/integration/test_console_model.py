@@ -69,10 +69,13 @@ def test_filters_search_and_counts_agree(conn):
 def test_chart_data_is_bounded_to_its_window(conn):
     seed_runs(conn, 2000, claims=300)
     data = run_list.chart_data(conn, RunFilters())
-    assert (
-        sum(r["runs"] for r in data["over_time"]) == 2000 * 7 // 30 + 1
-        or abs(sum(r["runs"] for r in data["over_time"]) - 2000 * 7 / 30) < 3
-    )  # the last 7 of 30 days
+    since = data["window"]["since"]
+    assert since == run_list.utc_day(since) and since.hour == 0  # whole UTC days
+    in_window = conn.execute(
+        "select count(*) as n from threadline.run_threads where created_at >= %s", (since,)
+    ).fetchone()["n"]
+    assert 2000 * 7 / 30 - 3 < in_window < 2000 * 8 / 30 + 3  # today and the 7 days before
+    assert sum(r["runs"] for r in data["over_time"]) == in_window
     assert 0 < len(data["durations"]) <= 300
     assert {r["workflow"] for r in data["failures"]} <= {f"seed-{i}" for i in range(1, 6)}
     assert all(r["runs"] > 0 for r in data["failures"])

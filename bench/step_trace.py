@@ -8,7 +8,8 @@ the backend's pid and application name: every Threadline process names itself). 
 process; the log of that stretch is cut out and counted: a transaction is BEGIN..COMMIT on one
 backend, or a statement sent outside one. Statements inside SQL functions are not round trips and
 are not counted. Background work (heartbeats, timers) falls in the stretch too and is counted with
-the rest: it is part of what a step costs. Prints totals per step and the statements by kind.
+the rest: it is part of what a step costs. Prints totals per step, the statements by kind, and
+where the database's execution time went (pg_stat_statements, loaded for the run).
 """
 
 from __future__ import annotations
@@ -112,8 +113,46 @@ def configure_logging(admin_url: str) -> None:
         admin.execute("select pg_reload_conf()")
 
 
-def trace(server_home: Path, admin_url: str, runs: int) -> tuple[dict[str, Tally], int]:
-    """Run `runs` runs one at a time with statement logging on: the tallies and the step count."""
+def with_statement_statistics(server_home: Path, admin_url: str) -> str:
+    """Restart the server with pg_stat_statements loaded (statements inside functions too);
+    returns its URL."""
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("alter system set shared_preload_libraries = 'pg_stat_statements'")
+        admin.execute("alter system set pg_stat_statements.track = 'all'")
+    server = EmbeddedPostgres(server_home)
+    server.stop()
+    return server.start()
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One statement's share of the database's time: executions and milliseconds per step."""
+
+    calls: float
+    ms: float
+    nested: bool  # run inside a function, not sent by a client
+    sql: str
+
+
+def statement_times(conn: Conn, steps: int, top: int) -> list[Timed]:
+    rows = conn.execute(
+        "select query, calls, total_exec_time, toplevel from pg_stat_statements"
+        " where dbid = (select oid from pg_database where datname = current_database())"
+        " order by total_exec_time desc limit %s",
+        (top,),
+    ).fetchall()
+    return [
+        Timed(r["calls"] / steps, r["total_exec_time"] / steps, not r["toplevel"], shape(q))
+        for r in rows
+        for q in [r["query"]]
+    ]
+
+
+def trace(
+    server_home: Path, admin_url: str, runs: int, top: int
+) -> tuple[dict[str, Tally], list[Timed], int]:
+    """Run `runs` runs one at a time with statement logging on: the tallies, the statements
+    that took the database's time, and the step count."""
     log_file = EmbeddedPostgres(server_home).log_file
     with fresh_database(admin_url) as url, tempfile.TemporaryDirectory() as tmp:
         with db.connect(url) as conn:
@@ -124,11 +163,14 @@ def trace(server_home: Path, admin_url: str, runs: int) -> tuple[dict[str, Tally
                 procs.start("conductor", wait=True)
                 procs.start("bots", wait=True)
                 wait_completed(conn, [spawn(conn, SLUG).run_id for _ in range(2)], 60)  # warm-up
+                conn.execute("create extension if not exists pg_stat_statements")
                 configure_logging(admin_url)
                 start = log_file.stat().st_size
+                conn.execute("select pg_stat_statements_reset()")
                 for _ in range(runs):
                     wait_completed(conn, [spawn(conn, SLUG).run_id], 60)
                 end = log_file.stat().st_size
+                timed = statement_times(conn, runs * STEPS, top)
             except Exception:
                 print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)
                 raise
@@ -137,10 +179,10 @@ def trace(server_home: Path, admin_url: str, runs: int) -> tuple[dict[str, Tally
     with open(log_file, "rb") as f:
         f.seek(start)
         text = f.read(end - start).decode(errors="replace")
-    return tally(text), runs * STEPS
+    return tally(text), timed, runs * STEPS
 
 
-def report(tallies: dict[str, Tally], steps: int, top: int) -> list[str]:
+def report(tallies: dict[str, Tally], timed: list[Timed], steps: int, top: int) -> list[str]:
     out = [f"per step ({steps} steps of `true`, runs one at a time; spawn and finish included):"]
     for app, t in sorted(tallies.items()):
         out.append(
@@ -156,6 +198,14 @@ def report(tallies: dict[str, Tally], steps: int, top: int) -> list[str]:
         out.append(f"\n{app}: statements per step, most frequent first")
         for sql, n in t.shapes.most_common(top):
             out.append(f"  {n / steps:5.2f}  {sql}")
+    total = sum(t.ms for t in timed if not t.nested)
+    out.append(
+        f"\nthe database's execution time per step: {total:.2f} ms in statements sent by clients;"
+        " the costliest (nested: run inside a function, its time also in its caller's):"
+    )
+    for t in timed:
+        where = "nested" if t.nested else "sent  "
+        out.append(f"  {t.ms:6.3f} ms  {t.calls:5.2f} calls  {where}  {t.sql}")
     return out
 
 
@@ -166,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     server_home = Path(tempfile.mkdtemp(prefix="threadline-bench-trace-"))
     with harness.throwaway_server(home=server_home) as admin_url:
-        tallies, steps = trace(server_home, admin_url, args.runs)
-    print("\n".join(report(tallies, steps, args.top)))
+        admin_url = with_statement_statistics(server_home, admin_url)
+        tallies, timed, steps = trace(server_home, admin_url, args.runs, args.top)
+    print("\n".join(report(tallies, timed, steps, args.top)))
     return 0
 
 

@@ -85,6 +85,10 @@ class BotSlot:
                 if claim.more:
                     self.wake.signal()  # another idle slot takes the next one
                 self.run_claim(claim)
+                if not claim.more:
+                    # Nothing else waited when this was claimed, and what came since brought a
+                    # wake-up of its own: wait for one rather than run a claim that finds nothing.
+                    self.wake.wait(timeout=POLL_S)
             except psycopg.OperationalError:
                 if not self.stop.is_set():
                     log.exception("database connection lost; bot slot stops")

@@ -77,10 +77,16 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
         yield
 
 
+def wake_target(run_id: str | None, what: str) -> tuple[str | None, str]:
+    """(channel, payload) of the wake-up `what` means: who acts on it (no channel: nobody)."""
+    if what in QUIET:
+        return None, ""
+    return BOTS_CHANNEL if what in BOT_WAKES else NOTIFY_CHANNEL, f"{what}:{run_id or ''}"
+
+
 def notify(conn: psycopg.Connection[Any], run_id: str | None, what: str) -> None:
     """Wake the conductors or the bots `what` concerns; delivered only when the caller's
     transaction commits."""
-    if what in QUIET:
-        return
-    channel = BOTS_CHANNEL if what in BOT_WAKES else NOTIFY_CHANNEL
-    conn.execute("select pg_notify(%s, %s)", (channel, f"{what}:{run_id or ''}"))
+    channel, payload = wake_target(run_id, what)
+    if channel is not None:
+        conn.execute("select pg_notify(%s, %s)", (channel, payload))

@@ -798,24 +798,31 @@ class RunHandler:
             except RenderError as err:
                 self.note(f"Step {step.id} failed before it started: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
-            seq = thread_entries.append(
+            channel, wake = db.wake_target(self.run_id, entry_kind)
+            # One call: the entry, the run armed (first SEND of this key only: a replay must not
+            # re-arm awaiting) and the wake-up (migration 025).
+            seq = db.fetch_one(
                 self.conn,
-                self.run_id,
-                "system",
-                "threadline",
-                entry_kind,
-                text,
-                step_key=key,
-                dedupe_key=f"{entry_kind}:{key}",
-                data=data,
-            )
-            if seq is not None:  # first SEND of this key; a replay must not re-arm awaiting
-                self.set_state(state, path, try_no, await_key=key, await_kind=await_kind)
-                if entry_kind == "question":  # the recipe's `notify` rules hear of the gate
-                    notifications.enqueue(
-                        self.conn, self.run_id, self.recipe, "gate", key, self.headline(text)
-                    )
-            db.notify(self.conn, self.run_id, entry_kind)
+                "send_entry",
+                {
+                    "run_id": self.run_id,
+                    "kind": entry_kind,
+                    "text": text,
+                    "step_key": key,
+                    "data": Jsonb(data),
+                    "state": state,
+                    "step": path,
+                    "try": try_no,
+                    "await_kind": await_kind,
+                    "channel": channel,
+                    "wake": wake,
+                },
+            )["seq"]
+            if seq is not None and entry_kind == "question":
+                # The recipe's `notify` rules hear of the gate.
+                notifications.enqueue(
+                    self.conn, self.run_id, self.recipe, "gate", key, self.headline(text)
+                )
         crash_point("after_send")
         return {"ok": True, "data": data}
 

@@ -217,6 +217,11 @@ select threadline.report_step(%(queue)s, %(run_id)s, %(step_key)s, %(attempt)s, 
                               %(terminal_kind)s, %(terminal_text)s, %(payload)s,
                               %(exit_code)s) as result
 
+-- send_entry --
+-- The conductor's SEND in one call (migration 025): the entry, the run armed, the wake-up.
+select threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(data)s, %(state)s,
+                             %(step)s, %(try)s, %(await_kind)s, %(channel)s, %(wake)s) as seq
+
 -- set_claim_pgid --
 -- Where the attempt's process group runs, so a successor can make sure it is gone.
 update threadline.step_claims set pgid = %(pgid)s

@@ -128,3 +128,35 @@ begin
 end;
 $$;
 
+
+-- The conductor's SEND in one call: the System entry (once per step key: a replay posts nothing
+-- and re-arms nothing), the run armed to await it, and the wake-up of whoever acts on it (the
+-- channel and payload db.notify would use; no channel: nobody). Returns the entry's seq, null on
+-- a replay.
+create function threadline.send_entry (
+  p_run_id uuid, p_kind text, p_text text, p_step_key text, p_data jsonb,
+  p_state text, p_step text, p_try integer, p_await_kind text,
+  p_channel text, p_wake text
+)
+  returns integer
+  language plpgsql
+as $$
+declare
+  v_seq integer;
+begin
+  v_seq := threadline.append_entry(p_run_id, 'system', 'threadline', p_kind, p_step_key,
+                                   p_kind || ':' || p_step_key, p_text, p_data);
+  if v_seq is not null then
+    update threadline.run_threads
+       set state = p_state, current_step = p_step, current_try = p_try,
+           await_key = p_step_key, await_kind = p_await_kind, awaiting = true,
+           wake_at = null, updated_at = now(),
+           finished_at = case when p_state in ('completed', 'failed', 'cancelled') then now() end
+     where run_id = p_run_id and state <> 'cancelled';
+  end if;
+  if p_channel is not null then
+    perform pg_notify(p_channel, p_wake);
+  end if;
+  return v_seq;
+end;
+$$;

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import agent_figures as agent
 from bench import bare_figures as bare
-from bench import chaos
+from bench import chaos, cpu
 from bench import console_figures as console
 from bench import parallel_figures as parallel
 from bench import scale_figures as scale
@@ -113,22 +113,52 @@ def latency_ratio(ours: Summary, theirs: Summary) -> str:
 
 
 # -- the four figures -------------------------------------------------------------------------
-def throughput_rows(url: str, conn: Conn, sizes: Sizes) -> tuple[list[Row], tl.Throughput]:
+def throughput_rows(
+    url: str, conn: Conn, sizes: Sizes, procs: harness.ProcessSet
+) -> tuple[list[Row], tl.Throughput]:
+    """Steps per second, and the CPU per run of Postgres and of the workers: Threadline's
+    conductor and bots processes, bare Absurd's worker thread (this process: its spawns and
+    polling count too, as Threadline's spawns count in Postgres' share)."""
     n, timeout = sizes.throughput_runs, sizes.timeout_s
     tl.one_at_a_time(conn, 1, timeout)  # warm-up: first claims, connections, caches
     progress(f"throughput: {n} Threadline runs of 3 `true` steps")
+    workers = [p.pid for p in procs.procs if p.poll() is None]
+    pg_before, ours_before = cpu.server_cpu_s(conn), cpu.process_cpu_s(workers)
     ours = tl.throughput(conn, n, timeout)
+    pg_ours = _per_run(pg_before, cpu.server_cpu_s(conn), n)
+    worker_ours = (cpu.process_cpu_s(workers) - ours_before) / n
     progress(f"throughput: {n} bare Absurd tasks of 3 no-op steps")
     bare.throughput(url, 1, timeout)  # warm-up, as above
+    pg_before, bare_before = cpu.server_cpu_s(conn), time.process_time()
     bare_s = bare.throughput(url, n, timeout)
+    pg_bare = _per_run(pg_before, cpu.server_cpu_s(conn), n)
+    worker_bare = (time.process_time() - bare_before) / n
     bare_sps = n * tl.STEPS_PER_RUN / bare_s
-    row = (
-        f"throughput, {n} runs x 3 steps",
-        f"{ours.steps_per_s:.1f} steps/s",
-        f"{bare_sps:.1f} steps/s",
-        ratio(ours.steps_per_s, bare_sps),
-    )
-    return [row], ours
+    rows = [
+        (
+            f"throughput, {n} runs x 3 steps",
+            f"{ours.steps_per_s:.1f} steps/s",
+            f"{bare_sps:.1f} steps/s",
+            ratio(ours.steps_per_s, bare_sps),
+        ),
+        (
+            "  Postgres CPU per run",
+            "-" if pg_ours is None else f"{pg_ours * 1000:.1f} ms",
+            "-" if pg_bare is None else f"{pg_bare * 1000:.1f} ms",
+            "-" if pg_ours is None or pg_bare is None else ratio(pg_ours, pg_bare),
+        ),
+        (
+            "  worker CPU per run",
+            f"{worker_ours * 1000:.1f} ms",
+            f"{worker_bare * 1000:.1f} ms",
+            f"{ratio(worker_ours, worker_bare)} (ours: conductor + bots, commands included)",
+        ),
+    ]
+    return rows, ours
+
+
+def _per_run(before: float | None, after: float | None, runs: int) -> float | None:
+    return None if before is None or after is None else (after - before) / runs
 
 
 def step_rows(conn: Conn, sizes: Sizes, loaded: tl.Throughput) -> list[Row]:
@@ -206,7 +236,7 @@ def measure(url: str, procs: harness.ProcessSet, sizes: Sizes) -> list[Row]:
             procs.start("bots")
             procs.wait_alive("conductor", timeout=sizes.timeout_s)
             procs.wait_alive("bots", timeout=sizes.timeout_s)
-            rows, loaded = throughput_rows(url, conn, sizes)
+            rows, loaded = throughput_rows(url, conn, sizes, procs)
             rows += step_rows(conn, sizes, loaded)
             rows += gate_rows(url, conn, sizes)
             rows += recovery_rows(procs, conn, conductor, sizes)

@@ -41,6 +41,9 @@ SWEEP_EVERY_S = 1.0
 # Admission happens on spawn, on finish and when a limit is raised; this sweep is only a backstop.
 READMIT_EVERY_S = 10.0
 SCHEDULE_EVERY_S = 1.0  # cron slots are minutes: a slot fires within about a second of its time
+# Runs an executor claims at once: one more than it needs, so a short claim tells it that no
+# run is left (the SDK's work_batch says nothing of what it found).
+CLAIM_BATCH = 2
 THREADS_ENV = "THREADLINE_CONDUCTOR_THREADS"
 DEFAULT_THREADS = 4
 
@@ -62,12 +65,15 @@ class Executor:
         return RunHandler(self.conn, ctx, params).run()
 
     def work_once(self) -> bool:
-        """Claim and handle one run; False when there was none."""
+        """Claim up to CLAIM_BATCH runs and handle them; True when the claim was full, so more
+        may be waiting. A claim that comes back short says there is nothing more to claim now:
+        what becomes claimable later brings a wake-up of its own, so the executor need not run
+        another claim only to find nothing."""
         before = self.handled
         self.engine.work_batch(
-            worker_id=self.worker_id, claim_timeout=CLAIM_TIMEOUT_S, batch_size=1
+            worker_id=self.worker_id, claim_timeout=CLAIM_TIMEOUT_S, batch_size=CLAIM_BATCH
         )
-        return self.handled > before
+        return self.handled - before >= CLAIM_BATCH
 
 
 def thread_count() -> int:

@@ -86,6 +86,7 @@ class Crew:
         self.members: dict[str, list[Process]] = {kind: [] for kind in KINDS}
         self.kills = dict.fromkeys(KINDS, 0)
         self.unasked_exits = 0  # processes that died without being killed here
+        self.spared: set[Process] = set()  # never chosen to be killed (a soak's witnesses)
 
     def muster(self, timeout: float) -> None:
         for kind in KINDS:
@@ -95,7 +96,7 @@ class Crew:
 
     def kill_one(self, rng: random.Random) -> None:
         kind = rng.choice(KINDS)
-        victim = rng.choice(self.members[kind])
+        victim = rng.choice([p for p in self.members[kind] if p not in self.spared])
         harness.kill(victim)
         self.kills[kind] += 1
         self.replace(kind, victim)

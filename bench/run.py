@@ -33,6 +33,7 @@ from bench import chaos, cpu
 from bench import console_figures as console
 from bench import parallel_figures as parallel
 from bench import scale_figures as scale
+from bench import step_trace as trace
 from bench import threadline_figures as tl
 from bench.database import add_database_option, embedded_server, fresh_database
 from bench.stats import Summary, ratio
@@ -64,6 +65,7 @@ class Sizes:
     agent_turns: int  # tool-calling turns per agent run, against a scripted model
     agent_runs: int
     in_flight: tuple[int, ...]  # runs in flight for step -> next step, by executor threads
+    trace_runs: int  # runs of five steps whose statements are counted, one at a time
     chaos: chaos.ChaosSizes
 
 
@@ -81,6 +83,7 @@ SMOKE = Sizes(
     agent_turns=5,
     agent_runs=2,
     in_flight=(1, 10),
+    trace_runs=2,
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -97,6 +100,7 @@ FULL = Sizes(
     agent_turns=10,
     agent_runs=10,
     in_flight=(1, 10, 50),
+    trace_runs=10,
     chaos=chaos.FULL,
 )
 
@@ -336,6 +340,26 @@ def scale_rows(url: str, home: Path, sizes: Sizes) -> list[Row]:
     return rows
 
 
+def trace_rows(sizes: Sizes) -> list[Row]:
+    progress(f"trace: every statement of {sizes.trace_runs} five-step runs (a server of its own)")
+    tallies, timed, steps = trace.measure(sizes.trace_runs, top=1000)
+    rows: list[Row] = []
+    for app, t in sorted(tallies.items()):
+        rows.append(
+            (
+                f"per step: {app}",
+                f"{t.statements / steps:.1f} statements, {t.transactions / steps:.1f} transactions",
+                "-",
+                "",
+            )
+        )
+    sent_ms = sum(t.ms for t in timed if not t.nested)
+    rows.append(
+        ("per step: Postgres execution time", f"{sent_ms:.2f} ms", "-", "bench/step_trace.py")
+    )
+    return rows
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -369,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += agent_rows(agent_url, home / "agent", sizes)
         scale_url = stack.enter_context(fresh_database(server_url))
         rows += scale_rows(scale_url, home / "scale", sizes)
+        rows += trace_rows(sizes)
         chaos_url = stack.enter_context(fresh_database(server_url))
         outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()

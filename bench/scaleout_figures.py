@@ -6,14 +6,16 @@ namespace of its own (as on a machine of its own), talking to Postgres over a vi
 Each namespace gets a veth pair to the Postgres host (10.231.N.2 -> 10.231.N.1), so its processes
 reach the database only through that link, never through a shared loopback; the embedded server
 listens on the host side of every link and accepts password logins from there. N runs of three
-`true` steps are spawned at once; throughput is runs per second from the first spawn to the last
-run's end, on the database clock. The two sizes alternate, so a noisy moment hits both. Needs root
-and iproute2 (`ip netns`); says why it is skipped otherwise. Everything it creates is removed.
+steps (`true`, or --command) are spawned at once; throughput is runs per second from the first
+spawn to the last run's end, on the database clock. The two sizes alternate, so a noisy moment
+hits both. Needs root and iproute2 (`ip netns`); says why it is skipped otherwise. Everything it
+creates is removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -36,9 +38,14 @@ from engine_adapter.spawn import spawn
 from engine_adapter.workflows import apply_recipe
 
 SLUG = "bench-scaleout"
-RECIPE = f"slug: {SLUG}\nsteps:\n" + "".join(
-    f'  - {{id: s{i}, run_command: "true"}}\n' for i in range(1, 4)
-)
+
+
+def recipe(command: str) -> str:
+    return f"slug: {SLUG}\nsteps:\n" + "".join(
+        f"  - {{id: s{i}, run_command: {json.dumps(command)}}}\n" for i in range(1, 4)
+    )
+
+
 SUBNET = "10.231"
 BOT_SLOTS = 8
 
@@ -112,7 +119,7 @@ def throughput(url: str, runs: int, timeout: float) -> float:
     return runs / row["s"]
 
 
-def measure(runs: int, repeats: int, timeout: float) -> dict[int, list[float]]:
+def measure(runs: int, repeats: int, timeout: float, command: str) -> dict[int, list[float]]:
     """Throughput samples by the number of namespaces (each with a conductor and a bots
     process)."""
     samples: dict[int, list[float]] = {1: [], 2: []}
@@ -123,7 +130,7 @@ def measure(runs: int, repeats: int, timeout: float) -> dict[int, list[float]]:
         home = Path(tempfile.mkdtemp(prefix="threadline-bench-scaleout-"))
         stack.callback(shutil.rmtree, home, ignore_errors=True)
         with db.connect(url) as conn:
-            apply_recipe(conn, load_recipe_text(RECIPE))
+            apply_recipe(conn, load_recipe_text(recipe(command)))
         crews = []
         for name, host_ip in links:
             crew = harness.ProcessSet(
@@ -156,14 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="runs spawned at once (default 200)")
     parser.add_argument("--repeats", type=int, default=3, help="samples of each size (default 3)")
+    parser.add_argument(
+        "--command",
+        default="true",
+        help="each step's command (default true: CPU-bound; e.g. 'sleep 0.2' for bound by slots)",
+    )
     args = parser.parse_args(argv)
     reason = skipped()
     if reason:
         print(f"scale-out: {reason}")
         return 0
-    samples = measure(args.runs, args.repeats, timeout=600)
+    samples = measure(args.runs, args.repeats, timeout=600, command=args.command)
     one, two = statistics.median(samples[1]), statistics.median(samples[2])
-    print(f"scale-out, {args.runs} runs of 3 `true` steps, each process pair in its own netns:")
+    print(
+        f"scale-out, {args.runs} runs of 3 `{args.command}` steps, {BOT_SLOTS} bot slots a pair,"
+        " each pair in a network namespace of its own:"
+    )
     for size, label in ((1, "1 conductor + 1 bots process"), (2, "2 conductors + 2 bots")):
         shown = ", ".join(f"{s:.1f}" for s in samples[size])
         print(f"  {label:<29}: {statistics.median(samples[size]):6.1f} runs/s  ({shown})")

@@ -8,8 +8,8 @@ unfinished, so the load stays steady; every few seconds aged finished runs (back
 of the same workflow are written and `threadline cleanup`'s job runs, so the cleanup deletes
 while runs are in flight, and must delete only those. The resident memory of each conductor and
 bots process is read from /proc every few seconds; a process that lived through most of the soak
-shows whether its memory stays flat. Exits 1 on anything chaos.py exits 1 for, and when an aged
-run outlives the last cleanup.
+shows whether its memory stays flat: the first conductor and the first bots process are never
+killed. Exits 1 on anything chaos.py exits 1 for, and when an aged run outlives the last cleanup.
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ class Findings:
     errors: list[str] = field(default_factory=list)
     memory: dict[int, tuple[str, list[tuple[float, float]]]] = field(default_factory=dict)
 
-    def growth(self, min_span_s: float) -> dict[str, list[float]]:
-        """Per kind, each long-lived process's RSS growth in MB from the warm-up to its end."""
-        out: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    def growth(self, min_span_s: float) -> dict[str, list[tuple[float, float]]]:
+        """Per kind, each long-lived process's RSS in MB after the warm-up and at its end."""
+        out: dict[str, list[tuple[float, float]]] = {kind: [] for kind in KINDS}
         for kind, samples in self.memory.values():
             settled = [(t, mb) for t, mb in samples if t - samples[0][0] >= WARM_UP_S]
             if settled and settled[-1][0] - settled[0][0] >= min_span_s:
-                out[kind].append(settled[-1][1] - settled[0][1])
+                out[kind].append((settled[0][1], settled[-1][1]))
         return out
 
 
@@ -92,6 +92,9 @@ class Alongside:
         self.started = time.monotonic()
 
     def start(self, crew: Crew) -> None:
+        # The first process of each kind is never killed: a witness whose memory over the whole
+        # soak, while the others die and return around it, shows whether memory stays flat.
+        crew.spared = {crew.members[kind][0] for kind in KINDS}
         self.crew = crew
         self.started = time.monotonic()
         self.thread = threading.Thread(target=self.loop, name="soak", daemon=True)
@@ -145,16 +148,18 @@ def db_count(conn: psycopg.Connection[Any], query: str) -> int:
 
 def memory_lines(findings: Findings, span_s: float) -> list[tuple[str, str]]:
     lines = []
-    for kind, growths in findings.growth(min_span_s=span_s / 2).items():
-        if not growths:
+    for kind, spans in findings.growth(min_span_s=span_s / 2).items():
+        if not spans:
             lines.append((f"memory, {kind}", "no process lived through half the soak"))
             continue
+        growths = [end - start for start, end in spans]
+        shown = ", ".join(f"{start:.0f} -> {end:.0f} MB" for start, end in spans)
         lines.append(
             (
                 f"memory, {kind}",
-                f"{len(growths)} process(es) over half the soak or more: RSS growth after "
-                f"{WARM_UP_S:.0f} s median {statistics.median(growths):+.1f} MB, "
-                f"most {max(growths):+.1f} MB",
+                f"{len(spans)} process(es) through half the soak or more, RSS after "
+                f"{WARM_UP_S:.0f} s -> at the end: {shown} (growth median "
+                f"{statistics.median(growths):+.1f} MB)",
             )
         )
     return lines

@@ -182,6 +182,14 @@ def trace(
     return tally(text), timed, runs * STEPS
 
 
+def measure(runs: int, top: int) -> tuple[dict[str, Tally], list[Timed], int]:
+    """trace() on a private embedded server of its own (it is restarted and logs everything)."""
+    server_home = Path(tempfile.mkdtemp(prefix="threadline-bench-trace-"))
+    with harness.throwaway_server(home=server_home) as admin_url:
+        admin_url = with_statement_statistics(server_home, admin_url)
+        return trace(server_home, admin_url, runs, top)
+
+
 def report(tallies: dict[str, Tally], timed: list[Timed], steps: int, top: int) -> list[str]:
     out = [f"per step ({steps} steps of `true`, runs one at a time; spawn and finish included):"]
     for app, t in sorted(tallies.items()):
@@ -214,10 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="runs of five steps (default 10)")
     parser.add_argument("--top", type=int, default=40, help="statement kinds shown per process")
     args = parser.parse_args(argv)
-    server_home = Path(tempfile.mkdtemp(prefix="threadline-bench-trace-"))
-    with harness.throwaway_server(home=server_home) as admin_url:
-        admin_url = with_statement_statistics(server_home, admin_url)
-        tallies, timed, steps = trace(server_home, admin_url, args.runs, args.top)
+    tallies, timed, steps = measure(args.runs, args.top)
     print("\n".join(report(tallies, timed, steps, args.top)))
     return 0
 

@@ -58,14 +58,18 @@ def test_every_process_connects_as_its_own_role(conn, apply, procs, logins):
     login = {k: psycopg.conninfo.conninfo_to_dict(u)["user"] for k, u in logins.items()}
     wanted = {login["conductor"], login["bots"]}
 
-    def users() -> set[str]:
+    def sessions() -> set[tuple[str, str]]:
         return {
-            r["usename"]
+            (r["usename"], r["application_name"])
             for r in conn.execute(
-                "select usename from pg_stat_activity where datname = current_database() "
-                "and backend_type = 'client backend' and pid <> pg_backend_pid()"
+                "select usename, application_name from pg_stat_activity"
+                " where datname = current_database()"
+                " and backend_type = 'client backend' and pid <> pg_backend_pid()"
             )
         }
+
+    def users() -> set[str]:
+        return {user for user, _ in sessions()}
 
     # A connection the test harness just closed lingers for a moment while its backend exits;
     # the processes' own connections are long-lived, so a wrong one would never leave the set.
@@ -74,6 +78,11 @@ def test_every_process_connects_as_its_own_role(conn, apply, procs, logins):
     except TimeoutError:
         assert users() == wanted
     assert all(name.endswith(f".{kind}") for kind, name in login.items())
+    # Each process names itself to Postgres (pg_stat_activity, the server's log).
+    assert sessions() == {
+        (login["conductor"], "threadline conductor"),
+        (login["bots"], "threadline bots"),
+    }
     for kind in roles.ROLES:
         with as_role(logins, kind) as c:
             assert not roles.is_superuser(c)

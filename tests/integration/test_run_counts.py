@@ -11,8 +11,9 @@ from datetime import timedelta
 import psycopg
 
 from bench.seed import seed_runs
-from engine_adapter import db, run_list
+from engine_adapter import db, harness, run_list
 from engine_adapter.run_list import RunFilters
+from engine_adapter.spawn import spawn
 
 TOP_LEVEL = "(parent_run_id is null or trigger ->> 'what' = 'sub-workflow')"
 
@@ -162,3 +163,31 @@ def test_folding_keeps_every_count_and_drops_empty_rows(conn, db_url):
         " where day < threadline.run_day(now()) and (shard <> 0 or runs = 0)"
     ).fetchone()["n"]
     assert past == 0  # past days: one row per (day, workflow, state, step), none empty
+
+
+def test_runs_of_real_processes_are_counted_as_they_move(conn, apply, procs):
+    """Runs moved by a conductor and a bot, not by hand: each transition lands in the kept
+    counts in its own transaction, and a failed run counts at the step it failed at."""
+    apply("""
+slug: counted
+steps:
+  - {id: fine, run_command: "true"}
+  - {id: breaks, run_command: "exit 3", retries: 0}
+""")
+    apply("""
+slug: counted-ok
+steps:
+  - {id: fine, run_command: "true"}
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    failing = [spawn(conn, "counted").run_id for _ in range(2)]
+    passing = [spawn(conn, "counted-ok").run_id for _ in range(3)]
+    for run_id in failing:
+        harness.wait_for_state(procs.url, run_id, "failed", timeout=60)
+    for run_id in passing:
+        harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert kept(conn, "counted") == counted(conn, "counted")
+    assert kept(conn, "counted")["failed"] == 2
+    assert kept(conn, "counted-ok")["completed"] == 3 == counted(conn, "counted-ok")["completed"]
+    assert failures_kept(conn)[("counted", "breaks")] == 2

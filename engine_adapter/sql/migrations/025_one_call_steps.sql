@@ -20,6 +20,7 @@ declare
   v_failures integer;
   v_text text;
   v_data jsonb;
+  v_free boolean;
 begin
   -- Up to two candidates, locked (skip locked): the first is claimed, the second only says there
   -- is more; its lock goes with this short transaction.
@@ -41,10 +42,17 @@ begin
   if v_found = 0 then
     return '{}'::jsonb;
   end if;
-  -- Re-checked with a fresh snapshot (each statement here takes one): the candidate query's may
-  -- predate a claim another bot committed just before releasing the run's lock.
-  if not threadline.step_key_free(v_first.await_key) then
+  -- Re-checked with a fresh snapshot: the candidate query's may predate a claim another bot
+  -- committed just before this one locked the run.
+  select threadline.step_key_free(v_first.await_key) into v_free;
+  if not v_free then
     return '{"contended": true}'::jsonb;
+  end if;
+  -- The caller must still be alive. A statement runs to its end even when its client has died
+  -- meanwhile: a bot killed just after another of its slots claimed would otherwise find that
+  -- claim lost (its own liveness lock gone with it) and claim again, for no process.
+  if not exists (select 1 from threadline.live_workers where id = p_worker_id) then
+    return '{}'::jsonb;
   end if;
   with lost as (
     update threadline.step_claims

@@ -28,7 +28,7 @@ from .notifier import Notifier
 from .recipe_values import parse_duration
 from .run_handler import RunHandler
 from .settings import HANDLER_NAME, QUEUE
-from .wakeups import Wake
+from .wakeups import Hold, Holds, Wake, route_wake
 from .workers import Worker
 
 log = logging.getLogger("threadline.conductor")
@@ -46,6 +46,23 @@ SCHEDULE_EVERY_S = 1.0  # cron slots are minutes: a slot fires within about a se
 CLAIM_BATCH = 2
 THREADS_ENV = "THREADLINE_CONDUCTOR_THREADS"
 DEFAULT_THREADS = 4
+# How long an executor holds a run after its SEND for the step's done event (wakeups.Holds):
+# longer than a short command's whole turn through a bot, short beside a step's usual length.
+# 0 turns holds off: every step parks its run.
+HOLD_ENV = "THREADLINE_CONDUCTOR_HOLD_MS"
+DEFAULT_HOLD_MS = 100
+
+
+class CountingEngine(Absurd):
+    """The engine client, noting how many runs its last claim took (work_batch handles them one
+    after another and says nothing of how many it found)."""
+
+    claimed = 0
+
+    def claim_tasks(self, *args: Any, **kwargs: Any) -> Any:
+        tasks = super().claim_tasks(*args, **kwargs)
+        self.claimed = len(tasks)
+        return tasks
 
 
 class Executor:
@@ -53,16 +70,19 @@ class Executor:
     engine client of its own (a psycopg connection serialises its callers, and every run's
     transactions must be its own)."""
 
-    def __init__(self, url: str | None, worker_id: str) -> None:
+    def __init__(self, url: str | None, worker_id: str, wake: Wake, holds: Holds) -> None:
         self.worker_id = worker_id
+        self.wake, self.holds = wake, holds
         self.conn = db.connect(url, role="conductor")
-        self.engine = Absurd(self.conn, queue_name=QUEUE)
+        self.engine = CountingEngine(self.conn, queue_name=QUEUE)
         self.engine.register_task(HANDLER_NAME)(self.handle_run)
         self.handled = 0
+        self.in_batch = 0  # runs of the last claim handled so far, the one in hand included
 
     def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
         self.handled += 1
-        return RunHandler(self.conn, ctx, params).run()
+        self.in_batch += 1
+        return RunHandler(self.conn, ctx, params, holds=self).run()
 
     def work_once(self) -> bool:
         """Claim up to CLAIM_BATCH runs and handle them; True when the claim was full, so more
@@ -70,10 +90,22 @@ class Executor:
         what becomes claimable later brings a wake-up of its own, so the executor need not run
         another claim only to find nothing."""
         before = self.handled
+        self.engine.claimed = self.in_batch = 0
         self.engine.work_batch(
             worker_id=self.worker_id, claim_timeout=CLAIM_TIMEOUT_S, batch_size=CLAIM_BATCH
         )
         return self.handled - before >= CLAIM_BATCH
+
+    def hold(self, run_id: str) -> Hold | None:
+        """Hold the run in hand for its done event (wakeups.Holds) when nothing else wants this
+        executor: no other claimed run waits behind it and another executor is idle, so new
+        work is taken at once (and if it comes with none idle, every hold is cut)."""
+        if self.engine.claimed > self.in_batch or self.wake.idle() < 1:
+            return None
+        return self.holds.hold(run_id)
+
+    def release(self, run_id: str) -> None:
+        self.holds.release(run_id)
 
 
 def thread_count() -> int:
@@ -83,10 +115,18 @@ def thread_count() -> int:
     return int(raw)
 
 
+def hold_seconds() -> float:
+    raw = os.environ.get(HOLD_ENV, str(DEFAULT_HOLD_MS))
+    if not raw.isdigit() or int(raw) > 60_000:
+        raise ValueError(f"{HOLD_ENV}={raw!r} must be a whole number of milliseconds, 0 to 60000")
+    return int(raw) / 1000
+
+
 class Conductor:
     def __init__(self, url: str | None = None, threads: int | None = None) -> None:
         self.url = url
         self.threads = threads or thread_count()
+        self.holds = Holds(hold_seconds())  # settings first: a bad one opens nothing
         self.worker = Worker("conductor", url)
         self.conn = db.connect(url, role="conductor")  # the timers'
         self.wake = Wake(self.threads)
@@ -125,7 +165,7 @@ class Conductor:
 
     def start_executors(self) -> None:
         for i in range(self.threads):
-            executor = Executor(self.url, self.worker.id)
+            executor = Executor(self.url, self.worker.id, self.wake, self.holds)
             thread = threading.Thread(
                 target=self.execute_forever, args=(executor,), name=f"executor-{i}", daemon=True
             )
@@ -182,11 +222,12 @@ class Conductor:
                 self.wake.signal(row["due"])
             self._next_look = now + min(max(seconds, 0.05), 1.0)
         timeout = max(self._next_look - time.monotonic(), 0.0)
-        for _ in self.listen_conn.notifies(timeout=timeout, stop_after=1):
-            self.wake.signal()
+        for note in self.listen_conn.notifies(timeout=timeout, stop_after=1):
+            route_wake(note.payload, self.wake, self.holds)
 
     def stop(self) -> None:
         self._stopping = True
+        self.holds.cut_all()
         self.wake.release_all()
 
     def close(self) -> None:

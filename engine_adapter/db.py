@@ -22,6 +22,7 @@ from .settings import database_url
 NOTIFY_CHANNEL = "threadline"
 BOTS_CHANNEL = "threadline_bots"
 BOT_WAKES = frozenset({"instruction"})
+STEP_DONE = "step.done"  # said by threadline.emit_step_done (migration 013)
 QUIET = frozenset({"claim", "progress"})
 _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
@@ -82,6 +83,12 @@ def wake_target(run_id: str | None, what: str) -> tuple[str | None, str]:
     if what in QUIET:
         return None, ""
     return BOTS_CHANNEL if what in BOT_WAKES else NOTIFY_CHANNEL, f"{what}:{run_id or ''}"
+
+
+def parse_wake(payload: str) -> tuple[str, str]:
+    """(what, run id) of a wake-up's payload, as wake_target and the SQL functions write it."""
+    what, _, run_id = payload.partition(":")
+    return what, run_id
 
 
 def notify(conn: psycopg.Connection[Any], run_id: str | None, what: str) -> None:

@@ -41,6 +41,7 @@ from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
 from .settings import QUEUE
 from .spawn import admit_event
+from .wakeups import Hold, HoldPolicy
 from .workers import crash_point
 
 INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
@@ -59,8 +60,15 @@ T = TypeVar("T")
 
 
 class RunHandler:
-    def __init__(self, conn: psycopg.Connection[Any], ctx: Any, params: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        ctx: Any,
+        params: dict[str, Any],
+        holds: HoldPolicy | None = None,
+    ) -> None:
         self.conn = conn
+        self.holds = holds
         self.ctx = ctx
         self.run_id = str(ctx.task_id)
         self.payload = params["payload"]
@@ -506,9 +514,13 @@ class RunHandler:
                 return StepResult(domain.FAILED, str(err), reason=str(err)).to_dict()
             instruction = replace(instruction, task=task)
             text = f"Step {step.id} goes on with the answer (round {round_no})."
-        sent = self.atomic_step(
-            names.checkpoint(names.SEND, path, try_no, part),
-            lambda: self.send(
+        held: Hold | None = None
+
+        def send_instruction() -> dict[str, Any]:
+            nonlocal held
+            if self.holds is not None:  # before the SEND commits: the bot may answer at once
+                held = self.holds.hold(self.run_id)
+            return self.send(
                 step,
                 path,
                 try_no,
@@ -518,9 +530,19 @@ class RunHandler:
                 await_kind="bot",
                 data=instruction.to_data(),
                 text=text,
-            ),
-        )
-        crash_point("after_send_checkpoint")
+            )
+
+        try:
+            sent = self.atomic_step(
+                names.checkpoint(names.SEND, path, try_no, part), send_instruction
+            )
+            crash_point("after_send_checkpoint")
+            if held is not None and sent["ok"]:
+                # A done event that comes within the hold is awaited without parking the run.
+                held.wait()
+        finally:
+            if held is not None and self.holds is not None:
+                self.holds.release(self.run_id)
         if not sent["ok"]:
             return StepResult(domain.FAILED, sent["error"]).to_dict()
         return self.ctx.await_event(

@@ -10,6 +10,8 @@ the conductor counts the runs due by the clock).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
+from typing import Protocol
 
 import psycopg
 
@@ -22,12 +24,18 @@ class Wake:
     def __init__(self, most: int) -> None:
         self._cond = threading.Condition()
         self._pending = 0
+        self._waiting = 0  # threads idle in wait()
         self._most = most  # more pending wake-ups than threads would only spin them
 
     def signal(self, n: int = 1) -> None:
         with self._cond:
             self._pending = min(self._pending + n, self._most)
             self._cond.notify(n)
+
+    def idle(self) -> int:
+        """Idle threads no wake-up is on its way to: how many could take new work at once."""
+        with self._cond:
+            return self._waiting - self._pending
 
     def release_all(self) -> None:
         """Wake every waiting thread (the process is stopping)."""
@@ -36,9 +44,87 @@ class Wake:
     def wait(self, timeout: float) -> None:
         with self._cond:
             if not self._pending:
-                self._cond.wait(timeout)
+                self._waiting += 1
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self._waiting -= 1
             if self._pending:
                 self._pending -= 1
+
+
+@dataclass(frozen=True)
+class Hold:
+    event: threading.Event
+    seconds: float
+
+    def wait(self) -> bool:
+        """True when the done notification came (or the hold was cut), False on time out."""
+        return self.event.wait(self.seconds)
+
+
+class HoldPolicy(Protocol):
+    def hold(self, run_id: str) -> Hold | None:
+        """Take the run's done notification (None: not now); call before the SEND commits."""
+
+    def release(self, run_id: str) -> None: ...
+
+
+class Holds:
+    """Runs executors hold for a moment after a SEND, awaiting the step's done event, which the
+    process's listener hands straight to them.
+
+    A run that parks on its done event costs the engine a park, a wake, a claim and a replay of
+    the run's checkpoints; a short command's done event often comes within milliseconds, so an
+    executor with nothing else to do waits for it instead. The hold is an optimisation only: a
+    run whose event comes late, or whose hold is cut, parks as before, and its await finds the
+    event if it came meanwhile."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._held: dict[str, threading.Event] = {}
+
+    def hold(self, run_id: str) -> Hold | None:
+        """Take `run_id`'s done notification from now on (call before the SEND commits)."""
+        if self.seconds <= 0:
+            return None
+        with self._lock:
+            event = self._held[run_id] = threading.Event()
+        return Hold(event, self.seconds)
+
+    def release(self, run_id: str) -> None:
+        with self._lock:
+            self._held.pop(run_id, None)
+
+    def deliver(self, run_id: str) -> bool:
+        """Hand a done notification to the executor holding the run; False when none does."""
+        with self._lock:
+            event = self._held.pop(run_id, None)
+        if event is None:
+            return False
+        event.set()
+        return True
+
+    def cut_all(self) -> None:
+        """End every hold now (work waits with no idle thread to take it, or the process stops):
+        each held run parks as it would have without a hold."""
+        with self._lock:
+            events, self._held = list(self._held.values()), {}
+        for event in events:
+            event.set()
+
+
+def route_wake(payload: str, wake: Wake, holds: Holds) -> None:
+    """A conductor's notification: a step done of a held run goes to the executor holding it
+    (no claim needed); anything else wakes an idle executor, and when none is idle for it, the
+    held runs park and make room."""
+    what, run_id = db.parse_wake(payload)
+    if what == db.STEP_DONE and holds.deliver(run_id):
+        return
+    wake.signal()
+    if wake.idle() < 0:
+        holds.cut_all()
 
 
 def listen_forever(

@@ -1,6 +1,7 @@
 """Threadline cleans up after itself: finished runs past their retention go, with their child
 runs, thread, journal and the engine's rows; streamed command output goes sooner; the engine's old
-events and processes dead for a day are pruned by the same job.
+events, processes dead for a day and schedule slots past the run retention (each workflow's latest
+kept: its schedule resumes from it) are pruned by the same job.
 
 A workflow sets `retention: {runs: 90d, output: 7d}`; the global defaults (180 days, 30 days)
 are `threadline retention set runs|output DURATION`. The conductor runs the job at start and
@@ -23,6 +24,7 @@ from .recipe_values import RETENTION_KEYS, format_duration, parse_duration, rete
 BATCH = 100  # runs per transaction
 MAX_BATCHES = 50  # per job; the rest waits for the next one
 EVENTS_BATCH = 1000
+TICKS_BATCH = 1000  # schedule slots per transaction
 EVERY_S = 3600.0
 
 
@@ -36,13 +38,15 @@ class Report:
     outputs: int = 0  # streamed output entries
     events: int = 0  # the engine's emitted events
     workers: int = 0  # processes dead for a day
+    ticks: int = 0  # schedule slots past the run retention
     dry_run: bool = False
 
     def line(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
         return (
             f"cleanup {verb} {self.runs} run(s) with their child runs, {self.outputs} output "
-            f"line(s), {self.events} engine event(s), {self.workers} dead process(es)"
+            f"line(s), {self.events} engine event(s), {self.ticks} schedule slot(s), "
+            f"{self.workers} dead process(es)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +71,12 @@ def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) ->
     if dry_run:
         counts = db.fetch_one(conn, "count_past_retention", by_workflow(conn))
         return Report(
-            counts["runs"], counts["outputs"], counts["events"], counts["workers"], dry_run=True
+            counts["runs"],
+            counts["outputs"],
+            counts["events"],
+            counts["workers"],
+            counts["ticks"],
+            dry_run=True,
         )
     if not db.fetch_one(conn, "try_cleanup_lock")["locked"]:
         return None
@@ -88,6 +97,7 @@ def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) ->
                     outputs=report.outputs,
                     events=report.events,
                     workers=report.workers,
+                    ticks=report.ticks,
                     error=error,
                 ),
             )
@@ -102,8 +112,21 @@ def _remove(conn: psycopg.Connection[Any]) -> Report:
     outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs", keep)
     events = db.fetch_one(conn, "cleanup_engine_events", dict(limit=EVENTS_BATCH))
     workers = db.fetch_one(conn, "prune_dead_workers")
+    ticks = _prune_ticks(conn, keep["runs"])
     db.fetch_one(conn, "fold_run_counts")  # the runs page's counts read fewer rows
-    return Report(runs, outputs, events["removed"], workers["removed"])
+    return Report(runs, outputs, events["removed"], workers["removed"], ticks)
+
+
+def _prune_ticks(conn: psycopg.Connection[Any], runs: Jsonb) -> int:
+    """Schedule slots past the run retention, a batch per transaction (MAX_BATCHES at most)."""
+    removed = 0
+    for _ in range(MAX_BATCHES):
+        with conn.transaction():
+            batch = db.fetch_one(conn, "prune_schedule_ticks", dict(runs=runs, limit=TICKS_BATCH))
+        removed += batch["removed"]
+        if batch["removed"] < TICKS_BATCH:
+            break
+    return removed
 
 
 def _in_batches(
@@ -138,7 +161,7 @@ def describe_last(row: dict[str, Any] | None) -> str:
     return (
         f"Last cleanup {when} by {row['by_worker']}: removed {row['runs_removed']} run(s), "
         f"{row['outputs_removed']} output line(s), {row['events_removed']} engine event(s), "
-        f"{row['workers_removed']} dead process(es)."
+        f"{row['ticks_removed']} schedule slot(s), {row['workers_removed']} dead process(es)."
     )
 
 

@@ -40,7 +40,11 @@ select (select count(*) from threadline.run_threads r
          as events,
        (select count(*) from threadline.workers w
          where w.last_beat_at < now() - interval '1 day'
-           and not exists (select 1 from threadline.live_workers l where l.id = w.id)) as workers
+           and not exists (select 1 from threadline.live_workers l where l.id = w.id)) as workers,
+       (select count(*) from threadline.schedule_ticks s
+         where s.slot < now() - make_interval(secs => (%(runs)s::jsonb ->> s.workflow)::float8)
+           and s.slot < (select max(m.slot) from threadline.schedule_ticks m
+                          where m.workflow = s.workflow)) as ticks
 
 -- delete_runs --
 select threadline.delete_runs(%(run_ids)s::uuid[]) as removed
@@ -56,6 +60,10 @@ select threadline.cleanup_engine_events(%(limit)s) as removed
 -- Forget processes dead for a day, counting them (migration 023).
 select threadline.prune_dead_workers() as removed
 
+-- prune_schedule_ticks --
+-- Schedule slots past their workflow's run retention, each workflow's latest kept (migration 028).
+select threadline.prune_schedule_ticks(%(runs)s, %(limit)s) as removed
+
 -- try_cleanup_lock --
 -- One cleanup at a time across conductors (a session lock, released by unlock_cleanup).
 select pg_try_advisory_lock(7414, 0) as locked
@@ -69,12 +77,13 @@ insert into threadline.cleanups (by_worker) values (%(by)s) returning id
 -- finish_cleanup --
 update threadline.cleanups
    set finished_at = now(), runs_removed = %(runs)s, outputs_removed = %(outputs)s,
-       events_removed = %(events)s, workers_removed = %(workers)s, error = %(error)s
+       events_removed = %(events)s, workers_removed = %(workers)s, ticks_removed = %(ticks)s,
+       error = %(error)s
  where id = %(id)s
 
 -- last_cleanup --
 select id, started_at, finished_at, by_worker, runs_removed, outputs_removed, events_removed,
-       workers_removed, error
+       workers_removed, ticks_removed, error
   from threadline.cleanups order by id desc limit 1
 
 -- workflow_retentions --

@@ -3,6 +3,7 @@ flight are never touched; output goes sooner; the conductor runs the job itself.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -199,3 +200,61 @@ def test_setting_the_defaults_applies_to_workflows_without_their_own(conn):
     retention.set_default(conn, "output", "7d", Actor("admin", "cli"))
     current: dict[str, Any] = retention.defaults(conn)
     assert (current["runs"], current["output"], current["set_by"]) == ("180d", "7d", "admin")
+
+
+SCHEDULED = """
+slug: {slug}
+schedule: "0 3 * * *"
+{extra}
+steps:
+  - id: s
+    run_command: "true"
+"""
+
+
+def slots_of(conn: psycopg.Connection, slug: str) -> list[Any]:
+    return [
+        r["slot"]
+        for r in conn.execute(
+            "select slot from threadline.schedule_ticks where workflow = %s order by slot",
+            (slug,),
+        ).fetchall()
+    ]
+
+
+def test_schedule_slots_past_the_run_retention_go_and_the_latest_stays(conn, apply, logins):
+    """A workflow on a schedule gains a slot row per fire: they go with the run retention, but
+    each workflow keeps its latest, which its schedule resumes from."""
+    apply(SCHEDULED.format(slug="nightly", extra="retention: {runs: 2d}"))
+    apply(SCHEDULED.format(slug="keeper", extra=""))  # the default, 180 days
+    conn.execute(
+        "insert into threadline.schedule_ticks (workflow, slot)"
+        " select w, now() - make_interval(days => d, hours => 1)"
+        " from unnest(array['nightly', 'keeper']) w, generate_series(1, 400) d"
+    )
+    latest = {slug: slots_of(conn, slug)[-1] for slug in ("nightly", "keeper")}
+    console = logins["console"]
+
+    dry = cli(console, "cleanup", "--dry-run", "--json")
+    assert dry.returncode == 0 and '"ticks": 620' in dry.stdout, dry  # 399 + 221
+    assert len(slots_of(conn, "nightly")) == 400
+
+    out = cli(console, "cleanup")
+    assert out.returncode == 0 and "620 schedule slot(s)" in out.stdout, out
+    assert slots_of(conn, "nightly") == [latest["nightly"]]  # 1 day old: within 2 days
+    kept = slots_of(conn, "keeper")
+    assert len(kept) == 179 and kept[-1] == latest["keeper"]
+    assert "620 schedule slot(s)" in retention.describe_last(retention.last(conn))
+
+    # The latest slot stays however old it is; an older one past the retention goes.
+    conn.execute(
+        "update threadline.schedule_ticks set slot = slot - interval '30 days'"
+        " where workflow = 'nightly'"
+    )
+    conn.execute(
+        "insert into threadline.schedule_ticks (workflow, slot)"
+        " values ('nightly', now() - interval '40 days')"
+    )
+    again = cli(console, "cleanup")
+    assert "1 schedule slot(s)" in again.stdout, again
+    assert slots_of(conn, "nightly") == [latest["nightly"] - timedelta(days=30)]

@@ -315,7 +315,9 @@ class Conductor:
         """Retention (retention.py): logged, never raised into the loop."""
         try:
             report = retention.cleanup(self.conn, self.worker.id)
-            if report is not None and (report.runs or report.outputs or report.workers):
+            if report is not None and any(
+                (report.runs, report.outputs, report.workers, report.ticks)
+            ):
                 log.info(report.line())
         except Exception:
             log.exception("cleanup failed")

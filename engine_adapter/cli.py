@@ -798,6 +798,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="console without sign-in (loopback only): anyone on this machine acts as you",
     )
     sp = add("conductor", cmd_conductor, "run a conductor process")
+    sp.epilog = (
+        "THREADLINE_CONDUCTOR_HOLD_MS (default 100; 0: off): how long an idle executor holds a "
+        "run after its instruction, for the step's done event, instead of parking it"
+    )
     sp.add_argument(
         "--threads",
         type=int,

@@ -41,10 +41,7 @@ select (select count(*) from threadline.run_threads r
        (select count(*) from threadline.workers w
          where w.last_beat_at < now() - interval '1 day'
            and not exists (select 1 from threadline.live_workers l where l.id = w.id)) as workers,
-       (select count(*) from threadline.schedule_ticks s
-         where s.slot < now() - make_interval(secs => (%(runs)s::jsonb ->> s.workflow)::float8)
-           and s.slot < (select max(m.slot) from threadline.schedule_ticks m
-                          where m.workflow = s.workflow)) as ticks
+       (select count(*) from threadline.schedule_ticks_past_retention(%(runs)s)) as ticks
 
 -- delete_runs --
 select threadline.delete_runs(%(run_ids)s::uuid[]) as removed

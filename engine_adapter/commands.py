@@ -21,7 +21,13 @@ class CommandRefused(RuntimeError):
 def cancel_run(
     conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None = None
 ) -> None:
-    """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL)."""
+    """End the run cancelled; a running command is stopped by its bot (SIGTERM, then SIGKILL).
+    Cancelling a run tree takes its runs' locks as it walks it, so two cancels of crossing trees
+    can deadlock: Postgres aborts one, and that one is tried again."""
+    db.retrying_deadlocks(conn, lambda: _cancel(conn, run_id, actor, reason))
+
+
+def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None) -> None:
     with conn.transaction():
         run = run_state.lock_run(conn, run_id)
         if run["state"] in ENDED or (run["parent_run_id"] and run["state"] in FINISHED):

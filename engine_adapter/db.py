@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,6 +26,7 @@ BOTS_CHANNEL = "threadline_bots"
 BOT_WAKES = frozenset({"instruction"})
 STEP_DONE = "step.done"  # said by threadline.emit_step_done (migration 013)
 QUIET = frozenset({"claim", "progress"})
+DEADLOCK_TRIES = 4
 _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 
@@ -76,6 +79,25 @@ def transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
         return
     with conn.transaction():
         yield
+
+
+T = TypeVar("T")
+
+
+def retrying_deadlocks(conn: psycopg.Connection[Any], work: Callable[[], T]) -> T:
+    """Run `work` (a transaction of its own on `conn`) again when Postgres aborted it to break a
+    deadlock: the abort undid all of it and the other transaction has gone on, so trying again
+    is what the caller asked for. Inside a caller's transaction the abort is the caller's to
+    handle: no retry there."""
+    outer = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+    for attempt in range(1, DEADLOCK_TRIES):
+        try:
+            return work()
+        except psycopg.errors.DeadlockDetected:
+            if outer:
+                raise
+            time.sleep(random.uniform(0.01, 0.05) * attempt)  # apart from the other side's retry
+    return work()
 
 
 def wake_target(run_id: str | None, what: str) -> tuple[str | None, str]:

@@ -14,6 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .settings import database_url
+from .waking import WakingConnection
 
 # A notification wakes only the processes that act on it. Conductors listen on NOTIFY_CHANNEL
 # (runs the engine may now hand out: a spawn, a step done, an admission, a retry, a cancel; the
@@ -56,8 +57,9 @@ def connect(
     url: str | None = None, *, role: str | None = None, autocommit: bool = True
 ) -> psycopg.Connection[Any]:
     """A connection returning dict rows; autocommit so callers open transactions explicitly.
-    Without a url: the login of process role `role` (see settings.database_url)."""
-    return psycopg.connect(url or database_url(role), autocommit=autocommit, row_factory=dict_row)
+    Without a url: the login of process role `role` (see settings.database_url). Its wake-ups go
+    out after its transactions commit (waking.py)."""
+    return WakingConnection.open(url or database_url(role), autocommit, row_factory=dict_row)
 
 
 def fetch_one(
@@ -118,4 +120,4 @@ def notify(conn: psycopg.Connection[Any], run_id: str | None, what: str) -> None
     transaction commits."""
     channel, payload = wake_target(run_id, what)
     if channel is not None:
-        conn.execute("select pg_notify(%s, %s)", (channel, payload))
+        conn.execute("select threadline.wake(%s, %s)", (channel, payload))

@@ -1,0 +1,111 @@
+"""Connections whose wake-ups (NOTIFY) go out after their transaction commits, not in it.
+
+A notifying transaction holds Postgres' one notify lock until its commit is flushed, so notifying
+commits flush one at a time, server-wide (migration 030 says more). On these connections the
+database's `threadline.wake` only hands each wake-up to the client as a notice; the connection
+collects them and, once the transaction that made them has committed, sends them in a short
+transaction of its own that waits for no flush. A rollback drops them.
+
+Every way a transaction ends on a psycopg connection passes here: a statement in autocommit (the
+cursor's execute), a `transaction()` block, `commit()` and `rollback()`. A savepoint rolled back
+inside a committed transaction keeps its wake-ups: one wake-up too many only makes a listener look
+for work and find none.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors, pq
+
+log = logging.getLogger("threadline.db")
+
+WAKE_NOTICE = "TLW01"  # threadline.wake's notice: message the payload, detail the channel
+IDLE = pq.TransactionStatus.IDLE
+
+
+class WakingCursor(psycopg.Cursor[Any]):
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> WakingCursor:
+        conn = self.connection
+        assert isinstance(conn, WakingConnection)
+        try:
+            super().execute(query, params, **kwargs)
+        except BaseException:
+            conn.statement_ended(committed=False)
+            raise
+        conn.statement_ended(committed=True)
+        return self
+
+
+class WakingConnection(psycopg.Connection[Any]):
+    """Use `open`, not `connect`: it turns the deferral on."""
+
+    _wakes: list[tuple[str, str]]
+
+    @classmethod
+    def open(cls, conninfo: str, autocommit: bool, **kwargs: Any) -> WakingConnection:
+        conn = cls.connect(conninfo, autocommit=True, cursor_factory=WakingCursor, **kwargs)
+        conn._wakes = []
+        conn.add_notice_handler(conn._on_notice)
+        # Notices must reach us whatever the role's or URL's default says.
+        conn.execute("set threadline.wakes_after_commit = on; set client_min_messages = notice")
+        conn.autocommit = autocommit
+        return conn
+
+    def _on_notice(self, diag: psycopg.errors.Diagnostic) -> None:
+        if diag.sqlstate == WAKE_NOTICE:
+            self._wakes.append((diag.message_detail or "", diag.message_primary or ""))
+
+    def statement_ended(self, committed: bool) -> None:
+        """After each statement: outside a transaction, it committed (or failed) on its own."""
+        if self.info.transaction_status != IDLE or not self.autocommit:
+            return  # the transaction's end decides
+        if committed:
+            self.send_wakes()
+        else:
+            self._wakes.clear()
+
+    @contextmanager
+    def transaction(self, *args: Any, **kwargs: Any) -> Iterator[psycopg.Transaction]:
+        outermost = self.info.transaction_status == IDLE
+        try:
+            with super().transaction(*args, **kwargs) as tx:
+                yield tx
+        except BaseException:
+            if outermost:
+                self._wakes.clear()
+            raise
+        if outermost:
+            if kwargs.get("force_rollback"):
+                self._wakes.clear()
+            else:
+                self.send_wakes()
+
+    def commit(self) -> None:
+        super().commit()
+        self.send_wakes()
+
+    def rollback(self) -> None:
+        super().rollback()
+        self._wakes.clear()
+
+    def send_wakes(self) -> None:
+        """Send what the committed transaction collected, each wake-up once. A failure here
+        cannot undo the commit, and a listener finds the work on its timer: say so and go on."""
+        if not self._wakes:
+            return
+        wakes, self._wakes = list(dict.fromkeys(self._wakes)), []
+        channels = [channel for channel, _ in wakes]
+        payloads = [payload for _, payload in wakes]
+        try:
+            if self.autocommit:
+                self.execute("select threadline.send_wakes(%s, %s)", (channels, payloads))
+            else:
+                with self.transaction():
+                    self.execute("select threadline.send_wakes(%s, %s)", (channels, payloads))
+        except errors.Error as err:
+            log.warning("wake-ups not sent after a commit (%s); listeners will poll", err)

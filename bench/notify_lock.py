@@ -6,15 +6,17 @@ A transaction that NOTIFYs takes one lock for the whole server before its commit
 until its commit record is flushed (Postgres' async.c: so notifications are queued in commit
 order). Notifying commits therefore flush one at a time, never as a group: at a flush of F ms the
 server commits at most 1000/F of them a second, however many machines send them. Every step
-crosses several such transactions (the SEND wakes the bots, the report emits the done event, and
-the console's change feed announces each change to a run, a claim or a workflow).
+crossed several (the SEND wakes the bots, the report emits the done event, and the console's change
+feed announces each change to a run, a claim or a workflow). Since migration 030 none does: the
+wake-ups go out after the commit, in transactions that wait for no flush.
 
 On a private embedded server, `commit_delay` stands in for a slower disk (a flush waits that
 long, and a group of commits shares it). For each flush time, batches of runs of five `true`
-steps go through one conductor and one bots process, with the change feed's triggers as shipped
-and with them switched off (in this throwaway database only); a sampler reads
-`pg_stat_activity` every 5 ms to say which share of the busy backends' time went waiting for the
-notify lock. Prints steps per second and that share; nothing here asserts a speed.
+steps go through one conductor and one bots process: with the change feed's triggers as shipped
+and a console following the feed, and with the triggers switched off (in this throwaway database
+only). A sampler reads `pg_stat_activity` every 5 ms to say which share of the busy backends'
+time went waiting for the notify lock. Prints steps per second and that share; nothing here
+asserts a speed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ import psycopg
 from bench.database import fresh_database
 from bench.scale_figures import RECIPE, SLUG
 from bench.threadline_figures import wait_completed
+from console import live
 from engine_adapter import db, harness
 from engine_adapter.recipes import load_recipe_text
 from engine_adapter.spawn import spawn
@@ -100,6 +105,18 @@ def set_feed(conn: Conn, on: bool) -> None:
         conn.execute(f"alter table threadline.{table} {verb} trigger {table}_announce")
 
 
+@contextmanager
+def following(url: str, feed: bool) -> Iterator[None]:
+    """With the feed on, a console follows it (the database says it only then)."""
+    if not feed:
+        yield
+        return
+    with psycopg.connect(url, autocommit=True) as console:
+        console.execute("select pg_advisory_lock_shared(%s, %s)", live.FOLLOWING_LOCK)
+        console.execute(f"listen {live.CHANNEL}")
+        yield
+
+
 def batches(url: str, conn: Conn, in_flight: int, repeats: int) -> tuple[float, float]:
     """(steps per second, the notify lock's share of busy time) over `repeats` batches."""
     with WaitSampler(url) as sampler:
@@ -125,7 +142,8 @@ def measure(in_flight: int, flush_ms: list[float], repeats: int) -> list[Figure]
                         set_flush_delay(admin_url, delay)
                         for feed in (True, False):
                             set_feed(conn, feed)
-                            rate, share = batches(url, conn, in_flight, repeats)
+                            with following(url, feed):
+                                rate, share = batches(url, conn, in_flight, repeats)
                             figures.append(Figure(delay, feed, rate, share))
                 except Exception:
                     print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)

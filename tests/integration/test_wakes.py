@@ -4,9 +4,15 @@ is still said once it has committed, and never when it rolled back."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
+
 import psycopg
 import pytest
 
+from console import live
 from engine_adapter import db
 
 CHANNEL = "threadline_test_wakes"
@@ -89,3 +95,47 @@ def test_the_data_transaction_itself_notifies_nobody(db_url, listener):
         with silent.transaction():
             wake(silent, "never sent")
         assert heard(listener) == []
+
+
+def test_a_process_that_exits_at_once_still_sends_its_wakes(db_url, listener):
+    # `threadline spawn` commits and exits: its wake-up must not die with it.
+    code = (
+        "import sys\n"
+        "from engine_adapter import db\n"
+        "conn = db.connect(sys.argv[1])\n"
+        f"conn.execute(\"select threadline.wake('{CHANNEL}', 'from a short process')\")\n"
+    )
+    subprocess.run([sys.executable, "-c", code, db_url], check=True, timeout=60)
+    assert heard(listener) == ["from a short process"]
+
+
+def test_many_threads_wakes_all_arrive(db_url, listener):
+    def wake_some(n: int) -> None:
+        with db.connect(db_url) as conn:
+            for i in range(20):
+                with conn.transaction():
+                    wake(conn, f"{n}-{i}")
+
+    threads = [threading.Thread(target=wake_some, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got: set[str] = set()
+    deadline = time.monotonic() + 10
+    while len(got) < 80 and time.monotonic() < deadline:
+        got.update(heard(listener, 0.5))
+    assert got == {f"{n}-{i}" for n in range(4) for i in range(20)}
+
+
+def test_the_change_feed_is_said_only_while_a_console_follows_it(db_url, apply):
+    with psycopg.connect(db_url, autocommit=True) as feed, db.connect(db_url) as conn:
+        feed.execute(f"listen {live.CHANNEL}")
+        apply("slug: feed-a\nsteps:\n  - {id: s1, run_command: 'true'}\n")
+        assert heard(feed) == []  # nobody follows: the workflow's change is said to nobody
+        with db.connect(db_url) as console:
+            console.execute("select pg_advisory_lock_shared(%s, %s)", live.FOLLOWING_LOCK)
+            apply("slug: feed-b\nsteps:\n  - {id: s1, run_command: 'true'}\n")
+            assert "workflows:" in heard(feed)
+        conn.execute("select threadline.wake(%s, 'after')", (live.CHANNEL,))
+        assert heard(feed) == []  # the console has gone

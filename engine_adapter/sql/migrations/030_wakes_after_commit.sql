@@ -16,11 +16,26 @@
 -- A process killed between its commit and its wake-ups loses them: every listener also looks
 -- for work on a timer (a conductor and bots each second), so that costs time, never a run.
 
--- The notice's SQLSTATE (db.WAKE_NOTICE): its message is the payload, its detail the channel.
+-- The console's change feed (migration 004) is worth saying only while a console follows it:
+-- each console process holds (7414, 0) shared on its listening connection (console/live.py), so
+-- a try of it exclusive fails while one does. A console starts following before it reads
+-- anything, so it misses no change.
+create function threadline.feed_followed () returns boolean
+  language sql
+  volatile
+as $$
+  select case when pg_try_advisory_lock(7414, 0) then not pg_advisory_unlock(7414, 0)
+              else true end
+$$;
+
+-- The notice's SQLSTATE (waking.WAKE_NOTICE): its message is the payload, its detail the channel.
 create function threadline.wake (p_channel text, p_payload text) returns void
   language plpgsql
 as $$
 begin
+  if p_channel = 'threadline_changes' and not threadline.feed_followed() then
+    return;
+  end if;
   if current_setting('threadline.wakes_after_commit', true) = 'on' then
     raise notice using message = p_payload, detail = p_channel, errcode = 'TLW01';
   else

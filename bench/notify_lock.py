@@ -112,7 +112,7 @@ def following(url: str, feed: bool) -> Iterator[None]:
         yield
         return
     with psycopg.connect(url, autocommit=True) as console:
-        console.execute("select pg_advisory_lock_shared(%s, %s)", live.FOLLOWING_LOCK)
+        console.execute("select threadline.follow_feed()")
         console.execute(f"listen {live.CHANNEL}")
         yield
 

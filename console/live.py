@@ -22,9 +22,6 @@ from engine_adapter.read_model import conductor_beat
 log = logging.getLogger("threadline.console")
 
 CHANNEL = "threadline_changes"
-# Held shared while this process follows the feed: the database says the feed only while some
-# console does (threadline.feed_followed, migration 030).
-FOLLOWING_LOCK = (7414, 0)
 BEAT_EVERY_S = 0.5
 GATHER_S = 0.03  # notifications arriving this close together go out as one change
 
@@ -97,7 +94,8 @@ class LiveHub:
 
     def _listen(self) -> None:
         with db.connect(self.url) as listen_conn, db.connect(self.url) as read_conn:
-            listen_conn.execute("select pg_advisory_lock_shared(%s, %s)", FOLLOWING_LOCK)
+            # The database says the feed only while some console follows it (migration 030).
+            listen_conn.execute("select threadline.follow_feed()")
             listen_conn.execute(f"listen {CHANNEL}")
             next_beat = 0.0
             while not self._stop.is_set():

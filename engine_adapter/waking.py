@@ -75,17 +75,19 @@ class WakingConnection(psycopg.Connection[Any]):
             self._wakes.clear()
 
     @contextmanager
-    def transaction(self, *args: Any, **kwargs: Any) -> Iterator[psycopg.Transaction]:
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
         outermost = self.info.transaction_status == IDLE
         try:
-            with super().transaction(*args, **kwargs) as tx:
+            with super().transaction(savepoint_name, force_rollback) as tx:
                 yield tx
         except BaseException:
             if outermost:
                 self._wakes.clear()
             raise
         if outermost:
-            if kwargs.get("force_rollback"):
+            if force_rollback:
                 self._wakes.clear()
             else:
                 self.send_wakes()

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from console import live
-from engine_adapter import db
+from engine_adapter import db, retention
 
 CHANNEL = "threadline_test_wakes"
 
@@ -134,8 +134,15 @@ def test_the_change_feed_is_said_only_while_a_console_follows_it(db_url, apply):
         apply("slug: feed-a\nsteps:\n  - {id: s1, run_command: 'true'}\n")
         assert heard(feed) == []  # nobody follows: the workflow's change is said to nobody
         with db.connect(db_url) as console:
-            console.execute("select pg_advisory_lock_shared(%s, %s)", live.FOLLOWING_LOCK)
+            console.execute("select threadline.follow_feed()")
             apply("slug: feed-b\nsteps:\n  - {id: s1, run_command: 'true'}\n")
             assert "workflows:" in heard(feed)
         conn.execute("select threadline.wake(%s, 'after')", (live.CHANNEL,))
         assert heard(feed) == []  # the console has gone
+
+
+def test_following_the_feed_keeps_no_other_job_waiting(conn, db_url):
+    # The feed's lock is its own: a console open for days must not stop the cleanup job.
+    with db.connect(db_url) as console:
+        console.execute("select threadline.follow_feed()")
+        assert retention.cleanup(conn, "test") is not None

@@ -17,14 +17,20 @@
 -- for work on a timer (a conductor and bots each second), so that costs time, never a run.
 
 -- The console's change feed (migration 004) is worth saying only while a console follows it:
--- each console process holds (7414, 0) shared on its listening connection (console/live.py), so
--- a try of it exclusive fails while one does. A console starts following before it reads
--- anything, so it misses no change.
+-- each console process calls follow_feed on its listening connection (console/live.py), which
+-- holds (7415, 0) shared for as long as that connection lasts, so a try of it exclusive fails
+-- while one does. A console starts following before it reads anything, so it misses no change.
+create function threadline.follow_feed () returns void
+  language sql
+as $$
+  select pg_advisory_lock_shared(7415, 0)
+$$;
+
 create function threadline.feed_followed () returns boolean
   language sql
   volatile
 as $$
-  select case when pg_try_advisory_lock(7414, 0) then not pg_advisory_unlock(7414, 0)
+  select case when pg_try_advisory_lock(7415, 0) then not pg_advisory_unlock(7415, 0)
               else true end
 $$;
 

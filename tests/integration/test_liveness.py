@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import psycopg
 
-from engine_adapter import db
+from engine_adapter import db, harness
 from engine_adapter.spawn import spawn
 from engine_adapter.workers import LOCK_CLASS, Worker
 
@@ -41,7 +41,9 @@ def test_a_live_process_is_alive_and_a_closed_one_dead_leaving_no_lock(conn, db_
         assert advisory_locks_of(conn) == 0
     finally:
         worker.close()
-    assert not alive(conn, worker) and not listed(conn, worker)
+    # The server lets the lock go as it ends the closed connection's backend, a moment later.
+    harness.wait_for(lambda: not alive(conn, worker), 10, what="the closed process to be dead")
+    assert not listed(conn, worker)
     # The dead one's lock was taken for the question and given back: nothing held here, and a
     # new holder gets it at once.
     assert advisory_locks_of(conn) == 0
@@ -73,7 +75,9 @@ def test_a_live_attempt_keeps_its_step_key_until_its_process_dies_or_is_pruned(c
         assert not free()  # its process lives and its lease runs
     finally:
         worker.close()
-    assert free()  # the process is gone: the attempt is lost, the key may be claimed again
+    # The process is gone (its backend ends a moment after the close): the attempt is lost, and
+    # the key may be claimed again.
+    harness.wait_for(free, 10, what="the dead process's step key to be free")
     conn.execute("delete from threadline.workers where id = %s", (worker.id,))
     assert free()  # and so when the dead process's row was pruned
     conn.execute(

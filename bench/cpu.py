@@ -50,3 +50,48 @@ def server_cpu_s(conn: psycopg.Connection[Any]) -> float | None:
         if child is not None and int(child[1]) == postmaster:
             total += int(child[11]) + int(child[12])
     return total / TICKS
+
+
+def own_and_children_s(pid: int) -> tuple[float, float]:
+    """A live process's own CPU (user + system) and that of its children that have exited (a
+    bot's commands, with everything a command's sandbox started)."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0, 0.0
+    own = int(fields[11]) + int(fields[12])
+    children = int(fields[13]) + int(fields[14])
+    return own / TICKS, children / TICKS
+
+
+def backends_cpu_s(conn: psycopg.Connection[Any]) -> dict[int, tuple[str, float]]:
+    """The server's live backends of this database: pid -> (the client's application_name,
+    CPU seconds so far). Empty where /proc does not tell (a server on another machine)."""
+    rows = conn.execute(
+        "select pid, coalesce(application_name, '') as app from pg_stat_activity"
+        " where datname = current_database()"
+    ).fetchall()
+    out = {}
+    for row in rows:
+        fields = _stat(int(row["pid"]))
+        if fields is not None:
+            out[int(row["pid"])] = (str(row["app"]), (int(fields[11]) + int(fields[12])) / TICKS)
+    return out
+
+
+def backends_delta_by_app(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds the backends alive at both readings spent between them, by application."""
+    out: dict[str, float] = {}
+    for pid, (app, cpu) in after.items():
+        if pid in before:
+            out[app] = out.get(app, 0.0) + cpu - before[pid][1]
+    return out
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has been busy (user, nice, system, irq, softirq): what
+    namespaces and mounts cost is partly spent outside the processes that asked for them."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / TICKS

@@ -118,25 +118,36 @@ def latency_ratio(ours: Summary, theirs: Summary) -> str:
 
 # -- the four figures -------------------------------------------------------------------------
 def throughput_rows(
-    url: str, conn: Conn, sizes: Sizes, procs: harness.ProcessSet
+    url: str, conn: Conn, sizes: Sizes, workers: dict[str, subprocess.Popen[bytes]]
 ) -> tuple[list[Row], tl.Throughput]:
     """Steps per second, and the CPU per run of Postgres and of the workers: Threadline's
     conductor and bots processes, bare Absurd's worker thread (this process: its spawns and
-    polling count too, as Threadline's spawns count in Postgres' share)."""
+    polling count too, as Threadline's spawns count in Postgres' share); then where ours went,
+    and what the whole machine spent."""
     n, timeout = sizes.throughput_runs, sizes.timeout_s
     tl.one_at_a_time(conn, 1, timeout)  # warm-up: first claims, connections, caches
     progress(f"throughput: {n} Threadline runs of 3 `true` steps")
-    workers = [p.pid for p in procs.procs if p.poll() is None]
-    pg_before, ours_before = cpu.server_cpu_s(conn), cpu.process_cpu_s(workers)
+    pids = {kind: proc.pid for kind, proc in workers.items()}
+    split_before = {kind: cpu.own_and_children_s(pid) for kind, pid in pids.items()}
+    backends_before, busy_before = cpu.backends_cpu_s(conn), cpu.machine_busy_s()
+    pg_before, ours_before = cpu.server_cpu_s(conn), cpu.process_cpu_s(pids.values())
     ours = tl.throughput(conn, n, timeout)
     pg_ours = _per_run(pg_before, cpu.server_cpu_s(conn), n)
-    worker_ours = (cpu.process_cpu_s(workers) - ours_before) / n
+    worker_ours = (cpu.process_cpu_s(pids.values()) - ours_before) / n
+    busy_ours = (cpu.machine_busy_s() - busy_before) / n
+    serving = cpu.backends_delta_by_app(backends_before, cpu.backends_cpu_s(conn))
+    split = {
+        kind: tuple((a - b) / n for a, b in zip(cpu.own_and_children_s(pid), split_before[kind]))
+        for kind, pid in pids.items()
+    }
     progress(f"throughput: {n} bare Absurd tasks of 3 no-op steps")
     bare.throughput(url, 1, timeout)  # warm-up, as above
     pg_before, bare_before = cpu.server_cpu_s(conn), time.process_time()
+    busy_before = cpu.machine_busy_s()
     bare_s = bare.throughput(url, n, timeout)
     pg_bare = _per_run(pg_before, cpu.server_cpu_s(conn), n)
     worker_bare = (time.process_time() - bare_before) / n
+    busy_bare = (cpu.machine_busy_s() - busy_before) / n
     bare_sps = n * tl.STEPS_PER_RUN / bare_s
     rows = [
         (
@@ -157,7 +168,36 @@ def throughput_rows(
             f"{worker_bare * 1000:.1f} ms",
             f"{ratio(worker_ours, worker_bare)} (ours: conductor + bots, commands included)",
         ),
+        (
+            "  the machine's busy CPU per run",
+            f"{busy_ours * 1000:.1f} ms",
+            f"{busy_bare * 1000:.1f} ms",
+            f"{ratio(busy_ours, busy_bare)} (every process, the benchmark's own included)",
+        ),
     ]
+    if "conductor" in split and "bots" in split:
+        commands = split["bots"][1]
+        rows.append(
+            (
+                "  ours: conductor / bots / commands",
+                f"{split['conductor'][0] * 1000:.1f} / {split['bots'][0] * 1000:.1f} / "
+                f"{commands * 1000:.1f} ms",
+                "-",
+                "commands: each step's process and its sandbox, as far as their CPU times show",
+            )
+        )
+    if serving:
+        apps = [f"threadline {kind}" for kind in ("conductor", "bots")]
+        rest = sum(v for app, v in serving.items() if app not in apps)
+        shares = [serving.get(app, 0.0) / n * 1000 for app in apps] + [rest / n * 1000]
+        rows.append(
+            (
+                "  Postgres serving conductor / bots / rest",
+                " / ".join(f"{v:.1f}" for v in shares) + " ms",
+                "-",
+                "the rest: the benchmark's spawns and polling; background work not counted",
+            )
+        )
     return rows, ours
 
 
@@ -237,10 +277,11 @@ def measure(url: str, procs: harness.ProcessSet, sizes: Sizes) -> list[Row]:
         bare.ensure_queue(url)
         try:
             conductor = procs.start("conductor")
-            procs.start("bots")
+            bots = procs.start("bots")
             procs.wait_alive("conductor", timeout=sizes.timeout_s)
             procs.wait_alive("bots", timeout=sizes.timeout_s)
-            rows, loaded = throughput_rows(url, conn, sizes, procs)
+            workers = {"conductor": conductor, "bots": bots}
+            rows, loaded = throughput_rows(url, conn, sizes, workers)
             rows += step_rows(conn, sizes, loaded)
             rows += gate_rows(url, conn, sizes)
             rows += recovery_rows(procs, conn, conductor, sizes)

@@ -1,9 +1,13 @@
-"""What the step sandbox costs: starting `bash -c true` bare, through setpriv (the step user and
-the death signal) and inside bubblewrap, the way a bot starts a step's command.
+"""What starting a step's command costs: bare, through setpriv (the step user and the death
+signal) and inside bubblewrap, the way a bot starts it; a shell line (`bash -c true`), and a plain
+program started through bash and without it (engine_adapter/plain_command.py).
 
     .venv/bin/python -m bench.sandbox_figures [--n 200]
 
-Prints the median and p90 of each and the ratio to the bare start.
+Prints, for each, the median and p90 of the start's wall time, its ratio to the bare shell line,
+and the CPU the whole machine spent per start (from /proc/stat: namespaces and mounts are set up
+and torn down partly outside the started processes, where their own CPU times miss it; on a
+shared machine, others' work adds noise).
 """
 
 from __future__ import annotations
@@ -17,11 +21,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.cpu import machine_busy_s
 from engine_adapter.sandbox import Sandbox, detect
 
+COMMANDS = [
+    ("bash -c true", ["bash", "-c", "true"]),
+    ("bash -c /usr/bin/true", ["bash", "-c", "/usr/bin/true"]),
+    ("/usr/bin/true, no bash", ["/usr/bin/true"]),
+]
 
-def time_starts(argv: list[str], cwd: Path, n: int, kwargs: dict[str, object]) -> list[float]:
+
+def time_starts(
+    argv: list[str], cwd: Path, n: int, kwargs: dict[str, object]
+) -> tuple[list[float], float]:
+    """Wall time of each start (ms), and the machine's CPU per start (ms)."""
     out = []
+    busy = machine_busy_s()
     for _ in range(n):
         started = time.perf_counter()
         subprocess.run(
@@ -36,7 +51,7 @@ def time_starts(argv: list[str], cwd: Path, n: int, kwargs: dict[str, object]) -
             **kwargs,
         )
         out.append((time.perf_counter() - started) * 1000)
-    return out
+    return out, (machine_busy_s() - busy) * 1000 / n
 
 
 def main() -> None:
@@ -48,24 +63,25 @@ def main() -> None:
         Path(tmp).chmod(0o711)
         full = detect()
         workdir = full.workdir("bench-run", None)
-        kinds: list[tuple[str, Sandbox]] = [("bare bash -c", None)]  # type: ignore[list-item]
+        kinds: list[tuple[str, Sandbox | None]] = [("bare", None)]
         kinds.append(("setpriv (user + death signal)", dataclasses.replace(full, bwrap=None)))
         if full.bwrap:
             kinds.append((full.describe(), full))
         bare = None
-        print(f"starting `bash -c true` {args.n} times each (ms):")
+        print(f"starting each {args.n} times (wall ms; the machine's CPU ms per start):")
         for label, box in kinds:
-            argv = (
-                ["bash", "-c", "true"] if box is None else box.argv(["bash", "-c", "true"], workdir)
-            )
-            kwargs = {} if box is None else box.popen_kwargs()
-            times = sorted(time_starts(argv, workdir, args.n, kwargs))
-            median = statistics.median(times)
-            bare = bare or median
-            print(
-                f"  {label:<45} p50 {median:6.2f}  p90 {times[int(len(times) * 0.9)]:6.2f}  "
-                f"{median / bare:4.1f}x bare"
-            )
+            print(f"  {label}")
+            for name, command in COMMANDS:
+                argv = command if box is None else box.argv(command, workdir)
+                kwargs = {} if box is None else box.popen_kwargs()
+                times, cpu = time_starts(argv, workdir, args.n, kwargs)
+                times.sort()
+                median = statistics.median(times)
+                bare = bare or median
+                print(
+                    f"    {name:<24} p50 {median:6.2f}  p90 {times[int(len(times) * 0.9)]:6.2f}  "
+                    f"{median / bare:4.1f}x bare shell line   CPU {cpu:5.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import agent_loop, agent_tools, db, names, thread_entries
+from . import agent_loop, agent_tools, db, names, plain_command, thread_entries
 from .agent_journal import ThreadJournal
 from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
@@ -242,10 +242,17 @@ class BotSlot:
         self, claim: Claim, workdir: Path, command: str, stdin_text: str | None, timeout_s: float
     ) -> ProcessResult:
         """A command in the step's sandbox and working directory, with its clean environment."""
+        env = self.step_env(claim, workdir)
+        argv = ["bash", "-c", command]
+        direct = plain_command.direct_argv(
+            command, env, workdir, lambda path: self.sandbox.step_sees(path, workdir)
+        )
+        if direct is not None:  # bash would only have started this one program
+            argv, env = direct
         result = run_process(
-            self.sandbox.argv(["bash", "-c", command], workdir, network=claim.instruction.network),
+            self.sandbox.argv(argv, workdir, network=claim.instruction.network),
             cwd=str(workdir),
-            env=self.step_env(claim, workdir),
+            env=env,
             timeout_s=timeout_s,
             stdin_text=stdin_text,
             popen_kwargs=self.sandbox.popen_kwargs(),

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Iterable
 from pathlib import Path
 
 from .settings import threadline_home
@@ -142,6 +143,24 @@ class Sandbox:
         args += _hide(self.hidden)
         args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
         return wrap + args + argv
+
+    def step_sees(self, path: Path, workdir: Path) -> bool:
+        """Whether `path` is visible to a step working in `workdir`, by the mounts argv() makes
+        (the later cover the earlier): the workdir, over what is hidden, over what is shared,
+        over the private home and bubblewrap's own /tmp, /dev and /proc."""
+        path = Path(os.path.normpath(path))
+
+        def under(roots: Iterable[Path]) -> bool:
+            return any(path == root or path.is_relative_to(root) for root in roots)
+
+        if under([workdir]):
+            return True
+        if under(self.hidden):
+            return False
+        if under(self.shared):
+            return True
+        own = [Path(p) for p in ("/tmp", "/dev", "/proc")] if self.bwrap else []
+        return not under([*self.private, *own])
 
     def check_workdir(self, workdir: Path) -> None:
         """A recipe's workdir may not hold or lie inside a hidden path (the run's own directory

@@ -14,6 +14,7 @@ import pytest
 
 from console import live
 from engine_adapter import db, retention
+from engine_adapter.spawn import spawn
 
 CHANNEL = "threadline_test_wakes"
 
@@ -137,6 +138,8 @@ def test_the_change_feed_is_said_only_while_a_console_follows_it(db_url, apply):
             console.execute("select threadline.follow_feed()")
             apply("slug: feed-b\nsteps:\n  - {id: s1, run_command: 'true'}\n")
             assert "workflows:" in heard(feed)
+            run_id = spawn(conn, "feed-b").run_id  # a run's change names its run
+            assert f"run_threads:{run_id}" in heard(feed)
         conn.execute("select threadline.wake(%s, 'after')", (live.CHANNEL,))
         assert heard(feed) == []  # the console has gone
 

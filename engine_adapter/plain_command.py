@@ -8,7 +8,9 @@ the three variables bash would have given it (PWD, SHLVL, _). Everything else go
 before: any character bash treats specially (quotes, $, globs, ~, redirections, ;, &, |, #,
 newlines ...), a first word that is a builtin, a keyword or an assignment, a program that is not
 found or that the step could not see or run (so bash's "command not found" and exit 127 stay
-bash's), and an environment that names a file for bash to read first (BASH_ENV, ENV).
+bash's), a file that is neither a binary nor a script with a #! line (bash runs it as a bash
+script), and an environment that sets something for bash (BASH_ENV, SHELLOPTS, an exported
+function ...).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ _BASH_WORDS = frozenset(
     shift shopt source suspend test times trap true type typeset ulimit umask unalias unset wait
     if then else elif fi case esac for select while until do done in function time coproc""".split()
 )
-_STARTUP_FILES = ("BASH_ENV", "ENV")  # bash reads the file these name before the command
+# Files, options and functions bash takes from its environment (BASH_ENV, BASHOPTS,
+# BASH_FUNC_name%%, BASH_XTRACEFD ...) before it runs the command.
+_BASH_ENV_PREFIX = "BASH"
+_BASH_ENV_NAMES = ("ENV", "SHELLOPTS", "PS4")
+# What execve runs: a binary, or a script naming its interpreter. Any other file bash would run
+# as a bash script itself, where the C library's execvp would hand it to /bin/sh.
+_RUNNABLE_HEADS = (b"\x7fELF", b"#!")
 
 
 def words(command: str) -> list[str] | None:
@@ -59,8 +67,17 @@ def program(name: str, path_var: str, workdir: Path) -> tuple[Path, str] | None:
         if not stat.S_ISREG(mode):
             continue  # bash passes over directories too
         wanted = stat.S_IXOTH | stat.S_IROTH  # a script is read by its interpreter
-        return (path, candidate) if mode & wanted == wanted else None
+        return (path, candidate) if mode & wanted == wanted and _runnable(path) else None
     return None
+
+
+def _runnable(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head.startswith(_RUNNABLE_HEADS)
 
 
 def direct_argv(
@@ -68,13 +85,13 @@ def direct_argv(
 ) -> tuple[list[str], dict[str, str]] | None:
     """(argv, environment) that start the command's program without bash, or None when the
     command needs bash. `step_sees` says whether a path is visible inside the step's sandbox."""
-    if any(name in env for name in _STARTUP_FILES):
+    if any(n.startswith(_BASH_ENV_PREFIX) or n in _BASH_ENV_NAMES for n in env):
         return None
     found = words(command)
     if found is None:
         return None
-    if "PATH" not in env:
-        return None  # bash's own default PATH, not Python's
+    if "PATH" not in env or "~" in env["PATH"]:
+        return None  # bash's own default PATH, or one it would tilde-expand
     located = program(found[0], env["PATH"], workdir)
     if located is None:
         return None

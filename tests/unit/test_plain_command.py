@@ -152,11 +152,31 @@ def test_the_path_search_is_bashs(place, tmp_path):
     )
 
 
-def test_an_environment_without_path_or_with_a_startup_file_goes_to_bash(place):
+def test_an_environment_that_sets_something_for_bash_goes_to_bash(place):
     workdir, env = place
+    assert plain_command.direct_argv("show", env, workdir, anywhere) is not None
     assert plain_command.direct_argv("show", {"HOME": "/x"}, workdir, anywhere) is None
-    for name in ("BASH_ENV", "ENV"):
-        assert plain_command.direct_argv("show", {**env, name: "/x"}, workdir, anywhere) is None
+    for name, value in [
+        ("BASH_ENV", "/x"),
+        ("ENV", "/x"),
+        ("SHELLOPTS", "xtrace"),
+        ("BASHOPTS", "extglob"),
+        ("BASH_FUNC_show%%", "() { echo function; }"),  # an exported function named show
+        ("PATH", f"~/bin:{env['PATH']}"),  # bash expands the tilde, the C library does not
+    ]:
+        assert plain_command.direct_argv("show", {**env, name: value}, workdir, anywhere) is None
+
+
+def test_a_script_without_an_interpreter_line_goes_to_bash(place):
+    """bash runs such a file as a bash script; started directly, the C library would hand it to
+    /bin/sh (or fail): not the same program."""
+    workdir, env = place
+    script = workdir / "bare.sh"
+    script.write_text("echo [[ bashism ]]\n")
+    script.chmod(0o755)
+    assert plain_command.direct_argv("./bare.sh", env, workdir, anywhere) is None
+    script.write_text("#!/bin/bash\necho fine\n")
+    assert plain_command.direct_argv("./bare.sh", env, workdir, anywhere) is not None
 
 
 def test_the_step_sees_what_the_sandbox_mounts_show(tmp_path):

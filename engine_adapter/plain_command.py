@@ -52,10 +52,10 @@ def words(command: str) -> list[str] | None:
 
 def program(name: str, path_var: str, workdir: Path) -> tuple[Path, str] | None:
     """Where bash would find `name`: a path as given (relative to the working directory), else
-    the first file of that name on PATH (an empty entry is the working directory), and the name
-    as bash spells it in `_` (the PATH entry joined to the name). None when
-    that file is not one anyone may read and execute: the step may run as a user of its own, so
-    the bot's permissions do not say whether bash would run it or search on."""
+    the first file of that name on PATH (an empty entry is the working directory); and the name
+    as bash spells it in `_` (the PATH entry joined to the name). None when that file is not one
+    anyone may read and execute, or not one execve runs: the step may run as a user of its own,
+    so the bot's permissions do not say whether bash would run it or search on."""
     entries = path_var.split(":")
     candidates = [name] if "/" in name else [f"{entry or '.'}/{name}" for entry in entries]
     for candidate in candidates:

@@ -20,8 +20,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Iterable
 from pathlib import Path
+from typing import Iterable
 
 from .settings import threadline_home
 

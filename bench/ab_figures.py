@@ -27,6 +27,7 @@ import psycopg
 
 from bench import cpu
 from bench.database import add_database_option, session
+from bench.scale_figures import RECIPE, SLUG, STEPS
 from bench.stats import ratio
 from bench.threadline_figures import wait_completed
 from engine_adapter import db, harness
@@ -35,12 +36,7 @@ from engine_adapter.spawn import spawn
 from engine_adapter.workflows import apply_recipe
 
 Conn = psycopg.Connection[Any]
-SLUG = "bench-ab"
-STEPS = 5
 SLOTS = "16"
-RECIPE = f"slug: {SLUG}\nsteps:\n" + "".join(
-    f'  - {{id: s{i}, run_command: "true"}}\n' for i in range(1, STEPS + 1)
-)
 FIGURES = ("steps/s", "machine", "postgres", "conductor", "bots", "commands")
 
 

@@ -22,15 +22,14 @@ def _stat(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()
 
 
+def _own_ticks(fields: list[str]) -> int:
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
 def process_cpu_s(pids: Iterable[int]) -> float:
     """User + system CPU of the given live processes and of their children that have exited
     (a bot's commands)."""
-    total = 0
-    for pid in pids:
-        fields = _stat(pid)
-        if fields is not None:
-            total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-    return total / TICKS
+    return sum(sum(own_and_children_s(pid)) for pid in pids)
 
 
 def server_cpu_s(conn: psycopg.Connection[Any]) -> float | None:
@@ -48,7 +47,7 @@ def server_cpu_s(conn: psycopg.Connection[Any]) -> float | None:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         child = _stat(int(stat.parent.name))
         if child is not None and int(child[1]) == postmaster:
-            total += int(child[11]) + int(child[12])
+            total += _own_ticks(child)
     return total / TICKS
 
 
@@ -58,9 +57,8 @@ def own_and_children_s(pid: int) -> tuple[float, float]:
     fields = _stat(pid)
     if fields is None:
         return 0.0, 0.0
-    own = int(fields[11]) + int(fields[12])
-    children = int(fields[13]) + int(fields[14])
-    return own / TICKS, children / TICKS
+    children = int(fields[13]) + int(fields[14])  # cutime, cstime
+    return _own_ticks(fields) / TICKS, children / TICKS
 
 
 def backends_cpu_s(conn: psycopg.Connection[Any]) -> dict[int, tuple[str, float]]:
@@ -74,7 +72,7 @@ def backends_cpu_s(conn: psycopg.Connection[Any]) -> dict[int, tuple[str, float]
     for row in rows:
         fields = _stat(int(row["pid"]))
         if fields is not None:
-            out[int(row["pid"])] = (str(row["app"]), (int(fields[11]) + int(fields[12])) / TICKS)
+            out[int(row["pid"])] = (str(row["app"]), _own_ticks(fields) / TICKS)
     return out
 
 

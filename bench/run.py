@@ -38,6 +38,7 @@ from bench import threadline_figures as tl
 from bench.database import add_database_option, embedded_server, fresh_database
 from bench.stats import Summary, ratio
 from engine_adapter import db, harness
+from engine_adapter.settings import application_name
 
 HEADER = """\
 Threadline benchmark ({mode})
@@ -130,16 +131,16 @@ def throughput_rows(
     pids = {kind: proc.pid for kind, proc in workers.items()}
     split_before = {kind: cpu.own_and_children_s(pid) for kind, pid in pids.items()}
     backends_before, busy_before = cpu.backends_cpu_s(conn), cpu.machine_busy_s()
-    pg_before, ours_before = cpu.server_cpu_s(conn), cpu.process_cpu_s(pids.values())
+    pg_before = cpu.server_cpu_s(conn)
     ours = tl.throughput(conn, n, timeout)
     pg_ours = _per_run(pg_before, cpu.server_cpu_s(conn), n)
-    worker_ours = (cpu.process_cpu_s(pids.values()) - ours_before) / n
     busy_ours = (cpu.machine_busy_s() - busy_before) / n
     serving = cpu.backends_delta_by_app(backends_before, cpu.backends_cpu_s(conn))
     split = {
         kind: tuple((a - b) / n for a, b in zip(cpu.own_and_children_s(pid), split_before[kind]))
         for kind, pid in pids.items()
     }
+    worker_ours = sum(sum(own_and_children) for own_and_children in split.values())
     progress(f"throughput: {n} bare Absurd tasks of 3 no-op steps")
     bare.throughput(url, 1, timeout)  # warm-up, as above
     pg_before, bare_before = cpu.server_cpu_s(conn), time.process_time()
@@ -175,19 +176,17 @@ def throughput_rows(
             f"{ratio(busy_ours, busy_bare)} (every process, the benchmark's own included)",
         ),
     ]
-    if "conductor" in split and "bots" in split:
-        commands = split["bots"][1]
-        rows.append(
-            (
-                "  ours: conductor / bots / commands",
-                f"{split['conductor'][0] * 1000:.1f} / {split['bots'][0] * 1000:.1f} / "
-                f"{commands * 1000:.1f} ms",
-                "-",
-                "commands: each step's process and its sandbox, as far as their CPU times show",
-            )
+    rows.append(
+        (
+            "  ours: conductor / bots / commands",
+            f"{split['conductor'][0] * 1000:.1f} / {split['bots'][0] * 1000:.1f} / "
+            f"{split['bots'][1] * 1000:.1f} ms",
+            "-",
+            "commands: each step's process and its sandbox, as far as their CPU times show",
         )
+    )
     if serving:
-        apps = [f"threadline {kind}" for kind in ("conductor", "bots")]
+        apps = [application_name(kind) for kind in ("conductor", "bots")]
         rest = sum(v for app, v in serving.items() if app not in apps)
         shares = [serving.get(app, 0.0) / n * 1000 for app in apps] + [rest / n * 1000]
         rows.append(

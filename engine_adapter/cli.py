@@ -1113,8 +1113,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Each process names itself to Postgres (pg_stat_activity, the server's log): libpq reads it.
-    os.environ["PGAPPNAME"] = "threadline " + args.fn.__name__.removeprefix("cmd_")
-    from .settings import NotConfigured
+    from .settings import NotConfigured, application_name
+
+    os.environ["PGAPPNAME"] = application_name(args.fn.__name__.removeprefix("cmd_"))
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:

@@ -14,6 +14,11 @@ HANDLER_NAME = "threadline.run"
 HANDLER_VERSION = 1
 
 
+def application_name(command: str) -> str:
+    """How a Threadline process (`threadline <command>`) names itself to Postgres."""
+    return f"threadline {command}"
+
+
 class NotConfigured(RuntimeError):
     """No database to talk to: neither THREADLINE_DATABASE_URL nor a started embedded server."""
 

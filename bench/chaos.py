@@ -203,8 +203,8 @@ def run_chaos(
     rng = random.Random(seed)
     with db.connect(url) as conn:  # each process connects as its kind's role, as under `up`
         logins = roles.grant_logins(conn)
-    procs = harness.ProcessSet(url, home, logins=logins)
     workdir = shared_workdir()
+    procs = harness.ProcessSet(url, home, logins=logins, workdirs=[workdir])
     try:
         with db.connect(url) as conn:
             apply_recipe(conn, load_recipe_text(recipe_text(workdir)))

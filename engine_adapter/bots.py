@@ -15,13 +15,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Iterator
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import agent_loop, agent_tools, db, names, plain_command, thread_entries
+from . import agent_loop, agent_tools, db, names, plain_command, thread_entries, workdirs
 from .agent_journal import ThreadJournal
 from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
@@ -31,6 +30,7 @@ from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
 from .settings import QUEUE
 from .wakeups import POLL_S, Wake, start_listener
+from .workdirs import StepDir
 from .workers import Worker, crash_point
 
 log = logging.getLogger("threadline.bots")
@@ -239,32 +239,37 @@ class BotSlot:
         self.report(claim, status, self.summarise(result, timeout_s), result)
 
     def run_command(
-        self, claim: Claim, workdir: Path, command: str, stdin_text: str | None, timeout_s: float
+        self, claim: Claim, workdir: StepDir, command: str, stdin_text: str | None, timeout_s: float
     ) -> ProcessResult:
         """A command in the step's sandbox and working directory, with its clean environment."""
         env = self.step_env(claim, workdir)
         argv = ["bash", "-c", command]
         direct = plain_command.direct_argv(
-            command, env, workdir, lambda path: self.sandbox.step_sees(path, workdir)
+            command, env, workdir.path, lambda path: self.sandbox.step_sees(path, workdir.mount)
         )
         if direct is not None:  # bash would only have started this one program
             argv, env = direct
-        result = run_process(
-            self.sandbox.argv(argv, workdir, network=claim.instruction.network),
-            cwd=str(workdir),
-            env=env,
-            timeout_s=timeout_s,
-            stdin_text=stdin_text,
-            popen_kwargs=self.sandbox.popen_kwargs(),
-            contained=self.sandbox.contains_descendants,
-            on_start=lambda pgid: self.started(claim, pgid),
-            on_output=lambda text: self.progress(claim, text),
-            should_continue=lambda: self.still_current(claim),
-        )
+        with workdirs.opened(self.sandbox, workdir) as mount:
+            result = run_process(
+                self.sandbox.argv(
+                    argv, workdir.path, network=claim.instruction.network, mount=mount
+                ),
+                cwd=str(workdir.path),
+                env=env,
+                timeout_s=timeout_s,
+                stdin_text=stdin_text,
+                popen_kwargs={**self.sandbox.popen_kwargs(), "pass_fds": mount.pass_fds},
+                contained=self.sandbox.contains_descendants,
+                on_start=lambda pgid: self.started(claim, pgid),
+                on_output=lambda text: self.progress(claim, text),
+                should_continue=lambda: self.still_current(claim),
+            )
         self.current_pgid = None
         return result
 
-    def run_agent(self, claim: Claim, config: BotConfig, workdir: Path, timeout_s: float) -> None:
+    def run_agent(
+        self, claim: Claim, config: BotConfig, workdir: StepDir, timeout_s: float
+    ) -> None:
         """The agent loop of a dispatch_task step whose run has an agent bot snapshot."""
 
         def run_tool(call: agent_tools.Call) -> str:
@@ -340,22 +345,17 @@ class BotSlot:
             stop.set()
             keeper.join()
 
-    def prepare_workdir(self, claim: Claim) -> Path:
-        declared = claim.instruction.workdir
-        workdir = self.sandbox.workdir(claim.run_id, declared)
-        self.sandbox.check_workdir(workdir)
-        if declared and not workdir.is_dir():
-            workdir.mkdir(parents=True, mode=0o700)
-            if self.sandbox.user:
-                os.chown(workdir, *self.sandbox.user)
-        return workdir
+    def prepare_workdir(self, claim: Claim) -> StepDir:
+        """The run's own directory or the recipe's workdir, checked (workdirs.py): nothing is made
+        or given away outside the run's own directory."""
+        return workdirs.step_dir(self.sandbox, claim.run_id, claim.instruction.workdir)
 
-    def step_env(self, claim: Claim, workdir: Path) -> dict[str, str]:
+    def step_env(self, claim: Claim, workdir: StepDir) -> dict[str, str]:
         """A clean environment: no database credentials and no secret, so no step can reach the
         database or approve its own gate. A recipe's env names pass through, except Threadline's
         own variables and any variable a webhook names as its secret."""
         env = {k: os.environ[k] for k in PASS_THROUGH if k in os.environ}
-        env["HOME"] = str(workdir)
+        env["HOME"] = str(workdir.path)
         wanted = list(claim.instruction.env)
         secrets = (
             {row["name"] for row in db.fetch_all(self.conn, "secret_env_names")}
@@ -513,8 +513,9 @@ def main(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s bots %(levelname)s %(message)s")
     concurrency = concurrency or int(os.environ.get("THREADLINE_BOT_CONCURRENCY", "4"))
     sandbox = detect()
-    (log.info if sandbox.isolated else log.warning)("steps run %s", sandbox.describe())
-    worker = Worker("bots", url, sandbox=sandbox.describe())
+    said = f"{sandbox.describe()}; {workdirs.describe(sandbox.workdirs)}"  # shown by health
+    (log.info if sandbox.isolated else log.warning)("steps run %s", said)
+    worker = Worker("bots", url, sandbox=said)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

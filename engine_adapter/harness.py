@@ -22,6 +22,7 @@ from .embedded import free_port  # noqa: F401  (shared with tests, benchmarks an
 from .read_model import show_run
 from .sandbox import RUNS_DIR_ENV, STEP_DIRS_ENV
 from .settings import DATABASE_URL_ENV, HOME_ENV
+from .workdirs import WORKDIRS_ENV
 from .workers import CRASH_ENV
 
 
@@ -35,17 +36,20 @@ def start_process(
     args: Iterable[str] = (),
     step_dirs: Iterable[Path] = (),
     prefix: Iterable[str] = (),
+    workdirs: Iterable[Path] = (),
 ) -> subprocess.Popen[bytes]:
     """Start `threadline conductor` or `threadline bots` against url; output goes to log_path
     (default home/<kind>.log). Under home: .threadline (THREADLINE_HOME) and runs (the runs'
-    working directories); step_dirs are directories every step may write as well; prefix runs
-    the process through another command (e.g. `ip netns exec NAME`)."""
+    working directories); step_dirs are directories every step may write as well; workdirs are
+    where a recipe's absolute workdir may lie; prefix runs the process through another command
+    (e.g. `ip netns exec NAME`)."""
     inherited = {k: v for k, v in os.environ.items() if k != CRASH_ENV}  # crash only when asked
     layout = {
         DATABASE_URL_ENV: url,
         HOME_ENV: str(home / ".threadline"),  # ProcessSet.threadline_home
         RUNS_DIR_ENV: str(home / "runs"),
         STEP_DIRS_ENV: ":".join(map(str, step_dirs)),
+        WORKDIRS_ENV: ":".join(map(str, workdirs)),
     }
     full_env = dict(inherited, **layout, **(env or {}))
     log_path = log_path or home / f"{kind}.log"
@@ -215,10 +219,12 @@ class ProcessSet:
         step_dirs: Iterable[Path] = (),
         logins: dict[str, str] | None = None,
         prefix: Iterable[str] = (),
+        workdirs: Iterable[Path] = (),
     ) -> None:
         self.url, self.home = url, home
         self.prefix = tuple(prefix)  # see start_process
         self.step_dirs = tuple(step_dirs)
+        self.workdirs = tuple(workdirs)
         home.mkdir(parents=True, exist_ok=True)
         make_traversable(home)
         self.logins = logins or {}  # kind -> URL: a process connects as its kind's role
@@ -247,6 +253,7 @@ class ProcessSet:
             args=args,
             step_dirs=self.step_dirs,
             prefix=self.prefix,
+            workdirs=self.workdirs,
         )
         self.procs.append(proc)
         if self.on_start is not None:

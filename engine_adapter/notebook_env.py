@@ -83,6 +83,7 @@ class NotebookEnv:
                 on_start=self._reaper.tell_process,
                 step_dirs=[work],
                 logins=logins,
+                workdirs=[work],  # a recipe's absolute workdir may lie in the scratch directory
             )
             self._stack.callback(self.procs.kill_all)  # runs before the database goes away
             self._point_env_here()

@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from . import cron, domain, expressions, payload_schema, recipe_doc, shell_context
+from . import cron, domain, expressions, payload_schema, recipe_doc, shell_context, workdirs
 from .recipe_values import (
     EVENT_NAME,
     MAX_DURATION,
@@ -921,8 +921,8 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     if not isinstance(allow_proposals, bool):
         errors.append(f"allow_proposals: {_q(allow_proposals)} must be true or false (default)")
     workdir = _opt_str(d, "workdir", errors)
-    if workdir is not None and not workdir.startswith("/"):
-        errors.append(f"workdir: {_q(workdir)} must be an absolute path")
+    if workdir is not None and (problem := workdirs.declared_problem(workdir)):
+        errors.append(f"workdir: {_q(workdir)} {problem}")
 
     env = d.get("env", [])
     if not isinstance(env, list):

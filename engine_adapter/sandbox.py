@@ -18,12 +18,15 @@ import os
 import pwd
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from .settings import threadline_home
+
+if TYPE_CHECKING:
+    from .workdirs import Mount
 
 log = logging.getLogger("threadline.sandbox")
 
@@ -52,6 +55,8 @@ class Sandbox:
     hidden: tuple[Path, ...] = ()  # never visible, whatever is shared
     private: tuple[Path, ...] = ()  # hidden unless shared (the account's home directory)
     setpriv: str | None = field(default_factory=lambda: shutil.which("setpriv"))
+    workdirs: tuple[Path, ...] = ()  # where absolute workdirs may lie ($THREADLINE_WORKDIRS)
+    forbidden: tuple[tuple[Path, str], ...] = ()  # never a workdir: (path, what it is)
 
     @property
     def mode(self) -> str:
@@ -83,22 +88,18 @@ class Sandbox:
             "and secrets; install bubblewrap (Debian: apt-get install bubblewrap)"
         )
 
-    def workdir(self, run_id: str, declared: str | None) -> Path:
-        """The step's working directory: the recipe's, else the run's own one (made here, 0700,
-        owned by the step user), outside $THREADLINE_HOME."""
-        if declared:
-            return Path(declared)
-        path = self.runs_root / run_id
-        if not path.is_dir():
-            self.runs_root.mkdir(parents=True, exist_ok=True, mode=0o711)
-            path.mkdir(mode=0o700, exist_ok=True)
-            if self.user:
-                os.chown(path, *self.user)
-            path.chmod(0o700)
-        return path
+    def workdir(self, run_id: str, declared: str | None = None) -> Path:
+        """The step's working directory, checked and made as workdirs.step_dir does (its one
+        home): the run's own directory (0700, the step user's) or a directory the recipe names."""
+        from .workdirs import step_dir
 
-    def argv(self, argv: list[str], workdir: Path, *, network: bool = True) -> list[str]:
-        """The command line that runs argv in the sandbox, killed when the bot dies."""
+        return step_dir(self, run_id, declared).path
+
+    def argv(
+        self, argv: list[str], workdir: Path, *, network: bool = True, mount: Mount | None = None
+    ) -> list[str]:
+        """The command line that runs argv in the sandbox, killed when the bot dies. `mount`: the
+        directory the step may write, held open (workdirs.opened); else workdir, by its path."""
         wrap: list[str] = []
         if self.setpriv:
             wrap = [self.setpriv]
@@ -135,13 +136,14 @@ class Sandbox:
         if not network:
             args.append("--unshare-net")
         # Order matters, later mounts cover earlier ones: the private home, then what is shared,
-        # then what must stay hidden even inside a shared directory, then the step's own workdir
-        # (checked by check_workdir never to hold a hidden path).
+        # then what must stay hidden even inside a shared directory, then the step's own directory
+        # (checked by workdirs.py never to hold a hidden path).
         args += _hide(self.private)
         for path in self.shared:
             args += ["--bind", str(path), str(path)]
         args += _hide(self.hidden)
-        args += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--"]
+        bind = mount.bwrap_args() if mount else ["--bind", str(workdir), str(workdir)]
+        args += [*bind, "--chdir", str(workdir), "--"]
         return wrap + args + argv
 
     def step_sees(self, path: Path, workdir: Path) -> bool:
@@ -161,19 +163,6 @@ class Sandbox:
             return True
         own = [Path(p) for p in ("/tmp", "/dev", "/proc")] if self.bwrap else []
         return not under([*self.private, *own])
-
-    def check_workdir(self, workdir: Path) -> None:
-        """A recipe's workdir may not hold or lie inside a hidden path (the run's own directory
-        under the runs root excepted): binding it would show the step what is hidden."""
-        workdir = workdir.resolve()
-        if workdir.parent == self.runs_root:
-            return  # a run's own directory (detect() keeps the runs root out of other hidden paths)
-        for path in self.hidden:
-            if workdir == path or workdir.is_relative_to(path) or path.is_relative_to(workdir):
-                raise SandboxError(
-                    f"workdir {workdir} overlaps {path}, which steps may not see: "
-                    "choose a working directory outside Threadline's own files"
-                )
 
     def popen_kwargs(self) -> dict[str, object]:
         """Without setpriv, Python changes the user and sets the death signal (Popen runs
@@ -364,7 +353,7 @@ def detect() -> Sandbox:
             )
     # The account's home (keys, tokens, shell history) is private unless shared explicitly.
     private = [Path.home().resolve()] if Path.home().resolve() != Path("/") else []
-    return Sandbox(
+    box = Sandbox(
         bwrap=binary,
         user=user,
         runs_root=runs_root,
@@ -372,3 +361,9 @@ def detect() -> Sandbox:
         hidden=tuple(hidden),
         private=tuple(private),
     )
+    from . import workdirs  # it builds on this module
+
+    workdirs.check_step_dirs(box.shared)
+    forbidden = workdirs.forbidden_paths(box)
+    allowed = workdirs.allowed_workdirs(os.environ.get(workdirs.WORKDIRS_ENV), forbidden)
+    return replace(box, forbidden=forbidden, workdirs=allowed)

@@ -91,8 +91,11 @@ def procs(
     db_url: str, logins: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[harness.ProcessSet]:
     """Conductor and bot processes of one test, each connected as its kind's role; all killed at
-    teardown, their logs shown on failure."""
-    p = harness.ProcessSet(db_url, tmp_path, step_dirs=[tmp_path], logins=logins)
+    teardown, their logs shown on failure. A recipe's absolute workdir may lie in tmp_path/work
+    (the `workdir` fixture)."""
+    p = harness.ProcessSet(
+        db_url, tmp_path, step_dirs=[tmp_path], logins=logins, workdirs=[tmp_path / "work"]
+    )
     yield p
     p.kill_all()
     report = getattr(request.node, "rep_call", None)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from engine_adapter import harness
-from engine_adapter.sandbox import Sandbox, detect
+from engine_adapter.sandbox import SandboxError, detect
 from engine_adapter.spawn import spawn
 
 MARK = "s3cret-marker-7f1c"  # planted wherever a step must not look
@@ -162,7 +162,11 @@ def test_health_names_the_sandbox_in_use(conn, procs):
     procs.start("bots", wait=True)
     health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
     assert health["unsandboxed_bots"] == []
-    assert health["bots"][0]["sandbox"] == detect().describe()
+    allowed = (procs.home / "work").resolve()  # the procs fixture allows it
+    said = f"{detect().describe()}; absolute workdirs: inside {allowed} (THREADLINE_WORKDIRS)"
+    assert health["bots"][0]["sandbox"] == said
+    out = harness.run_cli(procs.url, "health").stdout
+    assert f"steps run {said}" in out
 
 
 def test_an_unprivileged_threadline_sandboxes_with_bubblewrap(needs_bwrap, tmp_path):
@@ -233,19 +237,27 @@ print(out.stdout)
     assert int(result.stdout.strip().splitlines()[-1]) < 10  # only its own few processes
 
 
-def test_a_recipe_workdir_cannot_expose_threadline_files(tmp_path, monkeypatch):
+def test_an_allowed_workdir_overlapping_threadline_files_is_refused_at_start_up(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("THREADLINE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("THREADLINE_RUNS_DIR", str(tmp_path / "runs"))
-    box: Sandbox = detect()
-    from engine_adapter.sandbox import SandboxError
-
-    for bad in (tmp_path, tmp_path / "home", tmp_path / "home" / "sub", tmp_path / "runs"):
-        with pytest.raises(SandboxError, match="overlaps"):
-            box.check_workdir(bad)
-    box.check_workdir(tmp_path / "runs" / "some-run")  # a run's own directory
-    box.check_workdir(
-        Path(sys.prefix) if not Path(sys.prefix).is_relative_to(tmp_path) else Path("/srv")
-    )
+    venv = Path(sys.prefix).resolve()
+    for bad, named in (
+        (tmp_path, "THREADLINE_HOME"),  # holds it
+        (tmp_path / "home" / "sub", "THREADLINE_HOME"),
+        (tmp_path / "runs", "the runs root"),
+        (venv / "lib", "Threadline's installation"),
+        (Path.home() / ".ssh", "the home directory of the account"),
+    ):
+        monkeypatch.setenv("THREADLINE_WORKDIRS", f"{tmp_path / 'fine'}:{bad}")
+        with pytest.raises(SandboxError, match=f"THREADLINE_WORKDIRS: {bad} overlaps .*{named}"):
+            detect()
+    monkeypatch.setenv("THREADLINE_WORKDIRS", "srv/app")
+    with pytest.raises(SandboxError, match="'srv/app' must be an absolute path"):
+        detect()
+    monkeypatch.setenv("THREADLINE_WORKDIRS", f"{tmp_path / 'fine'}:{tmp_path / 'also'}")
+    assert detect().workdirs == (tmp_path / "fine", tmp_path / "also")
 
 
 def test_no_workflow_may_pass_another_workflows_webhook_secret(conn, apply):

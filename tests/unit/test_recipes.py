@@ -232,7 +232,7 @@ def test_timezone_schedule_and_options() -> None:
             "schedule": "0 7 * *",
             "catch_up": "some",
             "max_concurrent_runs": 0,
-            "workdir": "srv",
+            "workdir": "build/../../srv",
             "steps": [{"id": "a", "run_command": "ls"}],
         }
     )
@@ -241,10 +241,30 @@ def test_timezone_schedule_and_options() -> None:
         'timezone: "Mars/Olympus" is not an IANA time zone (e.g. Europe/Berlin)',
         'catch_up: "some" must be one of latest, all, none',
         "max_concurrent_runs: 0 must be an integer from 1 to 10000",
-        'workdir: "srv" must be an absolute path',
+        'workdir: "build/../../srv" must not hold a ".." component (a relative workdir lies '
+        "inside the run's own directory; an absolute one inside a directory of "
+        "THREADLINE_WORKDIRS)",
     ]
     errs = errors_of({"slug": "x", "schedule": "0 7 * * 9", "steps": [{"id": "a", "sleep": 1}]})
     assert errs[0].startswith('schedule: "0 7 * * 9" is not a valid cron expression')
+
+
+def test_a_workdir_is_relative_to_the_run_or_absolute_never_climbing() -> None:
+    def doc(workdir: object) -> dict:
+        return {"slug": "x", "workdir": workdir, "steps": [{"id": "a", "sleep": "1s"}]}
+
+    def workdir_errors(value: object) -> list[str]:
+        return errors_of(doc(value))
+
+    for fine in ("build", "./out/logs", ".", "/srv/app", "/srv/app/"):
+        assert load_recipe_text(json.dumps(doc(fine))).workdir == fine
+    for bad in ("..", "../other-run", "a/../../b", "/srv/app/../../root", "a/.."):
+        assert workdir_errors(bad) == [
+            f'workdir: "{bad}" must not hold a ".." component (a relative workdir lies inside '
+            "the run's own directory; an absolute one inside a directory of THREADLINE_WORKDIRS)"
+        ]
+    assert workdir_errors("  ")[0].startswith('workdir: "  " must name a directory')
+    assert workdir_errors(5) == ["workdir: 5 must be a string"]
 
 
 def test_env_names() -> None:

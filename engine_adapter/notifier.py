@@ -7,25 +7,44 @@ thread. A notifier killed between sending and marking sends the row again when i
 delivery is at least once, and every copy carries the same id (the webhook's Idempotency-Key,
 the email's Message-ID) so a receiver can tell. A gate's notification carries resume links,
 minted as it is sent (only their hashes are kept).
+
+Every target is checked again here, as it is sent (notify_spec.py): an email target must be one
+plain address, and a webhook's host is resolved and every address it resolves to must be public
+(or in THREADLINE_NOTIFY_ALLOW); the request then goes to the address that was checked, follows
+no redirect and uses no proxy. A refused target is given up at once, saying why in the thread.
+
+The run's own words (a gate's question, from its recipe and payload) never sit where Threadline's
+links do: the links come first, on lines of their own, and the run's text follows a separator
+with every line quoted, so no payload can write a line that reads "Approve: <its own URL>".
 """
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import logging
 import os
 import random
 import smtplib
+import socket
+import ssl
 import threading
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
 from . import db, notifications, resume_tokens, thread_entries
+from .notify_spec import (
+    Allowlist,
+    address_kind,
+    email_problem,
+    refusal,
+    webhook_problem,
+)
 from .domain import RetryPolicy
 
 log = logging.getLogger("threadline.notifier")
@@ -45,6 +64,10 @@ SMTP_ENV = "THREADLINE_SMTP_"  # HOST, PORT, FROM, USER, PASSWORD, STARTTLS
 
 class DeliveryError(Exception):
     """A delivery that did not go through; the message says why."""
+
+
+class Refused(DeliveryError):
+    """A target Threadline will not send to: trying again would not change that."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,8 @@ class Notifier:
                 post_webhook(due, links)
             else:
                 send_email(due, links)
+        except Refused as err:
+            return self.failed(due, f"refused: {err}", refused=True)
         except DeliveryError as err:
             return self.failed(due, str(err))
         with self.conn.transaction():
@@ -119,8 +144,8 @@ class Notifier:
                 )
                 db.notify(self.conn, due.run_id, "thread")
 
-    def failed(self, due: Due, error: str) -> None:
-        give_up = due.attempts >= MAX_ATTEMPTS
+    def failed(self, due: Due, error: str, refused: bool = False) -> None:
+        give_up = refused or due.attempts >= MAX_ATTEMPTS
         log.warning("notification %s to %s failed: %s", due.id, _shown(due), error)
         with self.conn.transaction():
             db.fetch_one(
@@ -133,7 +158,7 @@ class Notifier:
                     self.conn,
                     due.run_id,
                     f"Could not notify {_shown(due)} ({_EVENTS[due.event]}) after {due.attempts} "
-                    f"attempts: {error}",
+                    f"attempt{'s' if due.attempts != 1 else ''}: {error}",
                     dedupe_key=f"notify-failed:{due.id}",
                     data={"notification": due.id, "channel": due.channel},
                 )
@@ -172,12 +197,23 @@ def webhook_url(target: str) -> str:
     return target
 
 
+def _quoted(text: str, marker: str) -> list[str]:
+    """The run's text, every line behind marker: it can never start a line of its own."""
+    return [marker + line for line in (text.splitlines() or [""])]
+
+
+def _slack_escaped(text: str) -> str:
+    """Slack's mrkdwn reads <...> as links and mentions: the run's text makes neither."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_message(due: Due, links: dict[str, str]) -> dict[str, Any]:
     """Slack-compatible JSON (text, and blocks with the resume links as buttons), plus the same
-    facts for any other receiver under `threadline`."""
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": due.text}}
-    ]
+    facts for any other receiver under `threadline`. The run's text is escaped and quoted: it
+    cannot make a link, a mention or a button."""
+    said = "\n".join(_quoted(_slack_escaped(due.text), ">"))
+    text = f"Threadline: {_EVENTS[due.event]} (run {due.run_id})\n{said}"
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
     if links:
         blocks.append(
             {
@@ -197,50 +233,115 @@ def slack_message(due: Due, links: dict[str, str]) -> dict[str, Any]:
             }
         )
     return {
-        "text": due.text,
+        "text": text,
         "blocks": blocks,
         "threadline": {
             "notification": due.id,
             "run_id": due.run_id,
             "event": due.event,
+            "text": due.text,
             "links": links,
         },
     }
 
 
-def post_webhook(due: Due, links: dict[str, str]) -> None:
-    body = json.dumps(slack_message(due, links), ensure_ascii=False).encode()
-    request = urllib.request.Request(
-        webhook_url(due.target),
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Idempotency-Key": f"threadline-notification-{due.id}",
-            "User-Agent": "threadline-notifier",
-        },
-    )
+def email_body(due: Due, links: dict[str, str]) -> str:
+    """Threadline's lines (what happened, the links) first; then the run's text, quoted."""
+    lines = [f"Threadline: {_EVENTS[due.event]} in run {due.run_id}."]
+    lines += [f"{decision.title()}: {url}" for decision, url in links.items()]
+    lines += [
+        "",
+        "-- The run says (its recipe's and payload's words; any link below is not Threadline's):",
+        *_quoted(due.text, "> "),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """Connects to the address that was checked, not to what the name resolves to next."""
+
+    def __init__(self, host: str, port: int | None, address: str, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, port: int | None, address: str, timeout: float) -> None:
+        self.tls = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self.tls)
+        self.address = address
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self.tls.wrap_socket(raw, server_hostname=self.host)  # the name's certificate
+
+
+def checked_address(url: str, allow: Allowlist) -> str:
+    """The address to send url's request to, after checking the URL and every address its host
+    resolves to; Refused saying why not."""
+    if problem := webhook_problem(url, allow):
+        raise Refused(problem)
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as response:
-            response.read(1024)
-    except urllib.error.HTTPError as err:
-        raise DeliveryError(f"the webhook answered {err.code}") from None
-    except (urllib.error.URLError, OSError) as err:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise DeliveryError(f"the webhook's host {host} could not be resolved: {err}") from None
+    addresses = [str(info[4][0]) for info in infos]
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])  # without an IPv6 zone
+        if (kind := address_kind(ip)) and not allow.permits(host, ip):
+            raise Refused(refusal(host, f"{host} resolves to {ip}, {kind}"))
+    return addresses[0]
+
+
+def post_webhook(due: Due, links: dict[str, str]) -> None:
+    url = webhook_url(due.target)
+    address = checked_address(url, Allowlist.from_env())
+    parts = urlsplit(url)
+    kind = _PinnedHTTPSConnection if parts.scheme == "https" else _PinnedHTTPConnection
+    connection = kind(parts.hostname or "", parts.port, address, SEND_TIMEOUT_S)
+    body = json.dumps(slack_message(due, links), ensure_ascii=False).encode()
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        connection.request(
+            "POST",
+            path,
+            body=body,
+            headers={
+                "Content-Type": "application/json",
+                "Idempotency-Key": f"threadline-notification-{due.id}",
+                "User-Agent": "threadline-notifier",
+            },
+        )
+        response = connection.getresponse()
+        response.read(1024)
+    except (OSError, http.client.HTTPException) as err:
         raise DeliveryError(f"the webhook could not be reached: {err}") from None
+    finally:
+        connection.close()
+    if not 200 <= response.status < 300:
+        moved = " (redirects are not followed)" if 300 <= response.status < 400 else ""
+        raise DeliveryError(f"the webhook answered {response.status}{moved}")
 
 
 def send_email(due: Due, links: dict[str, str]) -> None:
+    if problem := email_problem(due.target):
+        raise Refused(problem)
     host = os.environ.get(SMTP_ENV + "HOST")
     if not host:
         raise DeliveryError(f"{SMTP_ENV}HOST is not set in the conductor's environment")
     message = EmailMessage()
     message["From"] = os.environ.get(SMTP_ENV + "FROM", "threadline@localhost")
     message["To"] = due.target
-    message["Subject"] = f"[threadline] {_EVENTS[due.event]}: {due.text.splitlines()[0][:120]}"
+    first = (due.text.splitlines() or [""])[0][:120]
+    message["Subject"] = f"[threadline] {_EVENTS[due.event]}: {first}"
     message["Message-ID"] = f"<threadline-notification-{due.id}@threadline>"
-    lines = [due.text, ""]
-    lines += [f"{decision.title()}: {url}" for decision, url in links.items()]
-    message.set_content("\n".join(lines) + "\n")
+    message.set_content(email_body(due, links))
     try:
         port = int(os.environ.get(SMTP_ENV + "PORT", "25"))
         with smtplib.SMTP(host, port, timeout=SEND_TIMEOUT_S) as smtp:
@@ -249,6 +350,6 @@ def send_email(due: Due, links: dict[str, str]) -> None:
             user = os.environ.get(SMTP_ENV + "USER")
             if user:
                 smtp.login(user, os.environ.get(SMTP_ENV + "PASSWORD", ""))
-            smtp.send_message(message)
+            smtp.send_message(message, to_addrs=[due.target])  # one recipient, whatever To says
     except (smtplib.SMTPException, OSError, ValueError) as err:
         raise DeliveryError(f"the mail server refused or could not be reached: {err}") from None

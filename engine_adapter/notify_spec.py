@@ -4,13 +4,23 @@ database; notifications.py writes the outbox, notifier.py delivers it.
 
 A webhook URL is written literally or named as `env:THREADLINE_<NAME>` (read by the conductor):
 Threadline's own variables never reach a step, so a secret URL stays out of every command.
+
+Targets are checked twice: when a recipe is validated (what the text shows) and again by the
+sender (what the name resolves to, notifier.py). A webhook goes only to http(s) on a public
+address: loopback, link-local, private and other non-global addresses are refused unless the
+admin lists them in THREADLINE_NOTIFY_ALLOW. An email target is one plain address.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from .recipe_values import format_duration, parse_duration, quote
 
@@ -20,7 +30,14 @@ MAX_RULES = 20
 MAX_ADDRESSES = 50
 _URL = re.compile(r"https?://[^\s]{1,2000}")
 _ENV_URL = re.compile(r"env:(THREADLINE_[A-Z0-9_]{1,100})")
-_EMAIL = re.compile(r"[^@\s]{1,64}@[A-Za-z0-9.-]{1,253}\.[A-Za-z]{2,63}")
+# One address, no display name, no quoting: a comma, semicolon or newline cannot make two.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
+)
+_EMAIL_SEPARATORS = re.compile(r"[,;\s<>\"]")
+ALLOW_ENV = "THREADLINE_NOTIFY_ALLOW"  # hosts, addresses, networks a webhook may reach anyway
+_NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")  # 127.1, 2130706433, 0x7f.1: IPv4 to a resolver
 _SUBJECT = re.compile(r"[A-Za-z0-9_.@-]{1,100}")
 
 
@@ -46,8 +63,10 @@ class NotifyRule:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NotifyRule:
+        """A stored rule (validated when its recipe was applied). Its targets are taken as they
+        are: the sender checks them again before sending, under today's allowlist."""
         errors: list[str] = []
-        rule = _parse_rule(d, "notify[]", errors)
+        rule = _parse_rule(d, "notify[]", errors, check_targets=False)
         if rule is None:
             raise ValueError("; ".join(errors))
         return rule
@@ -64,7 +83,9 @@ def parse_notify(raw: Any, errors: list[str]) -> tuple[NotifyRule, ...]:
     return tuple(r for r in rules if r is not None)
 
 
-def _parse_rule(d: Any, where: str, errors: list[str]) -> NotifyRule | None:
+def _parse_rule(
+    d: Any, where: str, errors: list[str], check_targets: bool = True
+) -> NotifyRule | None:
     if not isinstance(d, dict):
         errors.append(f"{where}: must be a mapping with when and webhook or email")
         return None
@@ -86,6 +107,9 @@ def _parse_rule(d: Any, where: str, errors: list[str]) -> NotifyRule | None:
             f"{where}.webhook: {quote(webhook)[:80]} must be an http(s) URL or "
             "env:THREADLINE_NAME (a variable of the conductor's that no step ever receives)"
         )
+    elif check_targets and webhook is not None and not webhook.startswith("env:"):
+        if problem := webhook_problem(webhook, Allowlist.from_env()):
+            errors.append(f"{where}.webhook: {problem}")
     if email is not None:
         if isinstance(email, str):
             email = [email]
@@ -93,8 +117,10 @@ def _parse_rule(d: Any, where: str, errors: list[str]) -> NotifyRule | None:
             errors.append(f"{where}.email: must be an address or a list of 1 to {MAX_ADDRESSES}")
             email = []
         for j, address in enumerate(email):
-            if not isinstance(address, str) or not _EMAIL.fullmatch(address):
+            if not isinstance(address, str):
                 errors.append(f"{where}.email[{j}]: {quote(address)[:80]} is not an email address")
+            elif check_targets and (problem := email_problem(address)):
+                errors.append(f"{where}.email[{j}]: {problem}")
     after_s = None
     if "after" in d:
         try:
@@ -117,3 +143,108 @@ def _parse_rule(d: Any, where: str, errors: list[str]) -> NotifyRule | None:
         after_s=after_s,
         subject=subject,
     )
+
+
+def email_problem(address: str) -> str | None:
+    """Why address is not one plain email address (None: it is)."""
+    if found := _EMAIL_SEPARATORS.search(address):
+        return (
+            f"{quote(address)[:80]} holds {quote(found.group())}: one address per entry, "
+            "without a name or quotes (list several as several entries)"
+        )
+    local = address.rpartition("@")[0]
+    if not _EMAIL.fullmatch(address) or len(local) > 64 or len(address) > 254:
+        return f"{quote(address)[:80]} is not an email address"
+    return None
+
+
+# -- where a webhook may go ---------------------------------------------------------------------
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """THREADLINE_NOTIFY_ALLOW: comma-separated host names, addresses and networks (CIDR) that a
+    webhook may reach although they are not public (an intranet chat server, a test receiver)."""
+
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Allowlist:
+        raw = (os.environ if env is None else env).get(ALLOW_ENV, "")
+        hosts, networks = set(), []
+        for entry in (e.strip().lower().rstrip(".") for e in raw.split(",")):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.add(entry)
+        return cls(frozenset(hosts), tuple(networks))
+
+    def permits(self, host: str, address: Address | None) -> bool:
+        if host.lower().rstrip(".") in self.hosts:
+            return True
+        return address is not None and any(address in n for n in self.networks)
+
+
+def literal_address(host: str) -> Address | None:
+    """The address a URL's host names without asking DNS (IPv6, dotted IPv4, and the forms a
+    resolver reads as IPv4: 127.1, 2130706433, 0x7f.1), else None."""
+    try:
+        return ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        pass
+    if _NUMERIC_HOST.fullmatch(host):
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def address_kind(address: Address) -> str | None:
+    """What kind of address a webhook may not go to address is ("a loopback address"); None
+    for a public one."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    for kind, test in (
+        ("loopback", address.is_loopback),
+        ("unspecified", address.is_unspecified),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+    ):
+        if test:
+            return f"a {kind} address"
+    return None if address.is_global else "not a public address"
+
+
+def refusal(host: str, why: str) -> str:
+    return (
+        f"{why}: webhooks go only to public addresses, unless {ALLOW_ENV} (an admin's list of "
+        f"hosts, addresses and networks, read by the conductor and where recipes are validated) "
+        f"names {host}"
+    )
+
+
+def webhook_problem(url: str, allow: Allowlist) -> str | None:
+    """Why a webhook URL may not be used, from its text alone (None: it may, as far as the text
+    shows; the sender checks what its name resolves to)."""
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port  # a bad port raises
+    except ValueError as err:
+        return f"{quote(url)[:80]} is not a URL: {err}"
+    if parts.scheme not in ("http", "https"):
+        return f"{quote(url)[:80]}: only http and https are sent to"
+    if not host:
+        return f"{quote(url)[:80]} names no host"
+    address = literal_address(host)
+    if address is not None and (kind := address_kind(address)):
+        return None if allow.permits(host, address) else refusal(host, f"{address} is {kind}")
+    bare = host.rstrip(".")
+    if (bare == "localhost" or bare.endswith(".localhost")) and not allow.permits(host, None):
+        return refusal(host, f"{host} is this machine")
+    return None

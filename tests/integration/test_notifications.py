@@ -10,6 +10,8 @@ import threading
 import email.policy
 from email import message_from_bytes
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -57,18 +59,27 @@ class Mailbox:
         self.messages.append(message_from_bytes(envelope.content, policy=email.policy.default))
         return "250 OK"
 
+    @classmethod
+    @contextmanager
+    def running(cls) -> Iterator[Mailbox]:
+        box = cls()
+        box.controller.start()
+        try:
+            yield box
+        finally:
+            box.controller.stop()
+
 
 @pytest.fixture
-def mailbox():
-    box = Mailbox()
-    box.controller.start()
-    yield box
-    box.controller.stop()
+def mailbox() -> Iterator[Mailbox]:
+    with Mailbox.running() as box:
+        yield box
 
 
 def conductor_env(receiver: Receiver, mailbox: Mailbox) -> dict[str, str]:
     return {
         RECEIVER_ENV: receiver.url,
+        "THREADLINE_NOTIFY_ALLOW": "127.0.0.1",  # the test's receiver is on loopback
         "THREADLINE_SMTP_HOST": "127.0.0.1",
         "THREADLINE_SMTP_PORT": str(mailbox.controller.port),
         "THREADLINE_PUBLIC_URL": "http://links.example",

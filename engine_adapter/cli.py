@@ -881,6 +881,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap = up_.add_parser(
         "add", help="add or replace a user of the users file (asks for the password)"
+    sp.epilog = (
+        "THREADLINE_WORKDIRS (colon-separated absolute directories; default none): where a "
+        "recipe's absolute workdir may lie, an existing directory used as it is; a relative "
+        "workdir lies inside the run's own directory. The account's home, the installation, "
+        "THREADLINE_HOME and the runs root are never a workdir (an entry overlapping one stops "
+        "the process at start-up)."
+    )
     )
     ap.set_defaults(fn=cmd_console_user_add)
     ap.add_argument("name")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -67,7 +68,9 @@ def install_paths() -> list[Path]:
     editable). A step that could write there would run code in the next Threadline command."""
     paths = {sys.prefix, sys.exec_prefix}
     paths |= {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    paths |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    paths |= set(site.getsitepackages())
+    if site.ENABLE_USER_SITE:  # ~/.local/lib/pythonX.Y/site-packages, when Python reads it
+        paths.add(site.getusersitepackages())
     paths.add(str(Path(__file__).resolve().parent.parent))
     return sorted({Path(p).resolve() for p in paths if p} - {Path("/")})
 
@@ -90,11 +93,13 @@ def forbidden_paths(box: Sandbox) -> Forbidden:
 
 
 def _overlap(path: Path, forbidden: Forbidden) -> tuple[Path, str] | None:
-    """The first forbidden path that `path` lies in or holds."""
-    for bad, what in forbidden:
-        if path == bad or path.is_relative_to(bad) or bad.is_relative_to(path):
-            return bad, what
-    return None
+    """The forbidden path that `path` lies in or holds, the deepest first (the most telling)."""
+    hits = [
+        (bad, what)
+        for bad, what in forbidden
+        if path == bad or path.is_relative_to(bad) or bad.is_relative_to(path)
+    ]
+    return max(hits, key=lambda hit: len(hit[0].parts), default=None)
 
 
 def check_step_dirs(shared: Iterable[Path]) -> None:
@@ -223,7 +228,7 @@ def _make_inside(
             except OSError as err:
                 if err.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
                     raise
-                kind = "a symbolic link" if err.errno == errno.ELOOP else "not a directory"
+                kind = "a symbolic link" if _is_link(part, fd) else "not a directory"
                 raise SandboxError(
                     f"{subject}: {part!r} in {what} is {kind}, and a step's directory "
                     "is never reached through one (refused, nothing made)"
@@ -238,6 +243,13 @@ def _make_inside(
         os.close(fd)
         raise
     return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -264,7 +276,10 @@ class Mount:
 def opened(box: Sandbox, step: StepDir) -> Iterator[Mount]:
     """The step's writable directory held open for one command, checked again through the
     descriptor: an absolute workdir renamed or replaced since is refused, not followed."""
-    fd = os.open(step.mount, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(step.mount, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise SandboxError(f"workdir {step.mount} cannot be opened: {err.strerror}") from None
     try:
         real = Path(os.readlink(f"/proc/self/fd/{fd}"))
         if step.mount.is_relative_to(box.runs_root):

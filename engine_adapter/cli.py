@@ -85,12 +85,8 @@ def _actor(args: argparse.Namespace) -> Any:
 
 
 def _caller(args: argparse.Namespace) -> dict[str, str]:
-    """A manual run's initiator as its trigger records it (a gate may refuse the initiator)."""
-    actor = _actor(args)
-    return {
-        "caller": actor.name,
-        **({"on_behalf_of": actor.on_behalf_of} if actor.on_behalf_of else {}),
-    }
+    """A manual run's initiator as its trigger records it (its gates refuse the initiator)."""
+    return _actor(args).as_caller()
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -208,6 +204,29 @@ def cmd_db_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unknown_accounts(conn: Any, recipe: Any) -> list[str]:
+    """Say (on stderr) which names in a recipe name no account: they match nobody."""
+    from .accounts import warnings
+
+    found = warnings(conn, recipe.to_dict())
+    for line in found:
+        print(f"threadline: warning: {line}", file=sys.stderr)
+    return found
+
+
+def _known_database() -> Any:
+    """A connection when a database is configured and answering (never starts one); else None."""
+    import psycopg
+
+    from . import db
+    from .settings import NotConfigured
+
+    try:
+        return db.connect(role="console")
+    except (NotConfigured, psycopg.OperationalError):
+        return None
+
+
 def cmd_recipe_validate(args: argparse.Namespace) -> int:
     from .recipes import RecipeError, load_recipe_file
 
@@ -216,6 +235,10 @@ def cmd_recipe_validate(args: argparse.Namespace) -> int:
     except RecipeError as err:
         _print(args, {"valid": False, "errors": err.errors}, lambda v: "\n".join(v["errors"]))
         return EXIT_INVALID
+    conn = _known_database()
+    if conn is not None:
+        with conn:
+            _warn_unknown_accounts(conn, recipe)
     _print(
         args,
         {"valid": True, "slug": recipe.slug, "hash": recipe.canonical_hash},
@@ -232,6 +255,7 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
         recipe = load_recipe_file(args.file)
         with _conn() as conn:
             applied = apply_recipe(conn, recipe)  # RecipeError too: a webhook path already taken
+            _warn_unknown_accounts(conn, recipe)
     except RecipeError as err:
         print(str(err), file=sys.stderr)
         return EXIT_INVALID
@@ -527,29 +551,74 @@ def cmd_token(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         if args.token_command == "create":
-            token = api_tokens.create(conn, args.name, args.role, _actor(args).name)
+            by = _actor(args)
+            token = api_tokens.create(conn, args.account, args.role, by, args.name)
             print(token)
+            delegated = "" if args.account == by.name else f", minted by {by.name}"
             print(
-                f"token {args.name} ({', '.join(sorted(set(args.role)))}): shown once, kept "
-                "only as a hash; send it as `Authorization: Bearer <token>`",
+                f"token {args.name or args.account} acts as {args.account} "
+                f"({', '.join(sorted(set(args.role)))}{delegated}): shown once, kept only as a "
+                "hash; send it as `Authorization: Bearer <token>`",
                 file=sys.stderr,
             )
         elif args.token_command == "revoke":
-            api_tokens.revoke(conn, args.name)
+            api_tokens.revoke(conn, args.name, _actor(args))
             print(f"revoked {args.name}")
         else:
             _print_rows(
                 args,
                 api_tokens.list_tokens(conn),
                 lambda t: (
-                    f"{t['name']:<20} {','.join(t['roles']):<25} "
+                    f"{t['name']:<20} as {t['account'] or '?':<16} {','.join(t['roles']):<25} "
+                    + (f"minted by {t['minted_by']}  " if t["minted_by"] != t["account"] else "")
                     + (
                         "revoked"
                         if t["revoked_at"]
                         else f"last used {t['last_used_at'] or 'never'}"
                     )
                 ),
-                "no API tokens (threadline token create NAME --role viewer)",
+                "no API tokens (threadline token create ACCOUNT --role viewer)",
+            )
+    return 0
+
+
+def cmd_user(args: argparse.Namespace) -> int:
+    from . import accounts
+
+    by = _actor(args)
+    with _conn() as conn:
+        if args.user_command == "add":
+            channels = [("email", a) for a in args.email] + [("webhook", u) for u in args.webhook]
+            account = accounts.add(conn, args.name, by, channels)
+            print(
+                f"account {args.name} (id {account})" + "".join(f", {c} {t}" for c, t in channels)
+            )
+        elif args.user_command == "remove":
+            revoked = accounts.remove(conn, args.name, by)
+            print(
+                f"removed account {args.name}"
+                + (f"; revoked its tokens {', '.join(revoked)}" if revoked else "")
+            )
+        elif args.user_command == "channel":
+            channel, target = ("email", args.email) if args.email else ("webhook", args.webhook)
+            if args.channel_command == "add":
+                added = accounts.add_channel(conn, args.name, channel, target, by)
+                print(f"{args.name}: {channel} {target}" + ("" if added else " (already there)"))
+            else:
+                accounts.remove_channel(conn, args.name, channel, target, by)
+                print(f"{args.name}: {channel} {target} removed")
+        else:
+            _print_rows(
+                args,
+                accounts.list_accounts(conn),
+                lambda a: (
+                    f"{a['name']:<20} id {a['id']:<5} {a['tokens']} token(s)  "
+                    + (
+                        ", ".join(f"{c['channel']} {c['target']}" for c in a["channels"])
+                        or "no channels"
+                    )
+                ),
+                "no accounts yet (threadline user add NAME)",
             )
     return 0
 
@@ -881,13 +950,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap = up_.add_parser(
         "add", help="add or replace a user of the users file (asks for the password)"
-    sp.epilog = (
-        "THREADLINE_WORKDIRS (colon-separated absolute directories; default none): where a "
-        "recipe's absolute workdir may lie, an existing directory used as it is; a relative "
-        "workdir lies inside the run's own directory. The account's home, the installation, "
-        "THREADLINE_HOME and the runs root are never a workdir (an entry overlapping one stops "
-        "the process at start-up)."
-    )
     )
     ap.set_defaults(fn=cmd_console_user_add)
     ap.add_argument("name")
@@ -1076,18 +1138,47 @@ def build_parser() -> argparse.ArgumentParser:
     tp = sub.add_parser("token", help="bearer tokens of the HTTP API").add_subparsers(
         dest="token_command", required=True, metavar="COMMAND"
     )
-    sp = tp.add_parser("create", help="a new token for NAME (printed once)")
-    sp.add_argument("name")
+    sp = tp.add_parser(
+        "create",
+        help="a new token acting as ACCOUNT (printed once); for another account than yours, "
+        "an admin's action, shown as delegated wherever the token acts",
+    )
+    sp.add_argument("account")
     sp.add_argument(
         "--role", action="append", required=True, choices=("viewer", "operator", "approver")
     )
+    sp.add_argument("--name", help="the token's label for list and revoke (default: ACCOUNT)")
     sp.set_defaults(fn=cmd_token)
-    sp = tp.add_parser("revoke", help="revoke NAME's token")
+    sp = tp.add_parser("revoke", help="revoke the live token labelled NAME")
     sp.add_argument("name")
     sp.set_defaults(fn=cmd_token)
     sp = tp.add_parser("list", help="list tokens (never their values)")
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.set_defaults(fn=cmd_token)
+    up_ = sub.add_parser(
+        "user", help="accounts: who approves, decides and is notified"
+    ).add_subparsers(dest="user_command", required=True, metavar="COMMAND")
+    sp = up_.add_parser("add", help="add account NAME (admin), with channels for its links")
+    sp.add_argument("name")
+    sp.add_argument("--email", action="append", default=[], help="repeatable")
+    sp.add_argument("--webhook", action="append", default=[], help="repeatable")
+    sp.set_defaults(fn=cmd_user)
+    sp = up_.add_parser("remove", help="remove account NAME (admin); its tokens are revoked")
+    sp.add_argument("name")
+    sp.set_defaults(fn=cmd_user)
+    sp = up_.add_parser("list", help="accounts with their channels")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.set_defaults(fn=cmd_user)
+    cp_ = up_.add_parser(
+        "channel", help="where an account's resume links go (your own, or any as an admin)"
+    ).add_subparsers(dest="channel_command", required=True, metavar="COMMAND")
+    for name in ("add", "remove"):
+        sp = cp_.add_parser(name, help=f"{name} a channel of account NAME")
+        sp.add_argument("name")
+        one = sp.add_mutually_exclusive_group(required=True)
+        one.add_argument("--email")
+        one.add_argument("--webhook")
+        sp.set_defaults(fn=cmd_user)
     pp = sub.add_parser("proposal", help="proposed workflow changes").add_subparsers(
         dest="proposal_command", required=True, metavar="COMMAND"
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from . import db
+from . import accounts, db
 from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor
@@ -56,8 +56,10 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
     with conn.transaction():
         run = lock_run(conn, run_id)
         gate = current_gate(run)
-        decision = _decision_from_reply(gate, text, actor) if gate else None
-        refusal = _why_not_decider(gate, run, actor) if gate and decision else None
+        if gate:
+            actor = accounts.resolved(conn, actor)
+        decision = _decision_from_reply(conn, gate, text, actor) if gate else None
+        refusal = _why_not_decider(conn, gate, run, actor) if gate and decision else None
         data = actor.as_record()
         if decision and not refusal:  # the gate's answer, not steering for an agent
             data = {**data, "answered": run["await_key"]}
@@ -67,7 +69,7 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         if refusal:  # a decision in words by someone who may not decide: audited
             audit(conn, run_id, run["await_key"], actor, decision, None, DecisionRefused(refusal))
         if decision is None or refusal:
-            hint = f"Noted. {refusal}." if refusal else _gate_hint(gate, actor)
+            hint = f"Noted. {refusal}." if refusal else _gate_hint(conn, gate, actor)
             system_note(conn, run_id, hint, step_key=run["await_key"])
             db.notify(conn, run_id, "thread")
             return ReplyOutcome(seq, None, hint)
@@ -89,7 +91,8 @@ def decide(
 
     Raises GateClosed (and writes nothing) when the run waits at no gate or gate_key names a
     gate that is no longer open; DecisionRefused when the actor may not decide it (not among
-    its approvers, acting for someone else, or the run's initiator where the gate forbids that).
+    its approvers, acting for someone else, or the run's initiator unless the gate allows
+    self-approval).
     """
     if decision not in ("approve", "deny"):
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
@@ -121,7 +124,8 @@ def _decide(
             raise GateClosed(
                 f"gate {gate_key} is no longer open; run {run_id} waits at {run['await_key']}"
             )
-        refusal = _why_not_decider(gate, run, actor)
+        actor = accounts.resolved(conn, actor)
+        refusal = _why_not_decider(conn, gate, run, actor)
         if refusal:
             raise DecisionRefused(refusal)
         text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (
@@ -152,14 +156,17 @@ def audit(
     refused: Exception | None = None,
     via: str | None = None,
 ) -> None:
-    """One decision attempt in threadline.decision_audit: who (the authenticated identity; none
-    for an unknown credential), how (the door), when, what, and why it was refused."""
+    """One decision attempt in threadline.decision_audit: who (the authenticated identity and
+    its account; none for an unknown credential), how (the door), when, what, why it was
+    refused, and who minted the token of a delegated one."""
     conn.execute(
         db.q("insert_decision_audit"),
         dict(
             run_id=run_id,
             gate_key=gate_key,
             actor=actor.name if actor else None,
+            account_id=actor.account_id if actor else None,
+            minted_by=actor.minted_by if actor else None,
             via=actor.via if actor else via,
             decision=decision,
             reason=reason,
@@ -203,7 +210,15 @@ def _record_decision(
         conn,
         "insert_decision",
         dict(
-            step_key=key, run_id=run["run_id"], decision=decision, reason=text, **actor.as_record()
+            step_key=key,
+            run_id=run["run_id"],
+            decision=decision,
+            reason=text,
+            actor=actor.name,
+            via=actor.via,
+            on_behalf_of=actor.on_behalf_of,
+            account_id=actor.account_id,
+            minted_by=actor.minted_by,
         ),
     )
     if row is None:
@@ -212,12 +227,20 @@ def _record_decision(
     emit_step_done(conn, str(run["run_id"]), key, payload)
 
 
-def _why_not_decider(gate: dict[str, Any], run: dict[str, Any], actor: Actor) -> str | None:
+def _why_not_decider(
+    conn: psycopg.Connection[Any], gate: dict[str, Any], run: dict[str, Any], actor: Actor
+) -> str | None:
     """Why the actor may not decide this gate, or None when it may."""
     if not actor.may("approver"):
         return f"{actor.name} may not decide gates (that needs the approver role)"
+    if (
+        actor.account_id is None
+        and actor.via != "system"
+        and accounts.was_removed(conn, actor.name)
+    ):
+        return f"account {actor.name} was removed; an admin may add it again (threadline user add)"
     approvers = gate.get("approvers") or []
-    if approvers and not actor.is_one_of(approvers):
+    if approvers and not accounts.is_one_of(conn, actor, approvers):
         if actor.on_behalf_of:
             return (
                 f"{actor.label}: a decision for someone else cannot satisfy gate {gate['id']}'s "
@@ -226,17 +249,33 @@ def _why_not_decider(gate: dict[str, Any], run: dict[str, Any], actor: Actor) ->
             )
         return (
             f"{actor.name} is not an approver of gate {gate['id']} "
-            f"(approvers: {', '.join(approvers)})"
+            f"(approvers: {', '.join(approvers)}; each names an account)"
         )
-    if gate.get("not_by_initiator") and actor.name == (run.get("trigger") or {}).get("caller"):
-        return f"{actor.name} started this run; gate {gate['id']} needs someone else's decision"
+    # Self-approval: the person who started the run (its top-level run's) may not decide its
+    # gates unless the gate says so. An agent's question is no gate of the recipe's: its
+    # initiator answers it.
+    if not (gate.get("asks") or gate.get("self_approval")) and actor.name == _initiator(conn, run):
+        return (
+            f"{actor.name} started this run, so may not decide gate {gate['id']}: it needs "
+            "someone else (the gate allows its initiator only with self_approval: true)"
+        )
     return None
 
 
-def _decision_from_reply(gate: dict[str, Any], text: str, actor: Actor) -> str | None:
+def _initiator(conn: psycopg.Connection[Any], run: dict[str, Any]) -> str | None:
+    """Who started the run's tree: the caller of its top-level run's trigger (None: no one)."""
+    if run.get("parent_run_id") is None:
+        return (run.get("trigger") or {}).get("caller")
+    row = db.fetch_one(conn, "run_initiator", dict(run_id=run["run_id"]))
+    return None if row is None else row["caller"]
+
+
+def _decision_from_reply(
+    conn: psycopg.Connection[Any], gate: dict[str, Any], text: str, actor: Actor
+) -> str | None:
     if gate.get("accept") == "any_reply":
         wanted = gate.get("from")
-        return "reply" if wanted is None or actor.is_one_of([wanted]) else None
+        return "reply" if wanted is None or accounts.is_one_of(conn, actor, [wanted]) else None
     # A 👍 from someone who is not an approver is still a decision attempt: refused (and
     # audited) by _why_not_decider, with the reason as the thread's hint.
     lowered = text.strip().lower()
@@ -247,11 +286,11 @@ def _decision_from_reply(gate: dict[str, Any], text: str, actor: Actor) -> str |
     return None
 
 
-def _gate_hint(gate: dict[str, Any], actor: Actor) -> str:
+def _gate_hint(conn: psycopg.Connection[Any], gate: dict[str, Any], actor: Actor) -> str:
     if gate.get("accept") == "any_reply":
         return f"Noted. Gate {gate['id']} waits for a reply from {gate.get('from')}."
     approvers = gate.get("approvers") or []
-    if approvers and not actor.is_one_of(approvers):
+    if approvers and not accounts.is_one_of(conn, actor, approvers):
         return f"Noted. Only {', '.join(approvers)} can decide gate {gate['id']}."
     return (
         f'Noted. Gate {gate["id"]} is still waiting: reply starting with 👍 or "approve" to '

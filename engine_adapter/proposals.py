@@ -54,7 +54,7 @@ def _gate_weaker(old: dict[str, Any], new: dict[str, Any]) -> str | None:
         return "has fewer approvers"
     if old.get("accept", "decision") == "decision" and new.get("accept") == "any_reply":
         return "now takes any reply"
-    if old.get("not_by_initiator") and not new.get("not_by_initiator"):
+    if new.get("self_approval") and not old.get("self_approval"):
         return "may now be decided by the run's initiator"
     return None
 

@@ -163,7 +163,7 @@ class Step:
     accept: str | None = None
     from_: str | None = None
     approvers: tuple[str, ...] = ()
-    not_by_initiator: bool = False  # a gate the run's initiator may not decide
+    self_approval: bool = False  # a gate the run's initiator may decide (refused by default)
     on_timeout: str | None = None
     condition: str | None = None  # `if`: run the step (or take `then`) only when it holds
     output_name: str | None = None  # `output`: later steps read it as outputs.<name>
@@ -234,8 +234,8 @@ class Step:
                 d["from"] = self.from_
             if self.approvers:
                 d["approvers"] = list(self.approvers)
-            if self.not_by_initiator:
-                d["not_by_initiator"] = True
+            if self.self_approval:
+                d["self_approval"] = True
         if self.output_name is not None:
             d["output"] = self.output_name
         if self.tools:  # omitted when none, so recipes without tools keep their hashes
@@ -333,7 +333,15 @@ _STEP_KEYS: dict[str, set[str]] = {
     },
     domain.SLEEP: set(),
     domain.SLEEP_UNTIL: set(),
-    domain.HUMAN_GATE: {"timeout", "accept", "from", "approvers", "on_timeout", "not_by_initiator"},
+    domain.HUMAN_GATE: {
+        "timeout",
+        "accept",
+        "from",
+        "approvers",
+        "on_timeout",
+        "self_approval",
+        "not_by_initiator",  # before self_approval: `true` is now the default; `false` refused
+    },
     domain.WAIT_FOR_EVENT: {"key", "timeout", "on_timeout"},
     domain.WORKFLOW: {"payload", "on_failure"},
     domain.CONDITIONAL: {"then", "else"},
@@ -632,10 +640,18 @@ def _parse_gate(d: dict, path: str, errors: list[str], fields: dict[str, Any]) -
         errors.append(f"{path}.approvers: {_q(raw)} must be a list of names")
     else:
         fields["approvers"] = tuple(raw)
-    not_by_initiator = d.get("not_by_initiator", False)
-    if not isinstance(not_by_initiator, bool):
-        errors.append(f"{path}.not_by_initiator: {_q(not_by_initiator)} must be true or false")
-    fields["not_by_initiator"] = not_by_initiator
+    self_approval = d.get("self_approval", False)
+    if not isinstance(self_approval, bool):
+        errors.append(f"{path}.self_approval: {_q(self_approval)} must be true or false")
+    fields["self_approval"] = self_approval is True
+    # The old opt-in: a gate refuses its run's initiator by default now, so `true` says what
+    # every gate does (kept so older recipes still load); anything else is refused.
+    if "not_by_initiator" in d and (d["not_by_initiator"] is not True or self_approval is True):
+        errors.append(
+            f"{path}.not_by_initiator: {_q(d['not_by_initiator'])}: no longer an option; a "
+            "gate refuses the run's initiator by default, and `self_approval: true` lets them "
+            "decide it"
+        )
 
 
 def _parse_block(

@@ -1,16 +1,28 @@
 -- insert_api_token --
-insert into threadline.api_tokens (token_hash, name, roles, created_by)
-values (%(token_hash)s, %(name)s, %(roles)s, %(created_by)s)
+insert into threadline.api_tokens (token_hash, name, roles, created_by, account_id, minted_by)
+values (%(token_hash)s, %(name)s, %(roles)s, %(created_by)s, %(account_id)s, %(minted_by)s)
 
 -- api_token_by_hash --
--- A presented bearer token's identity, while it is not revoked; marks it used.
-update threadline.api_tokens set last_used_at = now()
- where token_hash = %(token_hash)s and revoked_at is null
-returning name, roles
+-- A presented bearer token's account, while neither it is revoked nor its account removed; and
+-- who minted it. Marks it used.
+update threadline.api_tokens t set last_used_at = now()
+  from threadline.accounts a, threadline.accounts m
+ where t.token_hash = %(token_hash)s and t.revoked_at is null
+   and a.id = t.account_id and a.removed_at is null and m.id = t.minted_by
+returning a.name, a.id as account_id, t.roles, m.name as minted_by, m.id as minter_id
 
 -- list_api_tokens --
-select name, roles, created_by, created_at, revoked_at, last_used_at
-  from threadline.api_tokens order by name
+select t.name, a.name as account, t.roles, m.name as minted_by, t.created_at, t.revoked_at,
+       t.last_used_at
+  from threadline.api_tokens t
+  left join threadline.accounts a on a.id = t.account_id
+  left join threadline.accounts m on m.id = t.minted_by
+ order by t.name, t.created_at
+
+-- live_api_token --
+select t.name, a.name as account
+  from threadline.api_tokens t left join threadline.accounts a on a.id = t.account_id
+ where t.name = %(name)s and t.revoked_at is null
 
 -- revoke_api_token --
 update threadline.api_tokens set revoked_at = now()

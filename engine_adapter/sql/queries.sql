@@ -25,8 +25,10 @@ select threadline.emit_debug_event(%(queue)s, %(event)s, %(payload)s)
 
 -- insert_decision --
 -- A gate decision; the step key is unique, so a gate is decided once.
-insert into threadline.decisions (step_key, run_id, decision, actor, via, on_behalf_of, reason)
-values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(via)s, %(on_behalf_of)s, %(reason)s)
+insert into threadline.decisions
+  (step_key, run_id, decision, actor, via, on_behalf_of, reason, account_id, minted_by)
+values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(via)s, %(on_behalf_of)s, %(reason)s,
+        %(account_id)s, %(minted_by)s)
 on conflict (step_key) do nothing
 returning created_at
 

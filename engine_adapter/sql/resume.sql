@@ -17,12 +17,13 @@ update threadline.resume_tokens set used_at = now() where token_hash = %(token_h
 
 -- insert_decision_audit --
 -- One decision attempt, decided or refused.
-insert into threadline.decision_audit (run_id, gate_key, actor, via, decision, reason, outcome, why)
+insert into threadline.decision_audit
+  (run_id, gate_key, actor, via, decision, reason, outcome, why, account_id, minted_by)
 values (%(run_id)s, %(gate_key)s, %(actor)s, %(via)s, %(decision)s, %(reason)s, %(outcome)s,
-        %(why)s)
+        %(why)s, %(account_id)s, %(minted_by)s)
 
 -- decision_audit_of_run --
-select run_id, gate_key, actor, via, decision, reason, outcome, why, created_at
+select run_id, gate_key, actor, via, decision, reason, outcome, why, minted_by, created_at
   from threadline.decision_audit where run_id = %(run_id)s order by id
 
 -- gate_question --

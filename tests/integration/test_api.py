@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from engine_adapter import harness
+from engine_adapter.identity import os_user
 
 GATED = """
 slug: gated
@@ -41,6 +42,10 @@ def call(base: str, method: str, path: str, token: str | None = None, body: Any 
 
 
 def token(db_url: str, name: str, *roles: str) -> str:
+    """A token acting as account name (added first, by the CLI's admin account, so the token
+    is one minted for another account: delegated)."""
+    added = harness.run_cli(db_url, "user", "add", name)
+    assert added.returncode == 0 or "exists" in added.stderr, added.stderr
     done = harness.run_cli(db_url, "token", "create", name, *[f"--role={r}" for r in roles])
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -104,7 +109,8 @@ def test_tokens_roles_and_a_run_driven_through_the_api(db_url, conn, apply, api,
     harness.wait_for_state(procs.url, run_id, "completed", timeout=30)
     status, thread, _ = call(api, "GET", f"/runs/{run_id}/thread", viewer)
     decision = next(e for e in thread if e["kind"] == "decision")
-    assert decision["author"] == "lead" and decision["data"]["via"] == "api"
+    assert decision["author"] == f"lead, via a token minted by {os_user()}"
+    assert decision["data"]["via"] == "api" and decision["data"]["minted_by"] == os_user()
 
     assert harness.run_cli(db_url, "token", "revoke", "dash").returncode == 0
     assert call(api, "GET", "/runs", viewer)[0] == 401
@@ -163,7 +169,8 @@ def test_proposals_through_the_api(db_url, conn, apply, api):
     status, done, _ = call(api, "POST", f"/proposals/{pid}/apply", operator, {})
     assert status == 200 and done["version"] == 2
     status, shown, _ = call(api, "GET", f"/proposals/{pid}", operator)
-    assert shown["status"] == "applied" and shown["reviewed_by"] == "lead"
+    assert shown["status"] == "applied"
+    assert shown["reviewed_by"] == f"lead, via a token minted by {os_user()}"
     assert call(api, "GET", "/proposals/x1", operator)[0] == 400
     assert call(api, "GET", "/proposals/999", operator)[0] == 404
 

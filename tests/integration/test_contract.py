@@ -23,6 +23,7 @@ steps:
   - id: two
     run_command: echo second
 """
+# The program that starts a run resumes it with its token: the gate lets its initiator decide.
 GATED = """
 slug: gated
 steps:
@@ -30,6 +31,7 @@ steps:
     run_command: echo built
   - id: ship
     human_gate: "Ship it?"
+    self_approval: true
   - id: after
     run_command: echo shipped
 """

@@ -107,8 +107,8 @@ def test_debug_emit_cannot_release_a_gate(conn, apply, procs, event):
     assert decisions(conn, run_id) == []
 
 
-def test_a_gate_may_refuse_the_runs_initiator(conn, apply, procs):
-    apply(GATE.replace("{extra}", "not_by_initiator: true"))
+def test_a_gate_refuses_the_runs_initiator_unless_it_allows_self_approval(conn, apply, procs):
+    apply(GATE.replace("{extra}", ""))
     procs.start("conductor")
     out = harness.run_cli(procs.url, "spawn", "gated")
     assert out.returncode == 0, out.stderr
@@ -116,9 +116,19 @@ def test_a_gate_may_refuse_the_runs_initiator(conn, apply, procs):
     harness.wait_for_state(procs.url, run_id, "waiting")
     refused = harness.run_cli(procs.url, "approve", run_id)
     assert refused.returncode == 2 and "started this run" in refused.stderr
+    assert "self_approval: true" in refused.stderr  # the way out, named
     assert (
         harness.run_cli(procs.url, "reply", run_id, "👍").returncode == 0
     )  # kept, decides nothing
     assert decisions(conn, run_id) == []
     gates.decide(conn, run_id, "approve", Actor("alice", "console"))
     harness.wait_for_state(procs.url, run_id, "completed")
+
+    apply(GATE.replace("{extra}", "self_approval: true"))
+    run_id = harness.run_cli(procs.url, "spawn", "gated").stdout.strip()
+    harness.wait_for_state(procs.url, run_id, "waiting")
+    allowed = harness.run_cli(procs.url, "approve", run_id)
+    assert allowed.returncode == 0, allowed.stderr
+    assert decisions(conn, run_id) == [
+        {"decision": "approve", "actor": os_user(), "via": "cli", "on_behalf_of": None}
+    ]

@@ -44,17 +44,27 @@ def test_a_webhook_secret_is_refused():
     ]
 
 
-def test_gate_not_by_initiator_round_trips():
-    recipe = load_recipe_text(
-        "slug: x\nsteps:\n  - {id: g, human_gate: 'ok', not_by_initiator: true}\n"
-    )
-    assert recipe.steps[0].to_dict()["not_by_initiator"] is True
-    assert errors_of(
-        "slug: x\nsteps:\n  - {id: g, human_gate: 'ok', not_by_initiator: yes please}\n"
-    ) == ['steps[0].not_by_initiator: "yes please" must be true or false']
-    assert errors_of("slug: x\nsteps:\n  - {id: g, run_command: ls, not_by_initiator: true}\n") == [
-        "steps[0].not_by_initiator: not allowed on a run_command step (only on human_gate)"
+def test_gate_self_approval_round_trips_and_the_old_key_is_read_or_refused():
+    gate = "slug: x\nsteps:\n  - {{id: g, human_gate: 'ok', {extra}}}\n"
+    recipe = load_recipe_text(gate.format(extra="self_approval: true"))
+    assert recipe.steps[0].to_dict()["self_approval"] is True
+    assert "self_approval" not in load_recipe_text(gate.format(extra="accept: decision")).steps[
+        0
+    ].to_dict()
+    assert errors_of(gate.format(extra="self_approval: yes please")) == [
+        'steps[0].self_approval: "yes please" must be true or false'
     ]
+    assert errors_of("slug: x\nsteps:\n  - {id: g, run_command: ls, self_approval: true}\n") == [
+        "steps[0].self_approval: not allowed on a run_command step (only on human_gate)"
+    ]
+    # The old opt-in: `true` is every gate's default now (an older recipe still loads, and
+    # refuses the initiator); `false`, or with self_approval, says what no longer exists.
+    old = load_recipe_text(gate.format(extra="not_by_initiator: true")).steps[0].to_dict()
+    assert "not_by_initiator" not in old and "self_approval" not in old
+    for extra in ("not_by_initiator: false", "{not_by_initiator: true, self_approval: true}"):
+        extra = extra.strip("{}")
+        (error,) = errors_of(gate.format(extra=extra))
+        assert error.startswith("steps[0].not_by_initiator:") and "self_approval: true" in error
 
 
 def test_network_is_true_or_false_and_its_default_keeps_the_hash():

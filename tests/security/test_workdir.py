@@ -111,6 +111,9 @@ def test_the_install_is_never_a_workdir(conn, apply, procs, allowed):
         said = start_refused(procs, site)
         assert f"THREADLINE_WORKDIRS: {site} overlaps" in said
         assert "Threadline's installation" in said
+        # Nor may it be a directory every step writes.
+        said = start_refused(procs, allowed, env={"THREADLINE_STEP_DIRS": str(site)})
+        assert f"THREADLINE_STEP_DIRS: {site} overlaps {site} (Threadline's installation)" in said
     finally:
         if target.exists():  # only when the guard failed: never leave it in the install
             import shutil

@@ -1,10 +1,11 @@
 """Who may use the console, and for what.
 
 Sign-in is always on: a one-time link (console/tokens.py) signs in the OS account running
-Threadline with every role, and the users file (console/users.py) adds people with roles. The
-session is a cookie signed with THREADLINE_COOKIE_SECRET, or with a secret generated once in
-$THREADLINE_HOME. `--no-auth` turns sign-in off, on loopback only; actions are then attributed to
-the account running the console.
+Threadline with every role, and the users file (console/users.py) adds people with roles. A
+session is kept on the server (console/sessions.py); its cookie carries only the session's id,
+signed with THREADLINE_COOKIE_SECRET or with a secret generated once in $THREADLINE_HOME, and
+signing out ends it. `--no-auth` turns sign-in off, on loopback only; actions are then attributed
+to the account running the console.
 
 Every write asks `actor_for` first, server-side: hiding a button is a courtesy, not the check.
 """
@@ -12,7 +13,6 @@ Every write asks `actor_for` first, server-side: hiding a button is a courtesy, 
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import os
 import secrets
@@ -26,6 +26,8 @@ from tornado.web import create_signed_value, decode_signed_value
 from engine_adapter.identity import ROLES, Actor, os_user
 from engine_adapter.settings import threadline_home
 
+from . import sessions
+from .sessions import SESSION_DAYS
 from .users import USERS_ENV, UsersFileError, load_users
 
 log = logging.getLogger("threadline.console")
@@ -33,7 +35,6 @@ log = logging.getLogger("threadline.console")
 SECRET_ENV = "THREADLINE_COOKIE_SECRET"
 SECRET_FILE = "console-cookie-secret"
 SESSION_COOKIE = "threadline_session"
-SESSION_DAYS = 7
 ALL_ROLES = frozenset(ROLES)
 # What each kind of write needs (any one of the roles).
 OPERATE = ("operator",)
@@ -156,26 +157,31 @@ def current() -> Access:
 
 
 def session_cookie(access: Access, user: str, via: str) -> bytes:
+    """A new server-side session for user, and the cookie value that names it."""
     assert access.secret is not None
-    return create_signed_value(
-        access.secret, SESSION_COOKIE, json.dumps({"user": user, "via": via})
-    )
+    sid = sessions.open_session(access.home, user, via)
+    return create_signed_value(access.secret, SESSION_COOKIE, sid)
 
 
-def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:
-    """The session a cookie proves, checked against the users file as it is now;
-    None: no session."""
-    if access.no_auth:
-        return Session(os_user(), ALL_ROLES, "no-auth")
+def _session_id(access: Access, value: str | bytes | None) -> str | None:
+    """The session id a cookie carries, if its signature holds."""
     if not value or access.secret is None:
         return None
     raw = decode_signed_value(access.secret, SESSION_COOKIE, value, max_age_days=SESSION_DAYS)
-    if raw is None:
-        return None
     try:
-        claims = json.loads(raw)
-        user, via = str(claims["user"]), str(claims["via"])
-    except (ValueError, KeyError, TypeError):
+        return raw.decode("ascii") if raw else None
+    except UnicodeDecodeError:
+        return None
+
+
+def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:
+    """The session a cookie names, if it is still open on the server, checked against the users
+    file as it is now; None: no session."""
+    if access.no_auth:
+        return Session(os_user(), ALL_ROLES, "no-auth")
+    sid = _session_id(access, value)
+    record = sessions.find(access.home, sid) if sid else None
+    if record is None:
         return None
     users = None
     if access.users_path is not None:
@@ -184,11 +190,18 @@ def session_from_cookie(access: Access, value: str | bytes | None) -> Session | 
         except UsersFileError as err:  # vanished or broken after start: everyone is locked out
             log.error("sign-in closed: %s", err)
             return None
-    if via == "token":
-        return Session(user, ALL_ROLES, via)
-    if via == "password" and users is not None and user in users:
-        return Session(user, users[user].roles, via)
+    if record.via == "token":
+        return Session(record.user, ALL_ROLES, record.via)
+    if record.via == "password" and users is not None and record.user in users:
+        return Session(record.user, users[record.user].roles, record.via)
     return None
+
+
+def end_session(access: Access, value: str | bytes | None) -> str | None:
+    """Sign out: the cookie's session is removed on the server. Returns whose it was."""
+    sid = _session_id(access, value)
+    record = sessions.close(access.home, sid) if sid else None
+    return record.user if record else None
 
 
 def current_session() -> Session | None:

@@ -7,27 +7,36 @@ applies workflows; an approver decides gates).
 It lives in the console process, not the webhook ingress: it acts for people with the console's
 database role, which the internet-facing ingress does not hold (only resume links decide there,
 one token-bound gate at a time).
+
+A request is judged before its body is read: the method, then the token (401 without a valid
+one), the token's role, then the declared size (413 over MAX_BODY, 411 without a
+Content-Length); only then does a byte of the body come in. Every answer is JSON, every bad input
+a 4xx naming the field.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import psycopg
 from tornado.ioloop import IOLoop
-from tornado.web import RequestHandler
+from tornado.web import HTTPError, RequestHandler, stream_request_body
 
 from engine_adapter import (
     api_tokens,
     commands,
     gates,
     proposals,
+    recipe_doc,
     read_model,
     run_list,
     workflows,
 )
+from engine_adapter.hooks import parse_body
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
 from engine_adapter.spawn import SpawnError, manual_key, spawn
@@ -38,8 +47,11 @@ from . import data
 log = logging.getLogger("threadline.api")
 BASE = "/api/v1"
 MAX_BODY = 512 * 1024
+MAX_PARAM = 1000  # characters of one path or query parameter
 OPERATE, DECIDE = ("operator",), ("approver",)
 PATH_PARAMS = ("run_id", "slug", "proposal_id")
+ANY_JSON = ("payload", "recipe")  # body fields of any JSON type; every other one is a string
+MAX_SEQ = 2**63 - 1  # thread seqs and proposal ids are bigints
 
 
 class ApiError(Exception):
@@ -91,8 +103,8 @@ def _thread(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> An
         after, limit = int(query.get("after", 0)), int(query.get("limit", 200))
     except ValueError as err:
         raise ApiError(400, f"after and limit must be integers: {err}") from None
-    if not 1 <= limit <= 1000 or after < 0:
-        raise ApiError(400, "limit must be from 1 to 1000, after at least 0")
+    if not 1 <= limit <= 1000 or not 0 <= after <= MAX_SEQ:
+        raise ApiError(400, f"limit must be from 1 to 1000, after from 0 to {MAX_SEQ}")
     read_model.show_run(conn, run_id, thread_limit=0)  # RunNotFound for an unknown run
     rows = read_model.thread_entries(conn, run_id, after=after, limit=limit)
     return [_jsonable(r) for r in rows]
@@ -100,8 +112,6 @@ def _thread(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> An
 
 def _spawn(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
     slug, key = body["workflow"], body.get("idempotency_key")
-    if not isinstance(slug, str):
-        raise ApiError(400, "workflow: must be a workflow's slug")
     spawned = spawn(
         conn,
         slug,
@@ -203,8 +213,8 @@ def _recipe(body: dict) -> Recipe:
 
 
 def _id(text: str) -> int:
-    if not text.isdigit():
-        raise ApiError(400, f"proposal id {text[:20]!r} must be a number")
+    if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEQ):
+        raise ApiError(400, f"proposal_id: {text[:20]!r} must be a number")
     return int(text)
 
 
@@ -266,52 +276,88 @@ def _pattern(path: str) -> str:
     return out + "$"
 
 
+@stream_request_body  # prepare() runs when the headers are in, before the body is read
 class ApiHandler(RequestHandler):
-    """Every route of one path: authenticate, check the role, parse the body, call, answer."""
+    """Every route of one path: method, token, role and declared size before the body is read;
+    then the body, the call and a JSON answer."""
 
     def initialize(self, routes: dict[str, Route]) -> None:
         self.routes = routes  # by method
+        self.actor: Actor | None = None
+        self.chunks: list[bytes] = []
+        self.received = 0
 
     def check_xsrf_cookie(self) -> None:  # bearer tokens, not cookies: no cross-site forgery
         pass
 
+    async def prepare(self) -> None:
+        try:
+            route = self.routes.get(self.request.method or "")
+            if route is None:
+                self.set_header("Allow", ", ".join(self.routes))
+                raise ApiError(405, f"{self.request.method} is not allowed here")
+            self.actor = await IOLoop.current().run_in_executor(None, self.authenticate)
+            if route.roles and not any(self.actor.may(r) for r in route.roles):
+                raise ApiError(
+                    403,
+                    f"{self.actor.name} may not {route.summary[0].lower()}{route.summary[1:]}: "
+                    f"that needs the {' or '.join(route.roles)} role",
+                )
+            self.check_length()
+        except ApiError as err:
+            # Answered now: Tornado closes the connection instead of reading the body.
+            self.answer(err.status, {"error": str(err)})
+
+    def authenticate(self) -> Actor:
+        header = self.request.headers.get("Authorization", "")
+        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
+        actor = None
+        if token:
+            with data.connection() as conn:
+                actor = api_tokens.authenticate(conn, token)
+        if actor is None:
+            self.set_header("WWW-Authenticate", 'Bearer realm="threadline"')
+            raise ApiError(401, "a valid bearer token is required (threadline token create)")
+        return actor
+
+    def check_length(self) -> None:
+        headers = self.request.headers
+        declared = headers.get("Content-Length")
+        if declared is None:
+            if "Transfer-Encoding" in headers:
+                raise ApiError(411, "a body needs a Content-Length header")
+            return
+        if not (declared.isascii() and declared.isdigit()):
+            raise ApiError(400, f"Content-Length: {declared[:20]!r} is not a number")
+        if int(declared) > MAX_BODY:
+            raise ApiError(413, f"the body is {declared} bytes; the limit is {MAX_BODY}")
+        self.request.connection.set_max_body_size(MAX_BODY)  # the declared size, held to
+
+    def data_received(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received <= MAX_BODY:
+            self.chunks.append(chunk)
+
     async def get(self, **params: str) -> None:
-        await self.handle(self.request.method or "GET", params)
-
-    # Every method goes through handle: the path's route for it, or a JSON 405 saying which.
-    post = put = patch = delete = get
-
-    async def handle(self, method: str, params: dict[str, str]) -> None:
-        route = self.routes.get(method)
-        if route is None:
-            self.set_header("Allow", ", ".join(self.routes))
-            return self.answer(405, {"error": f"{method} is not allowed here"})
+        route = self.routes[self.request.method or ""]  # prepare answered any other method
         try:
             status, value = await self.run(route, params)
         except ApiError as err:
             status, value = err.status, {"error": str(err)}
         self.answer(status, value)
 
+    # Every method goes through get: prepare answered a JSON 405 to any the path lacks.
+    post = put = patch = delete = head = options = get
+
     async def run(self, route: Route, params: dict[str, str]) -> tuple[int, Any]:
+        assert self.actor is not None
+        actor = self.actor
+        query = self.query()
+        check_params(params, query)
         body = self.body(route)
-        header = self.request.headers.get("Authorization", "")
-        token = header[len("Bearer ") :].strip() if header.startswith("Bearer ") else ""
-        query = {k: self.get_query_argument(k) for k in self.request.query_arguments}
 
         def call() -> tuple[int, Any]:
             with data.connection() as conn:
-                actor = api_tokens.authenticate(conn, token) if token else None
-                if actor is None:
-                    self.set_header("WWW-Authenticate", 'Bearer realm="threadline"')
-                    raise ApiError(
-                        401, "a valid bearer token is required (threadline token create)"
-                    )
-                if route.roles and not any(actor.may(r) for r in route.roles):
-                    raise ApiError(
-                        403,
-                        f"{actor.name} may not {route.summary[0].lower()}{route.summary[1:]}: "
-                        f"that needs the {' or '.join(route.roles)} role",
-                    )
                 try:
                     return 200, route.call(conn, actor, body, query, **params)
                 except ApiError:
@@ -327,6 +373,8 @@ class ApiHandler(RequestHandler):
                     raise ApiError(409, str(err)) from None
                 except (SpawnError, ValueError) as err:
                     raise ApiError(400, str(err)) from None
+                except psycopg.DataError as err:  # a value the database cannot take
+                    raise ApiError(400, f"invalid input: {str(err).splitlines()[0]}") from None
                 except Exception:  # a JSON answer, not Tornado's HTML page; the log has it
                     log.exception("%s %s failed", route.method, route.path)
                     raise ApiError(500, "internal error") from None
@@ -334,16 +382,24 @@ class ApiHandler(RequestHandler):
         # Database calls block: in a worker thread, so the console's loop keeps serving pages.
         return await IOLoop.current().run_in_executor(None, call)
 
-    def body(self, route: Route) -> dict[str, Any]:
-        if self.request.method != "POST":
-            return {}
-        raw = self.request.body or b"{}"
-        if len(raw) > MAX_BODY:
-            raise ApiError(413, f"the body is {len(raw)} bytes; the limit is {MAX_BODY}")
+    def query(self) -> dict[str, str]:
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ApiError(400, f"the body is not JSON: {err}") from None
+            return {k: self.get_query_argument(k) for k in self.request.query_arguments}
+        except HTTPError as err:  # not UTF-8
+            raise ApiError(400, f"the query: {err.log_message}") from None
+
+    def body(self, route: Route) -> dict[str, Any]:
+        if self.received > MAX_BODY:
+            raise ApiError(413, f"the body is over {MAX_BODY} bytes")
+        raw = b"".join(self.chunks)
+        if self.request.method != "POST":
+            if raw.strip():
+                raise ApiError(400, f"a {self.request.method} takes no body")
+            return {}
+        try:
+            body = parse_body(raw or b"{}")
+        except ValueError as err:
+            raise ApiError(400, str(err)) from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         unknown = sorted(set(body) - set(route.body))
@@ -352,13 +408,40 @@ class ApiHandler(RequestHandler):
         missing = [f for f in route.required if f not in body]
         if missing:
             raise ApiError(400, f"missing field(s) {missing}")
-        return body
+        problems = recipe_doc.check_document(body)  # nesting, size, NUL, numbers
+        problems += [
+            f"{name}: must be a string"
+            for name, value in body.items()
+            if name not in ANY_JSON
+            and not isinstance(value, str)
+            and not (value is None and name not in route.required)
+        ]
+        if problems:
+            raise ApiError(400, "; ".join(problems))
+        return {k: v for k, v in body.items() if v is not None or k in ANY_JSON}
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Whatever Tornado itself refuses is answered in JSON too."""
+        self.answer(status_code, {"error": self._reason})
 
     def answer(self, status: int, value: Any) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def check_params(params: dict[str, str], query: dict[str, str]) -> None:
+    """Path and query parameters: bounded, no NUL, and a run id that is one."""
+    for name, value in [*params.items(), *query.items()]:
+        if len(value) > MAX_PARAM or "\0" in value:
+            raise ApiError(400, f"{name}: at most {MAX_PARAM} characters, no NUL")
+    run_id = params.get("run_id")
+    if run_id is not None:
+        try:
+            uuid.UUID(run_id)
+        except ValueError:
+            raise ApiError(400, f"run_id: {run_id[:40]!r} is not a run id (a UUID)") from None
 
 
 class OpenApiHandler(RequestHandler):

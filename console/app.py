@@ -13,6 +13,9 @@ from .access import configure
 from .live import hub
 
 log = logging.getLogger("threadline.console")
+# The largest request body the server reads at all (the API's own limit is lower, and it judges
+# the token first): a page takes no uploads, so a 90 MB body is refused, not held in memory.
+MAX_REQUEST_BODY = 1024 * 1024
 
 
 def _arg(name: str) -> str | None:
@@ -128,6 +131,7 @@ def serve(
         title="Threadline",
         websocket_origin=origin,
         start=False,
+        http_server_kwargs={"max_body_size": MAX_REQUEST_BODY},
         **options,
     )
     # Ahead of Bokeh's own routes: a host-specific rule is tried before the wildcard ones.

@@ -1,9 +1,17 @@
 """Sign-in for the console's Bokeh/Tornado server: an AuthProvider that admits a request only with
-a valid session cookie (pages, the websocket and Bokeh's other endpoints alike), a sign-in page
-that takes a password or a one-time link's token, and sign-out."""
+a cookie naming a session open on the server (pages, the websocket and Bokeh's other endpoints
+alike), a sign-in page that takes a password or a one-time link's token, and sign-out, which ends
+the session on the server.
+
+A valid link always signs in, whatever failures others caused from the same address (on loopback
+every local account shares 127.0.0.1): the link is checked first, and only failed links are
+throttled (answered late, 429). Passwords are different: a wrong guess costs the guesser nothing
+but a check, so failed passwords lock the name and the address out for a while (ratelimit.py).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 import string
@@ -21,6 +29,7 @@ from .access import (
     SESSION_DAYS,
     Access,
     current,
+    end_session,
     session_cookie,
     session_from_cookie,
 )
@@ -30,6 +39,9 @@ from .users import UsersFileError, load_users, verify_password
 log = logging.getLogger("threadline.console")
 LOGIN_PAGE = string.Template((Path(__file__).parent / "static" / "login.html").read_text())
 limiter = FailureLimiter()
+# A failed link from an address with too many failures is answered this late: a guesser waits,
+# the right link (checked first) never does.
+FAILED_LINK_DELAY_S = 2.0
 
 
 def _without_token(url: str) -> str:
@@ -99,34 +111,36 @@ class LoginHandler(RequestHandler):
             )
         return None
 
-    def get(self) -> None:
+    async def get(self) -> None:
         next_url = _safe_next(self.get_argument("next", "/"))
         token = self.get_argument("token", None) or _token_of(next_url)
         if token is None:
             self._page(200, "Signed out." if self.get_argument("signed_out", None) else "", ok=True)
-            return
-        address = self.request.remote_ip or "?"
-        wait = limiter.wait_s(f"address:{address}")
-        if wait:
-            self._page(
-                429, f"Too many failed sign-ins from this address: try again in {int(wait) + 1} s."
-            )
             return
         closed = self._closed()
         if closed:
             self._page(503, closed)
             return
         user = tokens.consume(current().home, token)
-        if user is None:
-            limiter.fail(f"address:{address}")
-            log.warning("a used, expired or unknown sign-in link from %s", address)
+        if user is not None:  # the right link signs in, whatever failures came before it
+            self._sign_in(user, "token", next_url)
+            return
+        address = self.request.remote_ip or "?"
+        limiter.fail(f"link:{address}")
+        log.warning("a used, expired or unknown sign-in link from %s", address)
+        if limiter.wait_s(f"link:{address}"):
+            await asyncio.sleep(FAILED_LINK_DELAY_S)
             self._page(
-                401,
-                "This sign-in link is used up or expired: run `threadline console link` "
-                "for a fresh one.",
+                429,
+                "This sign-in link is used up or expired, and too many failed links came from "
+                "this address: run `threadline console link` for a fresh one.",
             )
             return
-        self._sign_in(user, "token", next_url)
+        self._page(
+            401,
+            "This sign-in link is used up or expired: run `threadline console link` "
+            "for a fresh one.",
+        )
 
     def post(self) -> None:
         name, password = self.get_argument("username", ""), self.get_argument("password", "")
@@ -162,6 +176,10 @@ class LoginHandler(RequestHandler):
 
 class LogoutHandler(RequestHandler):
     def get(self) -> None:
+        """End the session on the server (the old cookie then opens nothing), then forget it."""
+        user = end_session(current(), self.get_cookie(SESSION_COOKIE))
+        if user:
+            log.info("%s signed out from %s", user, self.request.remote_ip)
         self.clear_cookie(SESSION_COOKIE, path="/")
         self.redirect("/login?signed_out=1")
 

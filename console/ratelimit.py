@@ -1,5 +1,6 @@
-"""Failed sign-ins, counted per user name and per client address: MAX_FAILURES within WINDOW_S
-locks that name (or address) out for LOCKOUT_S, so passwords and tokens cannot be guessed fast."""
+"""Failed sign-ins, counted per key (a user name, a client address): MAX_FAILURES within WINDOW_S
+lock that key for LOCKOUT_S. A locked key refuses passwords, so they cannot be guessed fast; for
+sign-in links it only makes the failures slow (auth.py), so the right link is never refused."""
 
 from __future__ import annotations
 

@@ -56,6 +56,13 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
     with conn.transaction():
         run = lock_run(conn, run_id)
         gate = current_gate(run)
+        if gate is None and not actor.may("operator"):
+            # A reply at no gate steers the run (an agent reads it): an operator's act; an
+            # approver replies only to answer a gate.
+            raise DecisionRefused(
+                f"{actor.name} may reply only while the run waits at a gate: a reply at any "
+                "other time steers the run, which needs the operator role"
+            )
         if gate:
             actor = accounts.resolved(conn, actor)
         decision = _decision_from_reply(conn, gate, text, actor) if gate else None

@@ -6,6 +6,7 @@ Every query is bounded; pages are keyset (created_at, run_id), so page 2,000 cos
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -113,7 +114,7 @@ class Cursor:
         try:
             if not sep:
                 raise ValueError(text)
-            return cls(datetime.fromisoformat(at), run_id)
+            return cls(datetime.fromisoformat(at), str(uuid.UUID(run_id)))
         except ValueError:
             raise FilterError(f"after: {text!r} is not a page cursor") from None
 

@@ -121,7 +121,7 @@ def test_bad_input_names_the_problem_and_writes_nothing(db_url, conn, apply, api
     operator = token(db_url, "ci", "operator", "approver")
     before = (count(conn, "threadline.run_threads"), count(conn, "threadline.workflow_versions"))
     cases = [
-        ("POST", "/runs", b"{not json", 400, "not JSON"),
+        ("POST", "/runs", b"{not json", 400, "not valid JSON"),
         ("POST", "/runs", [1, 2], 400, "must be a JSON object"),
         ("POST", "/runs", {"payload": {}}, 400, "missing field(s) ['workflow']"),
         ("POST", "/runs", {"workflow": "gated", "colour": 1}, 400, "unknown field(s) ['colour']"),

@@ -374,8 +374,10 @@ def test_an_operator_cannot_approve_and_an_approver_can(browser, stack, users_co
 
 def test_the_header_says_who_is_signed_in_and_signing_out_ends_the_session(page, stack):
     page.wait_for_selector(".tl-user:has-text('(approver, operator, viewer)')")
+    kept = [c for c in page.context.cookies() if c["name"] == "threadline_session"]
     page.click("a:has-text('sign out')")
     page.wait_for_selector("#tl-login-message:has-text('Signed out.')")
+    page.context.add_cookies(kept)  # a copy kept from before: the session it named is gone
     page.goto(stack.base + "/recipes")
     page.wait_for_url(re.compile(r"/login\?next=%2Frecipes"))
     page.wait_for_selector("text=Open a sign-in link")

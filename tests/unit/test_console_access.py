@@ -8,8 +8,9 @@ import json
 import stat
 
 import pytest
+import tornado.web
 
-from console import access, tokens
+from console import access, sessions, tokens
 from console.ratelimit import FailureLimiter
 from console.users import (
     USERS_ENV,
@@ -180,3 +181,20 @@ def test_each_write_needs_its_role():
     actor = access.actor_of(approver, "approve a gate", access.DECIDE)
     assert (actor.name, actor.via, actor.roles) == ("abe", "console", frozenset({"approver"}))
     assert access.actor_of(operator, "cancel a run", access.OPERATE).may("operator")
+
+
+def test_a_session_lives_on_the_server_until_signed_out(tmp_path):
+    cfg = access.configure("127.0.0.1", env={access.SECRET_ENV: "s" * 32}, home=tmp_path)
+    cookie = access.session_cookie(cfg, "ann", "token")
+    stored = (tmp_path / sessions.SESSIONS_FILE).read_text()
+    sid = tornado.web.decode_signed_value(cfg.secret, access.SESSION_COOKIE, cookie).decode()
+    assert sid not in stored and "ann" in stored  # only the id's hash is kept
+    assert stat.S_IMODE((tmp_path / sessions.SESSIONS_FILE).stat().st_mode) == 0o600
+    restarted = access.Access(tmp_path, secret=cfg.secret)  # a new console process, same home
+    assert access.session_from_cookie(restarted, cookie).user == "ann"
+    assert access.end_session(restarted, cookie) == "ann"
+    assert access.session_from_cookie(cfg, cookie) is None  # the signature holds; the session not
+    assert access.end_session(cfg, cookie) is None
+    late = sessions.open_session(tmp_path, "bob", "token", now=0.0)
+    assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 - 1).user == "bob"
+    assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 + 1) is None

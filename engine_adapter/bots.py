@@ -20,7 +20,18 @@ from typing import Any, Iterator
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import agent_loop, agent_tools, db, names, plain_command, thread_entries, workdirs
+from . import (
+    agent_loop,
+    agent_tools,
+    db,
+    names,
+    plain_command,
+    step_fit,
+    step_guard,
+    step_limits,
+    thread_entries,
+    workdirs,
+)
 from .agent_journal import ThreadJournal
 from .bot_backends import AGENT_ENV, agent_command, command_env_name
 from .bot_config import BotConfig
@@ -28,6 +39,7 @@ from .domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
 from .recipes import is_reserved_env
 from .process_runner import ProcessResult, group_exists, kill_group, run_process
 from .sandbox import Sandbox, SandboxError, detect
+from .step_network import NetworkError
 from .settings import QUEUE
 from .wakeups import POLL_S, Wake, start_listener
 from .workdirs import StepDir
@@ -191,7 +203,8 @@ class BotSlot:
                     "the recipe says network: false, which needs bubblewrap "
                     f"(steps here run {self.sandbox.describe()})"
                 )
-        except (SandboxError, OSError) as err:
+            step_limits.for_step(claim.instruction.limits)  # within this host's ceilings
+        except (SandboxError, OSError, step_limits.LimitError) as err:
             self.report(claim, "failed", f"the step cannot run: {err}", None)
             return
         if kind == "dispatch_task":
@@ -227,6 +240,11 @@ class BotSlot:
                 claim.step_key,
             )
             return
+        if result.limit:  # one of its limits ended it: the step fails, naming it
+            self.report(
+                claim, "failed", self.summarise(result, timeout_s), result, reason=result.limit
+            )
+            return
         if result.stopped:
             log.info(
                 "attempt %s of %s stopped: run cancelled or attempt superseded",
@@ -249,21 +267,37 @@ class BotSlot:
         )
         if direct is not None:  # bash would only have started this one program
             argv, env = direct
-        with workdirs.opened(self.sandbox, workdir) as mount:
-            result = run_process(
-                self.sandbox.argv(
-                    argv, workdir.path, network=claim.instruction.network, mount=mount
-                ),
-                cwd=str(workdir.path),
-                env=env,
-                timeout_s=timeout_s,
-                stdin_text=stdin_text,
-                popen_kwargs={**self.sandbox.popen_kwargs(), "pass_fds": mount.pass_fds},
-                contained=self.sandbox.contains_descendants,
-                on_start=lambda pgid: self.started(claim, pgid),
-                on_output=lambda text: self.progress(claim, text),
-                should_continue=lambda: self.still_current(claim),
-            )
+        instruction = claim.instruction
+        run_dir = self.sandbox.runs_root / claim.run_id  # its disk counts against `tmp`
+        with (
+            workdirs.opened(self.sandbox, workdir) as mount,
+            step_fit.fitted(self.sandbox, instruction.limits, instruction.network, run_dir) as fit,
+        ):
+
+            def started(pgid: int) -> None:
+                self.started(claim, pgid)
+                fit.started(pgid)  # its network, before the command may start
+
+            try:
+                result = run_process(
+                    self.sandbox.argv(argv, workdir.path, mount=mount, fit=fit.fit),
+                    cwd=str(workdir.path),
+                    env=env,
+                    timeout_s=timeout_s,
+                    stdin_text=stdin_text,
+                    popen_kwargs={
+                        **self.sandbox.popen_kwargs(),
+                        "pass_fds": mount.pass_fds + fit.pass_fds,
+                    },
+                    contained=self.sandbox.contains_descendants,
+                    output_cap=fit.output_cap,
+                    on_start=started,
+                    on_output=lambda text: self.progress(claim, text),
+                    should_continue=lambda: fit.within() and self.still_current(claim),
+                )
+                result = fit.judged(result)
+            except NetworkError as err:
+                result = ProcessResult(None, f"the step cannot run: {err}", 0, False, False, 0.0)
         self.current_pgid = None
         return result
 
@@ -418,6 +452,8 @@ class BotSlot:
             text += f"\n[{result.dropped_bytes} more bytes of output dropped]"
         if result.timed_out:
             text += f"\n[timed out after {timeout_s:g}s; process group killed]"
+        for note in (result.limit, *result.notes):
+            text += f"\n[{note}]" if note else ""
         return text
 
     # -- report -------------------------------------------------------------------------------
@@ -514,6 +550,8 @@ def main(
     concurrency = concurrency or int(os.environ.get("THREADLINE_BOT_CONCURRENCY", "4"))
     sandbox = detect()
     said = f"{sandbox.describe()}; {workdirs.describe(sandbox.workdirs)}"  # shown by health
+    said += f"; {step_fit.describe(sandbox)}"
+    step_guard.clear_leftovers(sandbox.runs_root)
     (log.info if sandbox.isolated else log.warning)("steps run %s", said)
     worker = Worker("bots", url, sandbox=said)
     stop = threading.Event()

@@ -254,6 +254,7 @@ class Instruction:
     workdir: str | None = None
     env: tuple[str, ...] = ()
     network: bool = True
+    limits: Mapping[str, float] = field(default_factory=dict)  # asked by the recipe (step_limits)
     values: Mapping[str, str] = field(default_factory=dict)  # placeholder values, as env vars
     tools: tuple[str, ...] = ()  # dispatch_task: the tools an agent bot may call
     workflows: tuple[str, ...] = ()  # dispatch_task: what its agent's start_workflow may start
@@ -273,6 +274,7 @@ class Instruction:
             "workdir": self.workdir,
             "env": list(self.env),
             "network": self.network,
+            "limits": dict(self.limits),
             "values": dict(self.values),
             "tools": list(self.tools),
             "workflows": list(self.workflows),
@@ -292,6 +294,7 @@ class Instruction:
             workdir=d.get("workdir"),
             env=tuple(d.get("env") or ()),
             network=bool(d.get("network", True)),
+            limits=dict(d.get("limits") or {}),
             values=dict(d.get("values") or {}),
             tools=tuple(d.get("tools") or ()),
             workflows=tuple(d.get("workflows") or ()),

@@ -30,6 +30,8 @@ class ProcessResult:
     timed_out: bool
     stopped: bool  # killed because should_continue() said no (cancel or a superseded attempt)
     duration_s: float
+    limit: str | None = None  # the step's limit that ended it ("memory limit 512 MiB reached")
+    notes: tuple[str, ...] = ()  # said after its output
 
 
 def as_text(raw: bytes | bytearray) -> str:
@@ -109,6 +111,7 @@ def run_process(
     quiet_for_s: float = 1.0,
     popen_kwargs: dict[str, Any] | None = None,
     contained: bool = False,
+    output_cap: int = OUTPUT_CAP,
 ) -> ProcessResult:
     """Run argv (its own session and process group) until it exits, times out or is stopped.
     `contained`: argv runs in a PID namespace of its own (bubblewrap), whose processes the kernel
@@ -125,7 +128,12 @@ def run_process(
         start_new_session=True,
         **(popen_kwargs or {}),
     )
-    on_start(proc.pid)
+    try:
+        on_start(proc.pid)
+    except BaseException:  # e.g. its network could not be set up: it must not run on
+        kill_group(proc.pid, grace_s=0)
+        proc.wait()
+        raise
     if stdin_text is not None:
         threading.Thread(target=_feed, args=(proc.stdin, stdin_text), daemon=True).start()
     kept = bytearray()
@@ -140,7 +148,7 @@ def run_process(
 
     def take(chunk: bytes) -> None:
         nonlocal dropped
-        room = OUTPUT_CAP - len(kept)
+        room = output_cap - len(kept)
         kept.extend(chunk[:room])
         pending.extend(chunk[:room])
         dropped += max(0, len(chunk) - room)

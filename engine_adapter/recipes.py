@@ -15,7 +15,16 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from . import cron, domain, expressions, payload_schema, recipe_doc, shell_context, workdirs
+from . import (
+    cron,
+    domain,
+    expressions,
+    payload_schema,
+    recipe_doc,
+    shell_context,
+    step_limits,
+    workdirs,
+)
 from .recipe_values import (
     EVENT_NAME,
     MAX_DURATION,
@@ -43,6 +52,7 @@ TOP_KEYS = (
     "max_concurrent_runs",
     "workdir",
     "network",
+    "limits",
     "env",
     "payload_schema",
     "steps",
@@ -180,6 +190,7 @@ class Step:
     workflows: tuple[str, ...] = ()  # dispatch_task: what its agent's start_workflow may start
     retry_on: tuple[str | int, ...] = ()  # bot steps: which failures retries retry (all: empty)
     backoff: tuple[float, float] | None = None  # bot steps: first wait and cap, seconds
+    limits: dict[str, str | int] | None = None  # bot steps: over the recipe's (step_limits.py)
 
     def block(self, name: str) -> tuple[Step, ...]:
         return dict(self.blocks).get(name, ())
@@ -249,6 +260,7 @@ class Step:
                 "initial": format_duration(self.backoff[0]),
                 "max": format_duration(self.backoff[1]),
             }
+        d["limits"] = self.limits
         return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
@@ -321,7 +333,7 @@ class _Tree:
 
 _COMMON_STEP_KEYS = {"id", "if", "output"}
 _STEP_KEYS: dict[str, set[str]] = {
-    domain.RUN_COMMAND: {"timeout", "retries", "on_failure", "retry_on", "backoff"},
+    domain.RUN_COMMAND: {"timeout", "retries", "on_failure", "retry_on", "backoff", "limits"},
     domain.DISPATCH_TASK: {
         "timeout",
         "retries",
@@ -330,6 +342,7 @@ _STEP_KEYS: dict[str, set[str]] = {
         "workflows",
         "retry_on",
         "backoff",
+        "limits",
     },
     domain.SLEEP: set(),
     domain.SLEEP_UNTIL: set(),
@@ -487,6 +500,7 @@ def _parse_step(
             )
     if kind in domain.BOT_KINDS:
         _parse_retry_policy(d, path, errors, fields)
+        fields["limits"] = step_limits.check_limits(d.get("limits"), f"{path}.limits", errors)
     if kind in (*domain.BOT_KINDS, domain.PARALLEL, domain.FOREACH, domain.WORKFLOW):
         fields["on_failure"] = _choice(
             d, "on_failure", f"{path}.on_failure", ("fail", "continue"), "fail", errors
@@ -794,6 +808,7 @@ class Recipe:
     max_concurrent_runs: int | None = None
     workdir: str | None = None
     network: bool = True  # false: steps run with no network at all (needs bubblewrap)
+    limits: dict[str, str | int] | None = None  # every bot step's (step_limits.py)
     env: tuple[str, ...] = ()
     payload_schema: dict[str, Any] | None = None  # JSON Schema every payload must satisfy
     steps: tuple[Step, ...] = ()
@@ -923,6 +938,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     network = d.get("network", True)
     if not isinstance(network, bool):
         errors.append(f"network: {_q(network)} must be true (the default) or false (no network)")
+    limits = step_limits.check_limits(d.get("limits"), "limits", errors)
     run_timeout = None
     if "timeout" in d:
         try:
@@ -993,6 +1009,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         max_concurrent_runs=mcr,
         workdir=workdir,
         network=network,
+        limits=limits,
         env=tuple(env),
         payload_schema=schema,
         steps=steps,

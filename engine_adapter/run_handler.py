@@ -32,6 +32,7 @@ from . import (
     notifications,
     proposals,
     run_state,
+    step_limits,
     thread_entries,
 )
 from .domain import StepResult
@@ -501,6 +502,7 @@ class RunHandler:
             workdir=self.recipe.get("workdir"),
             env=tuple(self.recipe.get("env", [])),
             network=self.recipe.get("network", True),
+            limits=step_limits.merged(self.recipe.get("limits"), step.limits),
             tools=step.tools,
             workflows=step.workflows,
             answers=dict(answers),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable
 from .settings import threadline_home
 
 if TYPE_CHECKING:
+    from .step_fit import Fit
     from .workdirs import Mount
 
 log = logging.getLogger("threadline.sandbox")
@@ -95,25 +96,32 @@ class Sandbox:
 
         return step_dir(self, run_id, declared).path
 
+    def wrapper(self) -> list[str]:
+        """What a command of a step starts through: the step user, and death with the bot."""
+        if not self.setpriv:
+            return []  # popen_kwargs() does it
+        wrap = [self.setpriv]
+        if self.user:
+            wrap += ["--reuid", str(self.user[0]), "--regid", str(self.user[1]), "--clear-groups"]
+        return wrap + ["--pdeathsig", "KILL", "--"]
+
     def argv(
-        self, argv: list[str], workdir: Path, *, network: bool = True, mount: Mount | None = None
+        self, argv: list[str], workdir: Path, *, mount: Mount | None = None, fit: Fit | None = None
     ) -> list[str]:
         """The command line that runs argv in the sandbox, killed when the bot dies. `mount`: the
-        directory the step may write, held open (workdirs.opened); else workdir, by its path."""
-        wrap: list[str] = []
-        if self.setpriv:
-            wrap = [self.setpriv]
-            if self.user:
-                wrap += [
-                    "--reuid",
-                    str(self.user[0]),
-                    "--regid",
-                    str(self.user[1]),
-                    "--clear-groups",
-                ]
-            wrap += ["--pdeathsig", "KILL", "--"]
+        directory the step may write, held open (workdirs.opened); else workdir, by its path.
+        `fit`: the command's network and limits (step_fit.py); without, no network at all."""
+        outer, options, inner = (fit.outer, fit.options, fit.inner) if fit else ((), (), ())
+        wrap = [*outer, *self.wrapper()]
         if not self.bwrap:
-            return wrap + argv
+            return wrap + [*inner] + argv
+        tmp = fit.tmp if fit else None
+        # /tmp and /dev/shm on disk, under the runs root, where the step's tmp limit counts them
+        # (a tmpfs is the machine's memory); a network namespace of its own always, so never the
+        # host's loopback (step_network.py gives one that asked for it the network).
+        scratch = ["--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+        if tmp:
+            scratch = ["--bind", str(tmp / "tmp"), "/tmp", "--bind", str(tmp / "shm"), "/dev/shm"]
         args = [
             self.bwrap,
             "--die-with-parent",
@@ -121,6 +129,7 @@ class Sandbox:
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
+            "--unshare-net",
             "--ro-bind",
             "/",
             "/",
@@ -128,13 +137,9 @@ class Sandbox:
             "/dev",
             "--proc",
             "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/dev/shm",
+            *scratch,
+            *options,
         ]
-        if not network:
-            args.append("--unshare-net")
         # Order matters, later mounts cover earlier ones: the private home, then what is shared,
         # then what must stay hidden even inside a shared directory, then the step's own directory
         # (checked by workdirs.py never to hold a hidden path).
@@ -144,7 +149,7 @@ class Sandbox:
         args += _hide(self.hidden)
         bind = mount.bwrap_args() if mount else ["--bind", str(workdir), str(workdir)]
         args += [*bind, "--chdir", str(workdir), "--"]
-        return wrap + args + argv
+        return wrap + args + [*inner] + argv
 
     def step_sees(self, path: Path, workdir: Path) -> bool:
         """Whether `path` is visible to a step working in `workdir`, by the mounts argv() makes

@@ -110,13 +110,12 @@ def check_wake(wake: datetime, now: datetime | None = None) -> str | None:
 
 
 def _check_command(text: str, path: str, errors: list[str]) -> None:
-    """Placeholders where a variable reference cannot stand (render.render_command)."""
+    """Placeholders where a variable reference cannot stand, or where bash would take its value
+    as a name, arithmetic or code (shell_context.py; render.render_command checks again)."""
     matches = list(PLACEHOLDER.finditer(text))
-    for match, context in zip(matches, shell_context.contexts(text, [m.span() for m in matches])):
-        if context in shell_context.REFUSED:
-            errors.append(
-                f"{path}: {{{{{match.group(1).strip()}}}}} {shell_context.REFUSED[context]}"
-            )
+    for match, place in zip(matches, shell_context.placements(text, [m.span() for m in matches])):
+        if place.refusal:
+            errors.append(f"{path}: {{{{{match.group(1).strip()}}}}} {place.refusal}")
 
 
 def _check_placeholders(

@@ -49,18 +49,18 @@ def render_command(
     """Each placeholder becomes "$TL_<PATH>" (unquoted) or ${TL_<PATH>} (in "…" or a heredoc); the
     values go with it. RenderError for a placeholder where a variable cannot expand."""
     matches = list(PLACEHOLDER.finditer(text))
-    where = shell_context.contexts(text, [m.span() for m in matches])
+    where = shell_context.placements(text, [m.span() for m in matches])
     names = variable_names([m.group(1).strip() for m in matches])
     values: dict[str, str] = {}
     out, last = [], 0
-    for match, context in zip(matches, where):
+    for match, place in zip(matches, where):
         path = match.group(1).strip()
-        if context in shell_context.REFUSED:
-            raise RenderError(f"{{{{{path}}}}} {shell_context.REFUSED[context]}")
+        if place.refusal:  # a recipe stored before a rule was added is checked again here
+            raise RenderError(f"{{{{{path}}}}} {place.refusal}")
         name = names[path]
         if name not in values:
             values[name] = _env_value(name, path, resolve(path, payload, outputs, scope))
-        reference = f'"${name}"' if context == shell_context.BARE else f"${{{name}}}"
+        reference = f'"${name}"' if place.context == shell_context.BARE else f"${{{name}}}"
         out += [text[last : match.start()], reference]
         last = match.end()
     out.append(text[last:])

@@ -1,13 +1,15 @@
-"""Where each {{placeholder}} of a run_command sits in bash's quoting.
+"""Where each {{placeholder}} of a run_command sits in bash's quoting, and in its commands.
 
 A command never holds a value: each placeholder becomes a reference to an environment variable
-(`"$TL_PAYLOAD_TARGET"` unquoted, `${TL_PAYLOAD_TARGET}` inside "…" or a heredoc), and bash never
-parses the result of an expansion again, so no value can run as code. A reference does not
-expand inside '…', $'…' or a quoted heredoc, and arithmetic evaluates a value as code: those
-places are refused. The scanner follows bash's rules closely enough for that: quotes, backslash
-escapes, $(…), backticks and ${…} (inside which quoting starts afresh or continues), comments,
-heredocs (bodies end at the delimiter line, as bash reads them). Iterative: no nesting depth can
-exhaust the stack.
+(`"$TL_PAYLOAD_TARGET"` unquoted, `${TL_PAYLOAD_TARGET}` inside "…" or a heredoc), and bash does
+not parse the result of an expansion as part of the command. A reference does not expand inside
+'…', $'…' or a quoted heredoc, and arithmetic evaluates a value as code: those places are refused.
+Some commands also take a word, once expanded, as a variable name or arithmetic (`[[ -v "$X" ]]`,
+`printf -v`, `read`): the scanner hands each command's words to shell_commands.py, which refuses a
+placeholder there. The scanner follows bash's rules closely enough for that: quotes, backslash
+escapes, $(…), backticks, <(…) and ${…} (inside which quoting starts afresh or continues),
+comments, heredocs (bodies end at the delimiter line, as bash reads them), words, redirections
+and the separators between commands. Iterative: no nesting depth can exhaust the stack.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass, field
+
+from .shell_commands import BACKTICKS, IN_ARITH, PARAM_NAME, Analysis, Builder
 
 # Where a placeholder sits; REFUSED: where no reference can stand, and why.
 BARE, DOUBLE, HEREDOC, COMMENT = "bare", "double", "heredoc", "comment"
@@ -42,11 +46,14 @@ _WORD_END = set(" \t\n;&|()<>")
 @dataclass
 class _Frame:
     kind: str  # code | bq (backticks) | dq | hd (heredoc body) | param (${…}) | arith
-    closer: str = ""  # code: ")" for $(…), "" at the top; arith: "))" or "]"
+    closer: str = ""  # code: ")" for $(…) and <(…), "" at the top; arith: "))" or "]"
     quoted: bool = False  # param: inside "…" (or a heredoc body)
     arith: bool = False  # evaluated as arithmetic: quotes and ${…} directly inside inherit it
     depth: int = 0  # open ( or { inside this frame
-    cases: int = 0  # code: open `case … esac`, whose pattern's ")" closes nothing
+    builder: Builder | None = None  # code and bq: the words of its commands
+    subscript: bool = False  # arith: a name's [subscript], part of the word
+    name_end: int = -1  # param: where its variable's name ends (a placeholder there extends it)
+    assigns: str = ""  # param: ${name=…} or ${name:=…} assigns the name
 
 
 @dataclass
@@ -57,6 +64,7 @@ class _Scan:
     found: dict[int, str] = field(default_factory=dict)  # placeholder start -> context
     heredocs: list[tuple[str, bool, bool]] = field(default_factory=list)  # (delim, quoted, dash)
     limits: list[tuple[int, int, int]] = field(default_factory=list)  # body (end, resume, frames)
+    analysis: Analysis = field(default_factory=Analysis)
 
     def mark(self, lo: int, hi: int, context: str) -> None:
         """Every placeholder starting in text[lo:hi] is in context."""
@@ -65,11 +73,37 @@ class _Scan:
             self.found[start] = context
 
 
-def contexts(text: str, spans: list[tuple[int, int]]) -> list[str]:
-    """The context of each placeholder span (start, end) of text, in order."""
+@dataclass(frozen=True)
+class Placement:
+    context: str  # BARE, DOUBLE, HEREDOC, COMMENT, or one of REFUSED
+    refusal: str | None  # why no placeholder may stand there (after "{{payload.x}} "), else None
+
+
+def placements(text: str, spans: list[tuple[int, int]]) -> list[Placement]:
+    """Where each placeholder span (start, end) of text sits, and whether it may, in order."""
     scan = _Scan(text, dict(spans), sorted(start for start, _ in spans))
-    _scan(scan, [_Frame("code")])
-    return [scan.found.get(start, BARE) for start, _ in spans]
+    stack = [_Frame("code", builder=Builder(scan.analysis))]
+    _scan(scan, stack)
+    _close(stack, 0)
+    refused = scan.analysis.finish(scan.starts)
+    found = [scan.found.get(start, BARE) for start, _ in spans]
+    return [
+        Placement(context, REFUSED.get(context) or refused.get(start))
+        for context, (start, _) in zip(found, spans)
+    ]
+
+
+def contexts(text: str, spans: list[tuple[int, int]]) -> list[str]:
+    """The quoting context of each placeholder span (start, end) of text, in order."""
+    return [placement.context for placement in placements(text, spans)]
+
+
+def _close(stack: list[_Frame], keep: int) -> None:
+    """Frames above the first `keep` end: their commands are complete."""
+    for frame in reversed(stack[keep:]):
+        if frame.builder is not None:
+            frame.builder.close()
+    del stack[keep:]
 
 
 def _scan(scan: _Scan, stack: list[_Frame]) -> None:
@@ -78,57 +112,135 @@ def _scan(scan: _Scan, stack: list[_Frame]) -> None:
     while i < end and stack:
         if scan.limits and i >= scan.limits[-1][0]:  # a heredoc body ends: back to the command
             _, i, frames = scan.limits.pop()
-            del stack[frames:]
+            _close(stack, frames)
             continue
         top = stack[-1]
         c = text[i]
         if i in spans:
             scan.found[i] = _context_of(stack)
+            _note_placeholder(scan.analysis, stack, i)
             i = spans[i]
         elif c == "\\":
+            words = _literal_words(stack)
+            if text[i + 1 : i + 2] in ("$", "`") and any(f.kind == "bq" for f in stack):
+                # Inside `…` bash removes this backslash and parses what follows again (a $(…)
+                # or a `…` nested in it): not followed here, so no placeholder may be in it.
+                scan.analysis.unread = BACKTICKS
             if i + 1 in spans:
                 scan.found[i + 1] = ESCAPED
                 i = spans[i + 1]
             elif top.kind in ("dq", "hd") and text[i + 1 : i + 2] not in _ESCAPABLE[top.kind]:
+                if words:
+                    words.char("\\", quoted=True)
                 i += 1  # a literal backslash inside "…" or a heredoc body
             else:
+                if words and text[i + 1 : i + 2] not in ("", "\n"):  # \<newline> is no character
+                    words.char(text[i + 1], quoted=True)
                 i += 2
         elif c == "$" and text.startswith("((", i + 1):
-            stack.append(_Frame("arith", closer="))", arith=True))
+            _expansion(stack, _Frame("arith", closer="))", arith=True))
             i += 3
         elif c == "$" and text.startswith("[", i + 1):
-            stack.append(_Frame("arith", closer="]", arith=True))
+            _expansion(stack, _Frame("arith", closer="]", arith=True))
             i += 2
         elif c == "$" and text.startswith("(", i + 1):
-            stack.append(_Frame("code", closer=")"))
+            _expansion(stack, _Frame("code", closer=")", builder=Builder(scan.analysis)))
             i += 2
         elif c == "$" and text.startswith("{", i + 1):
             quoted = top.kind in ("dq", "hd") or (top.kind == "param" and top.quoted)
-            i = _open_param(text, i + 2, stack, _Frame("param", quoted=quoted, arith=top.arith))
+            frame = _Frame("param", quoted=quoted, arith=top.arith)
+            i = _open_param(text, i + 2, stack, frame)
+        elif c == "$" and top.kind != "arith" and (name := _SIMPLE_PARAM.match(text, i + 1)):
+            owner, unquoted = _word_owner(stack)
+            if owner is not None:
+                owner.expansion(split=unquoted)
+            i = name.end()
         elif c == "`":
             if top.kind == "bq":
-                stack.pop()
+                _close(stack, len(stack) - 1)
             else:
-                stack.append(_Frame("bq"))
+                _expansion(stack, _Frame("bq", builder=Builder(scan.analysis)))
             i += 1
         elif top.kind in ("dq", "hd"):
             if c == '"' and top.kind == "dq":
                 stack.pop()
+            elif words := _literal_words(stack):
+                words.char(c, quoted=True)
             i += 1
         else:
             i = _scan_unquoted(scan, i, stack)
+
+
+def _literal_words(stack: list[_Frame]) -> Builder | None:
+    """The builder whose current word the next character is literally part of: the code or
+    backticks on top, or the one just under the "…" on top."""
+    top = stack[-1]
+    if top.builder is not None:
+        return top.builder
+    if top.kind == "dq" and len(stack) > 1 and stack[-2].builder is not None:
+        return stack[-2].builder
+    return None
+
+
+def _word_owner(stack: list[_Frame]) -> tuple[Builder | None, bool]:
+    """The builder whose current word an expansion opening here is part of, and whether the
+    expansion is unquoted there (then its result may split into several words or none)."""
+    for frame in reversed(stack):
+        if frame.builder is not None:
+            return frame.builder, frame is stack[-1]
+        if frame.kind not in ("dq", "param"):
+            return None, False
+    return None, False
+
+
+def _expansion(stack: list[_Frame], frame: _Frame) -> None:
+    """An expansion opens: its word is no longer literal."""
+    owner, unquoted = _word_owner(stack)
+    if owner is not None:
+        owner.expansion(split=unquoted and frame.kind != "arith")
+    stack.append(frame)
+
+
+def _note_placeholder(analysis: Analysis, stack: list[_Frame], start: int) -> None:
+    """The placeholder is part of the current word of the nearest code's builder, and inside
+    the words of the $(…) and `…` around it; a heredoc body is nobody's word."""
+    owner: Builder | None = None
+    for frame in reversed(stack):
+        if frame.kind == "hd" or (frame.arith and owner is None):
+            return  # input to a command; or arithmetic, refused by its context
+        if frame.arith:
+            analysis.refuse([start], IN_ARITH)
+            return
+        if frame.kind == "param":
+            if frame.name_end == start and owner is None:
+                analysis.refuse([start], PARAM_NAME)
+            if frame.assigns:
+                analysis.assigned.append((frame.assigns, [start]))
+        if frame.builder is not None:
+            if owner is None:
+                owner = frame.builder
+                owner.hole(start)
+            else:
+                frame.builder.nested(start)
 
 
 def _scan_unquoted(scan: _Scan, i: int, stack: list[_Frame]) -> int:
     """One step in code, backticks, arithmetic or ${…}: where quotes open; returns the next i."""
     text, top, c = scan.text, stack[-1], scan.text[i]
     quotes_work = top.kind != "param" or not top.quoted
+    words = top.builder
     if c == '"' or (c == "$" and text.startswith('"', i + 1)):
+        if words:
+            words.quote()
         stack.append(_Frame("dq", arith=top.arith))
         return i + (2 if c == "$" else 1)
     if c == "'" and quotes_work:
-        return _skip_quoted(scan, i + 1, ARITH if top.arith else SINGLE, escapes=False)
+        if words:
+            words.quote()
+        return _skip_quoted(scan, i + 1, ARITH if top.arith else SINGLE, escapes=False, words=words)
     if c == "$" and text.startswith("'", i + 1) and quotes_work:
+        if words:
+            words.expansion(split=False)
         return _skip_quoted(scan, i + 2, ARITH if top.arith else ANSI, escapes=True)
     if top.kind == "param":
         if c == "}" and top.depth == 0:
@@ -139,46 +251,77 @@ def _scan_unquoted(scan: _Scan, i: int, stack: list[_Frame]) -> int:
     if top.kind == "arith":
         if top.depth == 0 and text.startswith(top.closer, i):
             stack.pop()
+            if top.subscript and stack[-1].builder:
+                stack[-1].builder.char("]")
             return i + len(top.closer)
         opening, closing = ("[", "]") if top.closer == "]" else ("(", ")")
         top.depth = max(0, top.depth + {opening: 1, closing: -1}.get(c, 0))
         return i + 1
-    # code or backticks, where quoting starts afresh
-    word_start = i == 0 or text[i - 1] in _WORD_END
+    assert words is not None  # code or backticks, where quoting starts afresh
+    return _scan_code(scan, i, stack, words)
+
+
+_REDIRECTIONS = ("&>>", "&>", ">>", ">|", ">&", "<&", "<>", ">", "<")
+_SEPARATORS = (";;&", ";;", ";&", ";", "&&", "&", "||", "|&", "|", "\n")
+
+
+def _scan_code(scan: _Scan, i: int, stack: list[_Frame], words: Builder) -> int:
+    """One step in code or backticks outside quotes: words, redirections, separators."""
+    text, top, c = scan.text, stack[-1], scan.text[i]
+    word_start = words.word is None
     if c == "#" and word_start:
         end = text.find("\n", i)
         end = len(text) if end < 0 else end
         scan.mark(i, end, COMMENT)
         return end
     if text.startswith("((", i) and word_start:
-        stack.append(_Frame("arith", closer="))", arith=True))
+        _expansion(stack, _Frame("arith", closer="))", arith=True))
         return i + 2
-    if c == "[" and _name_before(text, i):  # name[subscript]: arithmetic
-        stack.append(_Frame("arith", closer="]", arith=True))
+    if c == "[" and (_name_before(text, i) or (i and words.element_start(text[i - 1]))):
+        words.char("[")  # name[subscript] (or [subscript]= in name=(…)): arithmetic
+        _expansion(stack, _Frame("arith", closer="]", arith=True, subscript=True))
         return i + 1
     if text.startswith("<<<", i):
+        words.redirection("<<<")
         return i + 3
     if text.startswith("<<", i):
+        words.heredoc()
         return _read_delimiter(scan, i + 2)
-    if c == "\n" and scan.heredocs:
-        return _read_bodies(scan, i + 1, stack)
-    if word_start and _keyword(text, i, "case"):
-        top.cases += 1
-    elif word_start and _keyword(text, i, "esac"):
-        top.cases = max(0, top.cases - 1)
-    if c == ")" and top.depth == 0 and top.closer == ")" and not top.cases:
-        stack.pop()
-    else:
-        top.depth = max(0, top.depth + {"(": 1, ")": -1}.get(c, 0))
+    if c in "<>" and text.startswith("(", i + 1):  # <(…) and >(…) run a command of their own
+        _expansion(stack, _Frame("code", closer=")", builder=Builder(scan.analysis)))
+        return i + 2
+    if c in "<>&":
+        op = next((op for op in _REDIRECTIONS if text.startswith(op, i)), "")
+        if op:
+            words.redirection(op)
+            return i + len(op)
+    if c in ";&|\n":
+        op = next(op for op in _SEPARATORS if text.startswith(op, i))
+        words.separator(op)
+        if c == "\n" and scan.heredocs:
+            return _read_bodies(scan, i + 1, stack)
+        return i + len(op)
+    if c in " \t":
+        words.blank(text, i + 1)
+        return i + 1
+    if c == "(":
+        words.open_paren(text, i + 1)
+        top.depth += 1
+        return i + 1
+    if c == ")":
+        words.end_word()
+        if top.depth == 0 and top.closer == ")" and not words.cases:
+            _close(stack, len(stack) - 1)  # the end of $(…) or <(…)
+        else:
+            words.close_paren()
+            top.depth = max(0, top.depth - 1)
+        return i + 1
+    words.char(c)
     return i + 1
 
 
 _PARAM_NAME = re.compile(r"[#!]?(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])")
-
-
-def _keyword(text: str, i: int, word: str) -> bool:
-    end = i + len(word)
-    return text.startswith(word, i) and (end == len(text) or text[end] in _WORD_END)
+_SIMPLE_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]")  # $name, $1, $@ …
 
 
 def _name_before(text: str, i: int) -> bool:
@@ -192,16 +335,18 @@ def _name_before(text: str, i: int) -> bool:
 def _open_param(text: str, i: int, stack: list[_Frame], frame: _Frame) -> int:
     """After `${`: past the parameter's name. A subscript (`${a[…]}`) and an offset or length
     (`${v:…}`, unlike the operators :- := :? :+) are arithmetic."""
-    stack.append(frame)
+    _expansion(stack, frame)
     name = _PARAM_NAME.match(text, i)
+    frame.name_end = i = i if name is None else name.end()
     if name is None:
         return i
-    i = name.end()
     if text.startswith("[", i):
         stack.append(_Frame("arith", closer="]", arith=True))
         return i + 1
     if text.startswith(":", i) and text[i + 1 : i + 2] not in ("-", "=", "?", "+"):
         frame.arith = True
+    if text.startswith(("=", ":="), i) and name.group()[0] not in "#!":
+        frame.assigns = name.group()
     return i
 
 
@@ -226,8 +371,11 @@ def _in_heredoc(stack: list[_Frame]) -> bool:
     return False
 
 
-def _skip_quoted(scan: _Scan, i: int, context: str, *, escapes: bool) -> int:
-    """Past a '…' (or $'…', with escapes) whose text starts at i; placeholders in it get context."""
+def _skip_quoted(
+    scan: _Scan, i: int, context: str, *, escapes: bool, words: Builder | None = None
+) -> int:
+    """Past a '…' (or $'…', with escapes) whose text starts at i; placeholders in it get context;
+    words: the builder whose current word its characters are part of."""
     text, end = scan.text, len(scan.text)
     while i < end:
         if i in scan.spans:
@@ -238,6 +386,8 @@ def _skip_quoted(scan: _Scan, i: int, context: str, *, escapes: bool) -> int:
         elif text[i] == "'":
             return i + 1
         else:
+            if words:
+                words.char(text[i], quoted=True)
             i += 1
     return i
 

@@ -73,13 +73,13 @@ def test_references_are_quoted_by_context_and_named_after_the_path():
 
 def test_paths_mapping_to_one_name_get_distinct_names():
     command = render_command(
-        "{{payload.a-b}} {{payload.a_b}} {{payload.a-b}} {{payload.a_b_2}}",
+        "echo {{payload.a-b}} {{payload.a_b}} {{payload.a-b}} {{payload.a_b_2}}",
         {"a-b": 1, "a_b": 2, "a_b_2": 3},
         {},
     )
     assert (
         command.text
-        == '"$TL_PAYLOAD_A_B" "$TL_PAYLOAD_A_B_2" "$TL_PAYLOAD_A_B" "$TL_PAYLOAD_A_B_2_2"'
+        == 'echo "$TL_PAYLOAD_A_B" "$TL_PAYLOAD_A_B_2" "$TL_PAYLOAD_A_B" "$TL_PAYLOAD_A_B_2_2"'
     )
     assert command.values == {
         "TL_PAYLOAD_A_B": "1",
@@ -112,7 +112,7 @@ def test_values_that_no_environment_holds_fail_with_a_message():
     render_command("echo {{payload.big}}", {"big": "x" * (MAX_VALUE_BYTES - 100)}, {})
     many = {f"k{i}": "x" * 100_000 for i in range(12)}
     with pytest.raises(RenderError, match="a step's environment takes at most"):
-        render_command(" ".join(f"{{{{payload.k{i}}}}}" for i in range(12)), many, {})
+        render_command("echo " + " ".join(f"{{{{payload.k{i}}}}}" for i in range(12)), many, {})
     with pytest.raises(RenderError, match="NUL"):
         render_command("echo {{payload.x}}", {"x": "a\0b"}, {})
 
@@ -146,7 +146,7 @@ def test_step_outputs():
 )
 def test_unresolved_paths_are_named(text, message):
     with pytest.raises(RenderError, match=message):
-        render_command(text, {"a": {"c": 1}, "l": [1]}, {})
+        render_command("echo " + text, {"a": {"c": 1}, "l": [1]}, {})
     with pytest.raises(RenderError, match=message):
         render(text, {"a": {"c": 1}, "l": [1]}, {})
 

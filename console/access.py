@@ -180,7 +180,11 @@ def session_from_cookie(access: Access, value: str | bytes | None) -> Session | 
     if access.no_auth:
         return Session(os_user(), ALL_ROLES, "no-auth")
     sid = _session_id(access, value)
-    record = sessions.find(access.home, sid) if sid else None
+    try:
+        record = sessions.find(access.home, sid) if sid else None
+    except ValueError as err:  # the sessions file broken: nobody is signed in until it is mended
+        log.error("sessions closed: %s", err)
+        return None
     if record is None:
         return None
     users = None

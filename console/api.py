@@ -117,7 +117,7 @@ def _spawn(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
         slug,
         body.get("payload"),
         idempotency_key=manual_key(slug, key) if key else None,
-        trigger={"kind": "manual", "caller": actor.name, "via": "api"},
+        trigger={"kind": "manual", **actor.as_caller(), "via": "api"},
     )
     return {"run_id": spawned.run_id, "created": spawned.created}
 
@@ -471,7 +471,10 @@ def openapi() -> dict[str, Any]:
                     ("401", "no valid bearer token"),
                     ("403", "the token's roles do not allow it"),
                     ("404", "no such run or workflow"),
+                    ("405", "the path takes no such method"),
                     ("409", "refused by the run's state (a gate closed, not an approver)"),
+                    ("411", "a body sent without a Content-Length"),
+                    ("413", f"a body over {MAX_BODY} bytes"),
                 )
             },
         }

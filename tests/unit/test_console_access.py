@@ -198,3 +198,6 @@ def test_a_session_lives_on_the_server_until_signed_out(tmp_path):
     late = sessions.open_session(tmp_path, "bob", "token", now=0.0)
     assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 - 1).user == "bob"
     assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 + 1) is None
+    again = access.session_cookie(cfg, "ann", "token")
+    (tmp_path / sessions.SESSIONS_FILE).write_text("{broken")
+    assert access.session_from_cookie(cfg, again) is None  # a broken store signs nobody in

@@ -13,16 +13,15 @@ Adding and removing accounts, and minting a token for another account, are admin
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
 import psycopg
 
 from . import db
+from .identity import ACCOUNT_NAME as NAME
 from .identity import Actor, os_user
 
-NAME = re.compile(r"[A-Za-z0-9_.@-]{1,100}")
 CHANNELS = ("email", "webhook")
 
 

@@ -14,7 +14,7 @@ import psycopg
 from . import accounts, db
 from .names import step_id_of
 from .recipes import find_step_doc
-from .identity import SYSTEM, Actor
+from .identity import SYSTEM, Actor, name_of_label
 from .run_state import emit_step_done, lock_run
 from .domain import DISPATCH_TASK, decision_result
 from .thread_entries import append, system_note
@@ -270,11 +270,14 @@ def _why_not_decider(
 
 
 def _initiator(conn: psycopg.Connection[Any], run: dict[str, Any]) -> str | None:
-    """Who started the run's tree: the caller of its top-level run's trigger (None: no one)."""
+    """Who started the run's tree: the caller of its top-level run's trigger (None: no one),
+    the actor itself where the trigger keeps a label ("root for alice" from a rerun --as)."""
     if run.get("parent_run_id") is None:
-        return (run.get("trigger") or {}).get("caller")
-    row = db.fetch_one(conn, "run_initiator", dict(run_id=run["run_id"]))
-    return None if row is None else row["caller"]
+        caller = (run.get("trigger") or {}).get("caller")
+    else:
+        row = db.fetch_one(conn, "run_initiator", dict(run_id=run["run_id"]))
+        caller = None if row is None else row["caller"]
+    return None if caller is None else name_of_label(caller)
 
 
 def _decision_from_reply(

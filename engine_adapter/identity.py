@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ DOORS = ("cli", "console", "link", "api", "webhook", "system")
 # What a person may do where a door assigns roles (the console's users file): a viewer reads;
 # an operator replies, spawns, cancels, retries and edits recipes; an approver decides gates.
 ROLES = ("viewer", "operator", "approver")
+# An account's name (accounts.py): what approvers, from and a notify rule's `to` may name.
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,100}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,13 @@ class Actor:
 
 
 SYSTEM = Actor("threadline", "system")
+_LABELLED = re.compile(r" for |, via a token minted by ")
+
+
+def name_of_label(label: str) -> str:
+    """Who a label (Actor.label, as some triggers record their caller) names as the actor:
+    "root for alice" -> "root". Exact for account names, which hold no space or comma."""
+    return _LABELLED.split(label, maxsplit=1)[0]
 
 
 def os_user() -> str:

@@ -1,6 +1,9 @@
 """The notification outbox's writes: a row per rule and target when a gate opens or a run fails
 (inside the transaction that writes the event), and the sweep that finds gates waiting longer
-than a rule's `after`. notifier.py delivers the rows."""
+than a rule's `after`. notifier.py delivers the rows.
+
+A rule's `to:` accounts get a row per channel they registered, with the account as its subject
+(its resume links decide as it); a webhook or email target gets one with no subject: no links."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from . import db
+from . import accounts, db
 from .notify_spec import NotifyRule
 
 
@@ -29,11 +32,14 @@ def enqueue(
         if event not in rule.when or (only_rule is not None and i != only_rule):
             continue
         matched += 1
-        targets = [("webhook", rule.webhook)] if rule.webhook else []
-        targets += [("email", address) for address in rule.email]
-        for channel, target in targets:
-            assert target is not None
-            subject = rule.subject or (target if channel == "email" else f"webhook-{i}")
+        targets: list[tuple[str, str, str | None]] = []
+        targets += [("webhook", rule.webhook, None)] if rule.webhook else []
+        targets += [("email", address, None) for address in rule.email]
+        if rule.to:
+            targets += [
+                (c["channel"], c["target"], c["name"]) for c in accounts.channels_of(conn, rule.to)
+            ]
+        for channel, target, subject in targets:
             conn.execute(
                 db.q("enqueue_notification"),
                 dict(

@@ -5,8 +5,9 @@ Each due row is leased, sent and then marked sent, with a note in the run's thre
 delivery is retried with backoff (and jitter) up to MAX_ATTEMPTS, then given up, saying so in the
 thread. A notifier killed between sending and marking sends the row again when its lease ends:
 delivery is at least once, and every copy carries the same id (the webhook's Idempotency-Key,
-the email's Message-ID) so a receiver can tell. A gate's notification carries resume links,
-minted as it is sent (only their hashes are kept).
+the email's Message-ID) so a receiver can tell. A gate's notification to an account carries
+resume links that decide as that account, minted as it is sent (only their hashes are kept),
+and only when its target is still a channel the account registered; any other carries none.
 
 Every target is checked again here, as it is sent (notify_spec.py): an email target must be one
 plain address, and a webhook's host is resolved and every address it resolves to must be public
@@ -37,7 +38,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from . import db, notifications, resume_tokens, thread_entries
+from . import accounts, db, notifications, resume_tokens, thread_entries
 from .notify_spec import (
     Allowlist,
     address_kind,
@@ -78,7 +79,7 @@ class Due:
     event_key: str
     channel: str
     target: str
-    subject: str
+    subject: str | None  # the account its links decide as; None: a notice without links
     text: str
     attempts: int
 
@@ -165,8 +166,11 @@ class Notifier:
                 db.notify(self.conn, due.run_id, "thread")
 
     def links(self, due: Due) -> dict[str, str]:
-        """Resume links for a gate still open: decide it as the notification's subject."""
-        if due.event == "failed":
+        """Resume links for a gate still open: decide it as the notification's subject, an
+        account, sent only to a channel it registered (never where a recipe pointed)."""
+        if due.event == "failed" or due.subject is None:
+            return {}
+        if not accounts.registered(self.conn, due.subject, due.channel, due.target):
             return {}
         where = dict(run_id=due.run_id, gate_key=due.event_key)
         if not db.fetch_one(self.conn, "gate_still_open", where)["open"]:
@@ -181,10 +185,12 @@ _EVENTS = {"gate": "a gate opened", "failed": "the run failed", "waiting": "a ga
 
 
 def _shown(due: Due) -> str:
-    """A target as the thread shows it: never a secret URL."""
+    """A target as the thread shows it (an account's: whose): never a secret URL."""
     if due.channel == "email":
-        return due.target
-    return f"webhook {due.target}" if due.target.startswith("env:") else "a webhook"
+        where = due.target
+    else:
+        where = f"webhook {due.target}" if due.target.startswith("env:") else "a webhook"
+    return f"{due.subject} at {where}" if due.subject else where
 
 
 def webhook_url(target: str) -> str:

@@ -2,6 +2,10 @@
 long, and how (an outgoing webhook with Slack-compatible JSON, or email). Pure Python, no
 database; notifications.py writes the outbox, notifier.py delivers it.
 
+A rule's `to:` names accounts (accounts.py): each hears on the channels it registered, and only
+there do its resume links go. A recipe never chooses whose links go where: a webhook or email
+target gets the notice without links (the old `as:` is refused, saying so).
+
 A webhook URL is written literally or named as `env:THREADLINE_<NAME>` (read by the conductor):
 Threadline's own variables never reach a step, so a secret URL stays out of every command.
 
@@ -22,10 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .identity import ACCOUNT_NAME
 from .recipe_values import format_duration, parse_duration, quote
 
 EVENTS = ("gate", "failed", "waiting")  # a gate opens; the run fails; a gate waits past `after`
-KEYS = ("when", "webhook", "email", "after", "as")
+KEYS = ("when", "webhook", "email", "to", "after")
+TARGETS = ("webhook", "email", "to")
 MAX_RULES = 20
 MAX_ADDRESSES = 50
 _URL = re.compile(r"https?://[^\s]{1,2000}")
@@ -38,7 +44,6 @@ _EMAIL = re.compile(
 _EMAIL_SEPARATORS = re.compile(r"[,;\s<>\"]")
 ALLOW_ENV = "THREADLINE_NOTIFY_ALLOW"  # hosts, addresses, networks a webhook may reach anyway
 _NUMERIC_HOST = re.compile(r"[0-9a-fA-FxX.]+")  # 127.1, 2130706433, 0x7f.1: IPv4 to a resolver
-_SUBJECT = re.compile(r"[A-Za-z0-9_.@-]{1,100}")
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class NotifyRule:
     webhook: str | None = None  # a URL, or env:THREADLINE_NAME
     email: tuple[str, ...] = ()
     after_s: float | None = None  # `waiting`: how long a gate waits before this rule speaks
-    subject: str | None = None  # `as`: whom its resume links decide as (default: the target)
+    to: tuple[str, ...] = ()  # accounts: each hears (with its links) on its own channels
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"when": list(self.when)}
@@ -57,8 +62,8 @@ class NotifyRule:
             d["email"] = list(self.email)
         if self.after_s is not None:
             d["after"] = format_duration(self.after_s)
-        if self.subject is not None:
-            d["as"] = self.subject
+        if self.to:
+            d["to"] = list(self.to)
         return d
 
     @classmethod
@@ -87,19 +92,24 @@ def _parse_rule(
     d: Any, where: str, errors: list[str], check_targets: bool = True
 ) -> NotifyRule | None:
     if not isinstance(d, dict):
-        errors.append(f"{where}: must be a mapping with when and webhook or email")
+        errors.append(f"{where}: must be a mapping with when and webhook, email or to")
         return None
     n = len(errors)
+    if "as" in d and check_targets:  # a stored rule's old `as` is ignored: its links go nowhere
+        name = d["as"] if isinstance(d["as"], str) and ACCOUNT_NAME.fullmatch(d["as"]) else "NAME"
+        errors.append(_AS_REFUSED.format(where=where, name=name))
     errors += [
-        f"{where}.{k}: unknown field (allowed: {', '.join(KEYS)})" for k in d if k not in KEYS
+        f"{where}.{k}: unknown field (allowed: {', '.join(KEYS)})"
+        for k in d
+        if k not in KEYS and k != "as"
     ]
     when = d.get("when")
     if not isinstance(when, list) or not when or any(w not in EVENTS for w in when):
         errors.append(f"{where}.when: {quote(when)} must be a list of {', '.join(EVENTS)}")
         when = []
-    webhook, email = d.get("webhook"), d.get("email")
-    if (webhook is None) == (email is None):
-        errors.append(f"{where}: give exactly one of webhook and email")
+    webhook, email, to = d.get("webhook"), d.get("email"), d.get("to")
+    if sum(d.get(k) is not None for k in TARGETS) != 1:
+        errors.append(f"{where}: give exactly one of webhook, email and to")
     if webhook is not None and not (
         isinstance(webhook, str) and (_URL.fullmatch(webhook) or _ENV_URL.fullmatch(webhook))
     ):
@@ -131,9 +141,17 @@ def _parse_rule(
             errors.append(f"{where}.after: only applies with when: [waiting]")
     elif "waiting" in when:
         errors.append(f"{where}.after: required with waiting (how long a gate waits first)")
-    subject = d.get("as")
-    if subject is not None and not (isinstance(subject, str) and _SUBJECT.fullmatch(subject)):
-        errors.append(f"{where}.as: {quote(subject)[:60]} must be a name ([A-Za-z0-9_.@-]+)")
+    if isinstance(to, str):
+        to = [to]
+    if to is not None and (
+        not isinstance(to, list)
+        or not 1 <= len(to) <= MAX_ADDRESSES
+        or not all(isinstance(a, str) and ACCOUNT_NAME.fullmatch(a) for a in to)
+    ):
+        errors.append(
+            f"{where}.to: {quote(to)[:80]} must be an account's name or a list of 1 to "
+            f"{MAX_ADDRESSES} ([A-Za-z0-9_.@-]+)"
+        )
     if len(errors) > n:
         return None
     return NotifyRule(
@@ -141,8 +159,16 @@ def _parse_rule(
         webhook=webhook,
         email=tuple(email or ()),
         after_s=after_s,
-        subject=subject,
+        to=tuple(dict.fromkeys(to or ())),
     )
+
+
+_AS_REFUSED = (
+    "{where}.as: a recipe no longer chooses whose resume links go where; name the "
+    "accounts to notify instead (to: [{name}]): each hears on the channels it registered "
+    "(`threadline user channel add`), and only there do its links go; a webhook or email "
+    "target gets the notice without links"
+)
 
 
 def email_problem(address: str) -> str | None:

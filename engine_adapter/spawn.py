@@ -271,6 +271,8 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
         return text + (f", emitted by {caller}" if caller else "")
     if trigger.get("on_behalf_of"):
         caller = f"{caller} for {trigger['on_behalf_of']}"
+    if trigger.get("minted_by"):  # a token minted for the caller by someone else (an admin)
+        caller = f"{caller}, via a token minted by {trigger['minted_by']}"
     text = "manually" + (f" by {caller}" if caller else "")
     return text + (f", request {trigger['request_id']}" if trigger.get("request_id") else "")
 

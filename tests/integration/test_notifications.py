@@ -97,8 +97,7 @@ notify:
   - when: [gate, failed]
     webhook: env:{RECEIVER_ENV}
   - when: [gate]
-    email: alice@example.com
-    as: alice
+    to: [alice]                  # her links, on the channel she registered
   - when: [waiting]
     after: 2s
     email: [ops@example.com]
@@ -109,6 +108,8 @@ def test_a_gate_is_announced_by_webhook_and_email_and_decided_by_its_link(
     db_url, conn, apply, procs, mailbox
 ):
     receiver = Receiver()
+    added = harness.run_cli(db_url, "user", "add", "alice", "--email", "alice@example.com")
+    assert added.returncode == 0, added.stderr
     apply(NOTIFIED)
     procs.start("conductor", env=conductor_env(receiver, mailbox))
     procs.start("bots")
@@ -120,14 +121,14 @@ def test_a_gate_is_announced_by_webhook_and_email_and_decided_by_its_link(
     )
     slack = receiver.accepted()[0]
     assert "Ship 1.2?" in slack["text"] and slack["threadline"]["run_id"] == run_id
-    buttons = slack["blocks"][1]["elements"]
-    assert [b["text"]["text"] for b in buttons] == ["Approve", "Deny"]
-    assert buttons[0]["url"].startswith("http://links.example/resume/tl_rt_")
+    # The recipe's webhook is told, with no buttons: no one's links go where a recipe points.
+    assert len(slack["blocks"]) == 1 and slack["threadline"]["links"] == {}
     headers = receiver.requests[0][0]
     assert headers["Idempotency-Key"].startswith("threadline-notification-")
     by_to = {m["To"]: m for m in mailbox.messages}
     assert set(by_to) == {"alice@example.com", "ops@example.com"}  # the gate; then it waited
     assert "Still waiting for a decision" in by_to["ops@example.com"].get_content()
+    assert "/resume/" not in by_to["ops@example.com"].get_content()
     assert len(mailbox.messages) == 2  # the waiting rule spoke once, however often it swept
     # Alice's link decides as alice.
     token = re.search(r"/resume/(tl_rt_[\w-]+)", by_to["alice@example.com"].get_content())[1]
@@ -140,7 +141,7 @@ def test_a_gate_is_announced_by_webhook_and_email_and_decided_by_its_link(
     assert decision["author"] == "alice"
     notes = [e["text"] for e in view["thread"] if e["text"].startswith("Notified")]
     assert sorted(notes) == [
-        "Notified alice@example.com (a gate opened).",
+        "Notified alice at alice@example.com (a gate opened).",
         "Notified ops@example.com (a gate is waiting).",
         f"Notified webhook env:{RECEIVER_ENV} (a gate opened).",  # the name, never the URL
     ]

@@ -16,8 +16,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -114,6 +116,60 @@ def test_notify_as_is_refused_at_validation_saying_what_replaces_it(db_url, conn
     assert rows(conn, "select slug from threadline.workflows") == []
 
 
+def bodies_at(path: str) -> tuple[str, list[dict]]:
+    """A webhook receiver on loopback: its URL, and the JSON bodies posted to it."""
+    got: list[dict] = []
+
+    class Take(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Take)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}{path}", got
+
+
+def test_a_link_goes_only_to_a_channel_its_subject_registered(
+    db_url, conn, apply, procs, monkeypatch
+):
+    monkeypatch.setenv("THREADLINE_NOTIFY_ALLOW", "127.0.0.1")  # the receivers are on loopback
+    alices, to_alice = bodies_at("/alice")
+    attackers, to_attacker = bodies_at("/attacker")
+    added = harness.run_cli(db_url, "user", "add", "alice", "--webhook", alices)
+    assert added.returncode == 0, added.stderr
+    apply(
+        GATED.replace("{extra}", "approvers: [alice]")
+        + "notify:\n  - {when: [gate], to: [alice]}\n"
+        + f"  - {{when: [gate], webhook: '{attackers}'}}\n"
+    )
+    procs.start("conductor", env={"THREADLINE_PUBLIC_URL": "http://links.example"})
+    from engine_adapter.spawn import spawn
+
+    run_id = spawn(conn, "gated").run_id
+    harness.wait_for(lambda: to_alice and to_attacker, timeout=30, what="both notices")
+    assert to_alice[0]["threadline"]["links"]["approve"].startswith("http://links.example/resume/")
+    assert to_attacker[0]["threadline"]["links"] == {}  # the recipe's webhook: a notice only
+    # An outbox row naming alice as the subject of the attacker's URL (as `as: alice` made, or
+    # anything else that writes the outbox): sent, but with no link in it.
+    key = harness.wait_for_state(procs.url, run_id, "waiting")["gate"]["key"]
+    conn.execute(
+        "insert into threadline.notifications (run_id, event, event_key, rule, channel, target,"
+        " subject, text) values (%s, 'gate', %s, 7, 'webhook', %s, 'alice', 'Ship it?')",
+        (run_id, key, attackers),
+    )
+    harness.wait_for(lambda: len(to_attacker) == 2, timeout=30, what="the forged row's notice")
+    assert to_attacker[1]["threadline"]["links"] == {}
+    assert "/resume/" not in json.dumps(to_attacker)
+    issued = rows(conn, "select subject from threadline.resume_tokens")
+    assert issued == [{"subject": "alice"}]  # one link: alice's, on her own channel
+
+
 # -- a delegated token is visibly delegated ----------------------------------------------------
 def test_a_token_minted_by_root_for_alice_decides_visibly_delegated(db_url, conn, apply, procs):
     gated(apply, "approvers: [alice]")
@@ -125,11 +181,15 @@ def test_a_token_minted_by_root_for_alice_decides_visibly_delegated(db_url, conn
     listed = json.loads(harness.run_cli(db_url, "token", "list", "--json").stdout)
     assert [(t["name"], t["account"], t["minted_by"]) for t in listed] == [("alice", "alice", root)]
 
-    from engine_adapter.spawn import spawn
+    assert harness.run_cli(db_url, "user", "add", "carol").returncode == 0
+    carols = harness.run_cli(db_url, "token", "create", "carol", "--role", "operator").stdout
 
     base = console_api(procs)
-    run_id = spawn(conn, "gated").run_id
-    harness.wait_for_state(procs.url, run_id, "waiting")
+    status, started = api(base, "/runs", carols.strip(), {"workflow": "gated"})
+    assert status == 200, started
+    run_id = started["run_id"]
+    opening = harness.wait_for_state(procs.url, run_id, "waiting")["thread"][0]["text"]
+    assert f"manually by carol, via a token minted by {root}" in opening
     status, answer = api(base, f"/runs/{run_id}/approve", minted.stdout.strip(), {"reason": "ok"})
     assert status == 200, answer
     view = harness.wait_for_state(procs.url, run_id, "completed")
@@ -267,3 +327,24 @@ def test_a_resume_tokens_subject_with_no_account_matches_nobody(db_url, conn, ap
     done = harness.run_cli(db_url, "resume", stdin=request)
     assert done.returncode == 0, done.stdout
     harness.wait_for_state(procs.url, run_id, "completed")
+
+
+def test_a_rerun_recorded_for_someone_else_is_still_its_runners_own(db_url, conn, apply, procs):
+    """`--as` records whom an action is for; the run it starts is still its runner's, whose gates
+    refuse them."""
+    from engine_adapter import gates
+    from engine_adapter.identity import Actor
+    from engine_adapter.spawn import spawn
+
+    gated(apply)
+    procs.start("conductor")
+    first = spawn(conn, "gated").run_id
+    harness.wait_for_state(procs.url, first, "waiting")
+    gates.decide(conn, first, "approve", Actor("carol", "console"))
+    harness.wait_for_state(procs.url, first, "completed")
+    rerun = harness.run_cli(db_url, "rerun", first, "--from", "ship", "--as", "bob", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    second = json.loads(rerun.stdout)["run_id"]
+    harness.wait_for_state(procs.url, second, "waiting")
+    refused = harness.run_cli(db_url, "approve", second)
+    assert refused.returncode == 2 and "started this run" in refused.stderr

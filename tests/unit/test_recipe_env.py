@@ -48,9 +48,10 @@ def test_gate_self_approval_round_trips_and_the_old_key_is_read_or_refused():
     gate = "slug: x\nsteps:\n  - {{id: g, human_gate: 'ok', {extra}}}\n"
     recipe = load_recipe_text(gate.format(extra="self_approval: true"))
     assert recipe.steps[0].to_dict()["self_approval"] is True
-    assert "self_approval" not in load_recipe_text(gate.format(extra="accept: decision")).steps[
-        0
-    ].to_dict()
+    assert (
+        "self_approval"
+        not in load_recipe_text(gate.format(extra="accept: decision")).steps[0].to_dict()
+    )
     assert errors_of(gate.format(extra="self_approval: yes please")) == [
         'steps[0].self_approval: "yes please" must be true or false'
     ]

@@ -19,7 +19,9 @@ import statistics
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from bench.cpu import machine_busy_s
 from engine_adapter.sandbox import Sandbox, detect
@@ -54,14 +56,20 @@ def time_starts(
     return out, (machine_busy_s() - busy) * 1000 / n
 
 
+@contextmanager
+def bench_sandbox(prefix: str) -> Iterator[Sandbox]:
+    """The sandbox a bot here would use, with the runs' directories in a temporary one."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.environ.setdefault("THREADLINE_RUNS_DIR", str(Path(tmp) / "runs"))
+        Path(tmp).chmod(0o711)
+        yield detect()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="starts of each kind (default 200)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="threadline-sandbox-bench-") as tmp:
-        os.environ.setdefault("THREADLINE_RUNS_DIR", str(Path(tmp) / "runs"))
-        Path(tmp).chmod(0o711)
-        full = detect()
+    with bench_sandbox("threadline-sandbox-bench-") as full:
         workdir = full.workdir("bench-run", None)
         kinds: list[tuple[str, Sandbox | None]] = [("bare", None)]
         kinds.append(("setpriv (user + death signal)", dataclasses.replace(full, bwrap=None)))

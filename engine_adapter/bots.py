@@ -21,6 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import (
+    afterwards,
     agent_loop,
     agent_tools,
     db,
@@ -570,4 +571,5 @@ def main(
     stop.wait()
     for s in slots:
         s.close()
+    afterwards.settled()  # the steps' /tmp directories removed, their slirp4netns reaped
     worker.close()

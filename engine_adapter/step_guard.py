@@ -28,10 +28,11 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from .afterwards import later
 from .sandbox import Sandbox, SandboxError
 from .step_limits import Limits, format_size
 
@@ -125,6 +126,11 @@ def _delegated_cgroup(box: Sandbox) -> tuple[Path | None, str]:
         if missing:
             return None, f"cgroup {base} lacks the {' and '.join(sorted(missing))} controller"
         (base / "cgroup.subtree_control").write_text("+memory +pids")
+        for stale in base.glob("step-*"):  # a killed bots process's, once empty (another
+            try:  # bots process's, in a shared cgroup, holds processes and stays)
+                stale.rmdir()
+            except OSError:
+                pass
         probe = _new_cgroup(base, Limits(64 << 20, 8, None, None, 1024))
         _remove_cgroup(probe)
     except (OSError, StopIteration) as err:
@@ -298,9 +304,9 @@ class Guard:
 
     def close(self) -> None:
         if self.cgroup:
-            _remove_cgroup(self.cgroup)
+            later(partial(_remove_cgroup, self.cgroup))
         if self.tmp:
-            _remove_tree(self.tmp)
+            later(partial(_remove_tree, self.tmp))
 
     def outer(self) -> tuple[str, ...]:
         """Run before the sandbox's wrapper, as the bots process's user: join the cgroup."""

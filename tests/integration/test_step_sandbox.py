@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from engine_adapter import harness, step_fit
+from tests.accounts import ordinary_account, package_copy, run_python
 from engine_adapter.sandbox import SandboxError, detect
 from engine_adapter.spawn import spawn
 
@@ -173,24 +174,9 @@ def test_health_names_the_sandbox_in_use(conn, procs):
 def test_an_unprivileged_threadline_sandboxes_with_bubblewrap(needs_bwrap, tmp_path):
     """Threadline run by an ordinary account: steps run in bubblewrap, which hides its home
     (with the credentials) and its processes, though they share its uid."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run the check as another account")
-    account = "threadline-owner-test"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", account],
-        capture_output=True,
-        check=False,
-    )
-    import pwd
-
-    pw = pwd.getpwnam(account)
+    pw = ordinary_account("threadline-owner-test")
     base = tmp_path / "owner"
-    code = base / "code"
-    shutil.copytree(
-        Path(__file__).resolve().parents[2] / "engine_adapter",
-        code / "engine_adapter",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    code = package_copy(base)
     home = base / "home"
     (home / ".threadline").mkdir(parents=True)
     (home / ".threadline" / "credentials.json").write_text(MARK)
@@ -215,22 +201,8 @@ print(box.describe())
 print(out.stderr)
 print(out.stdout)
 """
-    result = subprocess.run(
-        ["/usr/bin/python3", "-c", script],
-        user=pw.pw_uid,
-        group=pw.pw_gid,
-        extra_groups=[],
-        cwd=str(base),
-        env={
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(home),
-            "PYTHONPATH": str(code),
-            "THREADLINE_SECRET_FOR_TEST": MARK,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_python(
+        pw, code, script, env={"HOME": str(home), "THREADLINE_SECRET_FOR_TEST": MARK}
     )
     assert result.returncode == 0, result.stderr
     assert "sandboxed: bubblewrap" in result.stdout

@@ -119,7 +119,8 @@ def test_bombs_fail_their_steps_while_a_neighbour_completes(
     assert view["steps"][0]["output"].strip() == "ok"
     # The host: nothing of theirs runs on, their /tmp directories are gone, the bots are well.
     harness.wait_for(lambda: not processes_named(marker), timeout=15, what="the bombs to be gone")
-    assert not list((procs.home / "runs" / TMP_DIR).iterdir())
+    scratch = procs.home / "runs" / TMP_DIR
+    harness.wait_for(lambda: not list(scratch.iterdir()), timeout=15, what="their /tmp to go")
     health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
     assert health["status"] == "ok" and all(b["alive"] for b in health["bots"]), health
 
@@ -172,7 +173,7 @@ def test_tmp_is_on_disk_and_a_file_past_the_limit_fails_its_step(
     assert (step_tmp / "shm" / "mine").read_text() == "shm\n"
     out = failed_with(procs, run_id, "tmp limit 32 MiB reached")
     assert "wrote" not in out.split()
-    assert not step_tmp.exists()
+    harness.wait_for(lambda: not step_tmp.exists(), timeout=15, what="its /tmp to go")
 
 
 def test_cpu_time_past_the_limit_fails_its_step(needs_bwrap, conn, apply, procs):

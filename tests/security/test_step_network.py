@@ -24,6 +24,7 @@ import pytest
 from engine_adapter import harness
 from engine_adapter.sandbox import detect
 from engine_adapter.spawn import spawn
+from tests.accounts import ordinary_account, package_copy, run_python
 
 REQUIRE_ENV = "THREADLINE_REQUIRE_SANDBOX"  # set by CI: what is missing fails, not skips
 
@@ -240,3 +241,70 @@ def test_without_slirp4netns_a_step_gets_no_network_and_says_so(
     assert "ran without the network: slirp4netns is not installed" in out, out
     health = json.loads(harness.run_cli(procs.url, "health", "--json").stdout)
     assert "network: NONE for every step" in health["bots"][0]["sandbox"]
+
+
+AS_ACCOUNT = r"""
+import sys
+from engine_adapter import step_fit, step_limits, workdirs
+from engine_adapter.process_runner import run_process
+from engine_adapter.sandbox import detect
+
+box = detect()
+assert box.user is None and box.bwrap, box.describe()
+print(step_fit.describe(box))
+
+
+def run(command, limits):
+    step = workdirs.step_dir(box, "run-1", None)
+    with (
+        workdirs.opened(box, step) as mount,
+        step_fit.fitted(box, step_limits.merged(limits), True, step.mount) as fit,
+    ):
+        result = run_process(
+            box.argv(["bash", "-c", command], step.path, mount=mount, fit=fit.fit),
+            cwd=str(step.path),
+            env={"PATH": "/usr/bin:/bin"},
+            timeout_s=60,
+            popen_kwargs={**box.popen_kwargs(), "pass_fds": mount.pass_fds + fit.pass_fds},
+            contained=True,
+            on_start=fit.started,
+            should_continue=fit.within,
+        )
+        return fit.judged(result)
+
+
+print(run(sys.argv[1], None).output)
+bomb = "for i in $(seq 100); do sleep 30 & done 2>/dev/null; wait"
+print("limit:", run(bomb, {"pids": 12}).limit)
+"""
+
+
+def test_an_unprivileged_threadline_gives_steps_their_network_and_limits(
+    needs_slirp, tmp_path, loopback_port
+):
+    """Threadline run by an ordinary account: bubblewrap makes the user namespace that owns the
+    step's network, and slirp4netns joins it; RLIMIT_NPROC counts in it."""
+    account = ordinary_account("threadline-net-test")
+    base = tmp_path / "owner"
+    code = package_copy(base)
+    (base / "home").mkdir()
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, account.pw_uid, account.pw_gid)
+    command = "; ".join(
+        ['echo "tap: $(grep -c tap0 /proc/net/dev)"', probe("127.0.0.1", loopback_port, "listener")]
+    )
+    result = run_python(
+        account,
+        code,
+        AS_ACCOUNT,
+        command,
+        env={
+            "HOME": str(base / "home"),
+            "THREADLINE_HOME": str(base / "home" / ".threadline"),
+            "THREADLINE_RUNS_DIR": str(base / "runs"),
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert "outbound through slirp4netns" in result.stdout, result.stdout
+    assert "tap: 1" in result.stdout and "listener: refused" in result.stdout, result.stdout
+    assert "limit: pids limit 12 processes reached" in result.stdout, result.stdout

@@ -105,16 +105,29 @@ class Attachment:
 
     def started(self, pid: int) -> None:
         """Called as soon as the command's process exists: connect its namespace, then let it
-        run. NetworkError if slirp4netns cannot (the caller kills the command)."""
+        run. NetworkError if slirp4netns cannot (the caller kills the command). Where
+        bubblewrap gives up while making the sandbox, its output says why: nothing to connect."""
         if not self.fds:
             return
         for name in ("info_w", "block_r"):  # the command holds its own copies
             os.close(self.fds.pop(name))
         info = _read_all(self.fds["info_r"], READY_S)
+        if not info and _ended(self.fds["info_r"]):
+            return
         try:
             child = int(json.loads(info)["child-pid"])
         except (ValueError, KeyError, TypeError):
             raise NetworkError(f"bubblewrap did not say where the step runs ({info[:200]!r})")
+        try:
+            self._connect(child)
+            os.write(self.fds.pop("block_w"), b"1")  # the command starts
+        except OSError as err:
+            # Its namespaces go before it ends, and a process that ended has none left.
+            if not (isinstance(err, FileNotFoundError) or _gone(child)):
+                raise NetworkError(f"the step's network could not be set up: {err}") from None
+
+    def _connect(self, child: int) -> None:
+        """Start slirp4netns for the namespace of bubblewrap's child, and wait until it is up."""
         net = os.open(f"/proc/{child}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.fds["net"] = net
         # The namespace's owner, from the network namespace itself: bubblewrap moves its child
@@ -153,8 +166,7 @@ class Attachment:
             os.close(ready_w)
             os.close(exit_r)
         if _read_all(ready_r, READY_S, want=1) != b"1":
-            raise NetworkError(f"slirp4netns could not connect the step's network: {self._said()}")
-        os.write(self.fds.pop("block_w"), b"1")  # the command starts
+            raise OSError(f"slirp4netns did not connect it: {self._said()}")
 
     def _said(self) -> str:
         if self.slirp is not None and self.slirp.poll() is None:
@@ -201,6 +213,19 @@ def _wait_for_loopback(child: int, owner: int) -> None:
         except OSError:
             return  # it has ended: nothing to wait for
         time.sleep(0.0005)
+
+
+def _gone(pid: int) -> bool:
+    """Whether a process has ended (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _ended(fd: int) -> bool:
+    """Whether a pipe's writers have all closed it."""
+    return bool(select.select([fd], [], [], 0)[0]) and not os.read(fd, 1)
 
 
 def _read_all(fd: int, timeout_s: float, want: int | None = None) -> bytes:

@@ -103,6 +103,15 @@ def procs(
         print(p.log_tails())
 
 
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A directory a recipe may name as its absolute workdir (the procs fixture allows it)."""
+    path = tmp_path / "work"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)  # steps may run as an unprivileged user
+    return path
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Commands run by the tests keep their credentials and sign-in tokens in a home of this
     # session's own, never in the account's ~/.threadline.

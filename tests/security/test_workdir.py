@@ -75,22 +75,13 @@ def start_refused(
     return out.stderr
 
 
-@pytest.fixture
-def allowed(tmp_path: Path) -> Path:
-    """THREADLINE_WORKDIRS of the bots the procs fixture starts."""
-    path = tmp_path / "work"
-    path.mkdir(mode=0o777)
-    path.chmod(0o777)  # steps may run as an unprivileged user
-    return path
-
-
-def test_the_install_is_never_a_workdir(conn, apply, procs, allowed):
+def test_the_install_is_never_a_workdir(conn, apply, procs, workdir):
     """The reproduced escalation: a workdir in site-packages, made and handed to the step user,
     held code that root ran next. Now nothing is made there, not through a link in an allowed
     directory either, and no administrator can allow it."""
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
     target = site / f"tl-attack-{uuid.uuid4().hex[:8]}"
-    link = allowed / "lib"
+    link = workdir / "lib"
     link.symlink_to(site)
     before = sorted(os.listdir(site))
     try:
@@ -112,7 +103,7 @@ def test_the_install_is_never_a_workdir(conn, apply, procs, allowed):
         assert f"THREADLINE_WORKDIRS: {site} overlaps" in said
         assert "Threadline's installation" in said
         # Nor may it be a directory every step writes.
-        said = start_refused(procs, allowed, env={"THREADLINE_STEP_DIRS": str(site)})
+        said = start_refused(procs, workdir, env={"THREADLINE_STEP_DIRS": str(site)})
         assert f"THREADLINE_STEP_DIRS: {site} overlaps {site} (Threadline's installation)" in said
     finally:
         if target.exists():  # only when the guard failed: never leave it in the install
@@ -121,7 +112,7 @@ def test_the_install_is_never_a_workdir(conn, apply, procs, allowed):
             shutil.rmtree(target)
 
 
-def test_another_runs_directory_is_never_a_workdir(conn, apply, procs, allowed):
+def test_another_runs_directory_is_never_a_workdir(conn, apply, procs):
     apply(
         "slug: victim\nsteps:\n  - id: keep\n"
         f"    run_command: 'echo {MARK} > secret.txt; chmod 600 secret.txt'\n"
@@ -148,7 +139,7 @@ def test_another_runs_directory_is_never_a_workdir(conn, apply, procs, allowed):
     assert snapshot(theirs) == before
 
 
-def test_the_accounts_home_is_never_a_workdir(conn, apply, procs, allowed, tmp_path):
+def test_the_accounts_home_is_never_a_workdir(conn, apply, procs, tmp_path):
     """Bound read-write on an install run by an ordinary account, ~/.ssh showed its key."""
     home = tmp_path / "account"
     ssh = home / ".ssh"
@@ -172,7 +163,7 @@ def test_the_accounts_home_is_never_a_workdir(conn, apply, procs, allowed, tmp_p
 
 
 @pytest.mark.parametrize("swap", ["deeper", "out"])
-def test_a_link_an_earlier_step_planted_leads_nowhere(conn, apply, procs, allowed, tmp_path, swap):
+def test_a_link_an_earlier_step_planted_leads_nowhere(conn, apply, procs, tmp_path, swap):
     """The first step, working in out/deeper, swaps a directory of the workdir's path for a link
     to a directory outside (one it could write, to show what would follow): the next step of the
     same run is refused before anything is made or run there."""
@@ -205,10 +196,10 @@ steps:
     assert list(outside.iterdir()) == []  # nothing made, nothing written
 
 
-def test_dotdot_and_unlisted_absolute_workdirs_are_refused(conn, apply, procs, allowed, tmp_path):
+def test_dotdot_and_unlisted_absolute_workdirs_are_refused(conn, apply, procs, workdir, tmp_path):
     workflows = "select count(*) as n from threadline.workflows"
     stored = conn.execute(workflows).fetchone()["n"]
-    for bad in ("../escaped", "a/../../escaped", f"{allowed}/../escaped"):
+    for bad in ("../escaped", "a/../../escaped", f"{workdir}/../escaped"):
         with pytest.raises(RecipeError, match='must not hold a ".." component'):
             apply(step_recipe("climber", bad))
     assert conn.execute(workflows).fetchone()["n"] == stored
@@ -216,8 +207,8 @@ def test_dotdot_and_unlisted_absolute_workdirs_are_refused(conn, apply, procs, a
     elsewhere.mkdir(mode=0o777)
     elsewhere.chmod(0o777)
     apply(step_recipe("elsewhere", str(elsewhere)))
-    apply(step_recipe("missing", str(allowed / "missing")))
-    apply(step_recipe("fine", str(allowed)))
+    apply(step_recipe("missing", str(workdir / "missing")))
+    apply(step_recipe("fine", str(workdir)))
     apply(step_recipe("relative", "build/out"))
     procs.start("conductor")
     procs.start("bots")
@@ -230,17 +221,17 @@ def test_dotdot_and_unlisted_absolute_workdirs_are_refused(conn, apply, procs, a
 
     out = refused(conn, procs, "elsewhere")
     assert f"workdir {elsewhere} is not inside a directory this bot process allows" in out
-    assert f"(THREADLINE_WORKDIRS={allowed.resolve()})" in out
+    assert f"(THREADLINE_WORKDIRS={workdir.resolve()})" in out
     out = refused(conn, procs, "missing")
-    assert f"workdir {allowed / 'missing'} does not exist" in out
-    assert list(elsewhere.iterdir()) == [] and not (allowed / "missing").exists()
+    assert f"workdir {workdir / 'missing'} does not exist" in out
+    assert list(elsewhere.iterdir()) == [] and not (workdir / "missing").exists()
 
     # What is allowed still works: an absolute workdir inside THREADLINE_WORKDIRS, and a relative
     # one, made inside the run's own directory.
     done = spawn(conn, "fine").run_id
     view = harness.wait_for_state(procs.url, done, "completed")
-    assert view["steps"][0]["output"].strip() == str(allowed.resolve())
-    assert (allowed / "planted.py").read_text() == "owned\n"
+    assert view["steps"][0]["output"].strip() == str(workdir.resolve())
+    assert (workdir / "planted.py").read_text() == "owned\n"
     done = spawn(conn, "relative").run_id
     view = harness.wait_for_state(procs.url, done, "completed")
     made = procs.home / "runs" / done / "build" / "out"

@@ -45,6 +45,9 @@ MAX_RUN_TOKENS = 1_000_000_000
 
 @dataclass(frozen=True)
 class BotConfig:
+    """A bot's settings; a run keeps them as its spawn found them (threadline.agent_snapshot,
+    migration 032, writes these fields)."""
+
     name: str
     base_url: str
     model: str
@@ -169,12 +172,6 @@ def apply_bots(conn: psycopg.Connection[Any], bots: list[BotConfig]) -> None:
 
 def list_bots(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return db.fetch_all(conn, "list_bots")
-
-
-def snapshot(conn: psycopg.Connection[Any], name: str) -> dict[str, Any] | None:
-    """What a run spawned now keeps of bot `name`: its settings, or None when it has none."""
-    row = db.fetch_one(conn, "bot_snapshot", dict(name=name))
-    return BotConfig.from_dict(row).to_dict() if row else None
 
 
 MAX_PRICE = 10_000.0  # USD per million tokens: far above any model's, below a typo's

@@ -18,22 +18,24 @@ AS_HELP = (
 )
 
 
-def _conn() -> Any:
-    """People's commands connect as the console's role: the door for people. Without
-    THREADLINE_DATABASE_URL the embedded server is ours: started (made and migrated, the first
-    time) when it is not running."""
+def _conn(owner: bool = False) -> Any:
+    """People's commands connect as the console's role: the door for people; an admin action
+    (minting an API token) as the database's owner, whose login the credentials hold too.
+    Without THREADLINE_DATABASE_URL the embedded server is ours: started (made and migrated, the
+    first time) when it is not running."""
     import psycopg
 
     from . import db
     from .settings import DATABASE_URL_ENV, NotConfigured
 
+    role = None if owner else "console"
     try:
-        return db.connect(role="console")
+        return db.connect(role=role)
     except (NotConfigured, psycopg.OperationalError):
         if os.environ.get(DATABASE_URL_ENV):
             raise
     _start_embedded()
-    return db.connect(role="console")
+    return db.connect(role=role)
 
 
 def _start_embedded_server() -> str:
@@ -549,7 +551,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_token(args: argparse.Namespace) -> int:
     from . import api_tokens
 
-    with _conn() as conn:
+    with _conn(owner=args.token_command == "create") as conn:
         if args.token_command == "create":
             by = _actor(args)
             token = api_tokens.create(conn, args.account, args.role, by, args.name)

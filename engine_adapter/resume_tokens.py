@@ -88,17 +88,17 @@ def redeem(
     found: dict[str, Any] | None = None
     try:
         with conn.transaction():
-            found = db.fetch_one(conn, "lock_resume_token", dict(token_hash=token_hash(token)))
-            _check(found, run_id)
-            assert found is not None
-            actor = Actor(found["subject"], via)
-            # Used up first: the database lets the ingress decide only a gate whose token it
-            # has used in this transaction (a refused decision rolls the use back).
-            conn.execute(db.q("use_resume_token"), dict(token_hash=found["token_hash"]))
+            # The database hashes, locks and checks the token and marks it used by this
+            # transaction: only then may the ingress decide that token's gate, as its subject.
+            row = db.fetch_one(conn, "use_resume_token", dict(token=token, run_id=run_id))
+            assert row is not None
+            found = row if row["run_id"] is not None else None
+            _check(row, run_id)
+            actor = Actor(row["subject"], via)
             gates.decide(
-                conn, str(found["run_id"]), decision, actor, reason, gate_key=found["gate_key"]
+                conn, str(row["run_id"]), decision, actor, reason, gate_key=row["gate_key"]
             )
-        return Redeemed(str(found["run_id"]), found["gate_key"], actor)
+        return Redeemed(str(row["run_id"]), row["gate_key"], actor)
     except (TokenRefused, gates.DecisionRefused) as err:
         with conn.transaction():  # the refusal's own: the attempt's rolled back
             where = found or {"run_id": run_id}
@@ -109,12 +109,16 @@ def redeem(
         raise
 
 
-def _check(found: dict[str, Any] | None, run_id: str | None) -> None:
-    if found is None:
+def _check(row: dict[str, Any], run_id: str | None) -> None:
+    """Why threadline.use_resume_token refused the token, in words."""
+    refusal = row["refusal"]
+    if refusal == "unknown":
         raise TokenRefused("the resume token is not valid")
-    if run_id is not None and str(found["run_id"]) != run_id:
+    if refusal == "other run":
         raise TokenRefused(f"the resume token is not one of run {run_id}")
-    if found["used_at"] is not None:
-        raise TokenRefused(f"the resume token was used already, at {found['used_at']:{_AT}}")
-    if found["expired"]:
-        raise TokenRefused(f"the resume token expired at {found['expires_at']:{_AT}}")
+    if refusal == "used":
+        raise TokenRefused(f"the resume token was used already, at {row['used_at']:{_AT}}")
+    if refusal == "expired":
+        raise TokenRefused(f"the resume token expired at {row['expires_at']:{_AT}}")
+    if refusal is not None:
+        raise TokenRefused(f"the resume token is refused: {refusal}")

@@ -45,10 +45,6 @@ def scope_label(kind: str, name: str) -> str:
     return GLOBAL if kind == GLOBAL else f"{INITIATOR}:{name}"
 
 
-def exist(conn: psycopg.Connection[Any]) -> bool:
-    return bool(db.fetch_one(conn, "limits_exist")["exist"])
-
-
 def set_limit(conn: psycopg.Connection[Any], scope: str, max_runs: Any, actor: Actor) -> int:
     """Set a cap; raising one (or setting the first) admits what now fits at once. Returns how
     many queued runs it admitted."""

@@ -5,25 +5,36 @@ records which one, who called and its delivery / slot / event / request id, and 
 opening note says it in words. A new run under a concurrency cap (its workflow's
 `max_concurrent_runs`, a global or an initiator cap: run_limits.py) starts `queued`: admitted here
 at once while there is room, else in line (commit order) as others finish.
+
+The database writes a run only through threadline.spawn_run (migration 032), one statement: it
+takes the recipe from the workflow's row itself and refuses what the caller may not start (the
+webhook ingress: only a workflow whose webhook or on_event it serves).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import bot_config, db, pause, payload_schema, recipe_doc, run_limits, thread_entries
+from . import db, pause, payload_schema, recipe_doc, run_limits, thread_entries
 from .domain import TRIGGER_KINDS
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
 
 # Conductor attempts: each conductor crash while it holds a run burns one; step failures never do.
-CONDUCTOR_MAX_ATTEMPTS = 50
-CONDUCTOR_RETRY = {"kind": "exponential", "base_seconds": 1, "factor": 2, "max_seconds": 30}
+TASK_OPTIONS = {
+    "max_attempts": 50,
+    "retry_strategy": {"kind": "exponential", "base_seconds": 1, "factor": 2, "max_seconds": 30},
+}
+# SQLSTATEs of threadline.spawn_run (migration 032).
+NO_WORKFLOW, DISABLED, PAUSED, STALE = "TLS01", "TLS02", "TLS03", "TLS04"
+SPAWN_TRIES = 3
 
 
 class SpawnError(ValueError):
@@ -133,6 +144,10 @@ def spawn(
     `snapshot` holds (else its workflow's), never waits for admission and does not count
     against max_concurrent_runs (its parent holds the place). A rerun (`carried`: the results it
     takes over from its original run) runs its original's snapshot.
+
+    The database writes the run (threadline.spawn_run, migration 032): it reads the recipe from
+    the workflow's row itself and checks who may start it; this side checks the payload against
+    the version it names and words the thread's notes.
     """
     payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
@@ -140,108 +155,105 @@ def spawn(
         raise SpawnError(
             f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}"
         )
+    fresh = False
+    for _ in range(SPAWN_TRIES):
+        try:
+            return _spawn(
+                conn, workflow, payload, trigger, idempotency_key, child, snapshot, carried, fresh
+            )
+        except psycopg.Error as err:
+            if err.sqlstate == DISABLED:
+                raise SpawnError(f"workflow {workflow!r} is disabled") from None
+            if err.sqlstate == PAUSED:
+                switch = pause.state(conn)
+                if switch is not None:
+                    raise Paused(pause.describe(switch)) from None
+            elif err.sqlstate == NO_WORKFLOW:
+                _workflow(conn, workflow, fresh=True)  # WorkflowNotFound, unless made since
+            elif err.sqlstate != STALE:
+                raise
+            fresh = True  # the workflow (or the pause) changed since it was read: read it again
+    raise SpawnError(f"workflow {workflow!r} kept changing while a run of it was starting")
+
+
+def _spawn(
+    conn: psycopg.Connection[Any],
+    workflow: str,
+    payload: dict[str, Any],
+    trigger: dict[str, Any],
+    idempotency_key: str | None,
+    child: ChildOf | None,
+    snapshot: Snapshot | None,
+    carried: dict[str, Any] | None,
+    fresh: bool,
+) -> Spawned:
+    if snapshot is not None:  # a version of its own, whatever the workflow is now
+        recipe, version, recipe_hash = snapshot.recipe, snapshot.version, snapshot.hash
+    else:
+        wf = _workflow(conn, workflow, fresh)
+        if not wf["enabled"]:
+            raise SpawnError(f"workflow {workflow!r} is disabled")
+        recipe, version, recipe_hash = wf["recipe"], wf["version"], wf["hash"]
+    if child is None or snapshot is None:
+        problems = payload_schema.payload_problems(recipe.get("payload_schema"), payload)
+        if problems:  # before anything is written
+            raise PayloadRejected(workflow, problems)
     with conn.transaction():
-        wf = get_workflow(conn, workflow)
-        recipe = wf["recipe"]
-        if snapshot is not None:
-            # A version of its own, whatever the workflow is now (enabled or not).
-            recipe = snapshot.recipe
-            wf = {**wf, "version": snapshot.version, "hash": snapshot.hash}
-        if child is None or snapshot is None:
-            if not wf["enabled"]:
-                raise SpawnError(f"workflow {workflow!r} is disabled")
-            problems = payload_schema.payload_problems(recipe.get("payload_schema"), payload)
-            if problems:  # before anything is written
-                raise PayloadRejected(workflow, problems)
-        params = {
-            "v": HANDLER_VERSION,
-            "workflow": workflow,
-            "recipe": recipe,
-            "payload": payload,
-        }
-        if child is not None:
-            params["inherited"] = child.inherited
-        if carried is not None:
-            params["carried"] = carried
-        limited = child is None and (
-            recipe.get("max_concurrent_runs") is not None or run_limits.exist(conn)
-        )
-        if limited:
-            params["admit"] = True  # the handler awaits admission before its first step
-        options: dict[str, Any] = {
-            "max_attempts": CONDUCTOR_MAX_ATTEMPTS,
-            "retry_strategy": CONDUCTOR_RETRY,
-        }
-        if idempotency_key:
-            options["idempotency_key"] = f"spawn:{idempotency_key}"
-        task = db.fetch_one(
+        row = db.fetch_one(
             conn,
-            "spawn_task",
-            dict(queue=QUEUE, task=HANDLER_NAME, params=Jsonb(params), options=Jsonb(options)),
-        )
-        run_id = str(task["task_id"])
-        if not task["created"]:
-            return Spawned(run_id, created=False)
-        # While paused, no new run: the refusal rolls the new task back with the rest. A run in
-        # flight may still start its branches and sub-workflows.
-        switch = pause.state(conn) if child is None else None
-        if switch is not None:
-            raise Paused(pause.describe(switch))
-        conn.execute(
-            db.q("insert_run_thread"),
+            "spawn_run",
             dict(
-                run_id=run_id,
+                queue=QUEUE,
+                task=HANDLER_NAME,
+                handler_v=HANDLER_VERSION,
+                options=Jsonb(TASK_OPTIONS),
                 workflow=workflow,
-                version=wf["version"],
-                hash=wf["hash"],
-                recipe=Jsonb(recipe),
+                version=None if snapshot else version,
+                hash=None if snapshot else recipe_hash,
                 payload=Jsonb(payload),
-                bot=wf["bot"],
                 trigger=Jsonb(trigger),
                 idempotency_key=idempotency_key,
-                initiator=None if child is not None else run_limits.initiator_of(trigger),
+                initiator=None if child else run_limits.initiator_of(trigger),
+                opening=_opening_line(workflow, version, recipe, payload, trigger),
+                child=None
+                if child is None
+                else Jsonb({**child.record(), "inherited": child.inherited}),
+                snapshot=None
+                if snapshot is None
+                else Jsonb({"recipe": recipe, "version": version, "hash": recipe_hash}),
+                carried=None if carried is None else Jsonb(carried),
             ),
         )
-        agent = _agent_snapshot(conn, wf["bot"], child)
-        if agent is not None:
-            conn.execute(db.q("set_run_agent"), dict(run_id=run_id, agent=Jsonb(agent)))
-        if child is not None:
-            conn.execute(
-                db.q("set_run_parent"),
-                dict(run_id=run_id, parent_run_id=child.run_id, parent=Jsonb(child.record())),
-            )
-        thread_entries.system_note(
-            conn,
-            run_id,
-            _opening_line(wf, recipe, payload, trigger),
-            dedupe_key="opened",
-            data={"trigger": trigger, "payload": payload},
-        )
-        if limited:
-            _queue(conn, run_id, workflow)
-        db.notify(conn, run_id, "spawn")
-    return Spawned(run_id, created=True)
+        assert row is not None
+        run_id = str(row["run_id"])
+        if row["created"] and row["state"] == "queued":  # say in the thread why it waits
+            note = run_limits.Caps.of(conn, run_id).waiting_note()
+            thread_entries.system_note(conn, run_id, note, dedupe_key="queued")
+    return Spawned(run_id, created=bool(row["created"]))
 
 
-def _agent_snapshot(
-    conn: psycopg.Connection[Any], bot: str, child: ChildOf | None
-) -> dict[str, Any] | None:
-    """The agent settings the run keeps for its life: a child run of the same bot takes its
-    parent's (its run started under them), any other run its bot's settings as they are now."""
-    if child is not None:
-        parent = db.fetch_one(conn, "run_agent_of_bot", dict(run_id=child.run_id, bot=bot))
-        if parent is not None:
-            return parent["agent"]
-    return bot_config.snapshot(conn, bot)
+# The workflows spawned lately, per database: a spawn then names the version it checked the
+# payload against and wrote its notes for, and the database refuses a stale one (STALE), so it
+# costs no read of the workflow's row.
+_KNOWN_MAX = 256
+_known: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_known_lock = threading.Lock()
 
 
-def _queue(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> None:
-    """Queue the new run, admit what fits (in line) and say in the thread if it has to wait."""
-    db.fetch_one(conn, "queue_run", dict(run_id=run_id, workflow=workflow))
-    db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=workflow))
-    caps = run_limits.Caps.of(conn, run_id)
-    if caps.row.get("state") == "queued":
-        thread_entries.system_note(conn, run_id, caps.waiting_note(), dedupe_key="queued")
+def _workflow(conn: psycopg.Connection[Any], slug: str, fresh: bool) -> dict[str, Any]:
+    """The workflow's row as last read (a disabled one is read again: it may be enabled since)."""
+    key = (conn.info.host, conn.info.port, conn.info.dbname, slug)
+    with _known_lock:
+        known = None if fresh else _known.get(key)
+    if known is not None and known["enabled"]:
+        return known
+    wf = get_workflow(conn, slug)
+    with _known_lock:
+        _known[key] = wf
+        _known.move_to_end(key)
+        while len(_known) > _KNOWN_MAX:
+            _known.popitem(last=False)
+    return wf
 
 
 def describe_trigger(trigger: dict[str, Any]) -> str:
@@ -278,12 +290,14 @@ def describe_trigger(trigger: dict[str, Any]) -> str:
 
 
 def _opening_line(
-    wf: dict[str, Any], recipe: dict[str, Any], payload: dict[str, Any], trigger: dict[str, Any]
+    workflow: str,
+    version: int,
+    recipe: dict[str, Any],
+    payload: dict[str, Any],
+    trigger: dict[str, Any],
 ) -> str:
     steps = ", ".join(s["id"] for s in recipe["steps"])
-    text = (
-        f"Run of {wf['slug']} v{wf['version']} started {describe_trigger(trigger)}. Steps: {steps}."
-    )
+    text = f"Run of {workflow} v{version} started {describe_trigger(trigger)}. Steps: {steps}."
     if payload:
         text += f"\nPayload: {json.dumps(payload, ensure_ascii=False)}"
     return text

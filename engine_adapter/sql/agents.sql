@@ -16,20 +16,6 @@ select name, base_url, model, temperature, max_tokens, api_key_env, max_turns,
        max_tokens_per_run, updated_at
   from threadline.bots order by name
 
--- bot_snapshot --
--- What a new run keeps of its bot's settings (never the key, only its variable's name), with its
--- model's price as it is now.
-select b.name, b.base_url, b.model, b.temperature, b.max_tokens, b.api_key_env, b.max_turns,
-       b.max_tokens_per_run, p.input_per_mtok::float8 as price_in,
-       p.output_per_mtok::float8 as price_out
-  from threadline.bots b
-  left join threadline.model_prices p on p.model = b.model
- where b.name = %(name)s
-
--- set_run_agent --
--- The run's snapshot of its agent bot, written once at spawn.
-update threadline.run_threads set agent = %(agent)s where run_id = %(run_id)s
-
 -- run_agent --
 -- The agent settings a run was spawned with (null: its bot has none).
 select agent from threadline.run_threads where run_id = %(run_id)s
@@ -41,11 +27,6 @@ select dedupe_key, data from threadline.thread_entries
  where run_id = %(run_id)s and starts_with(dedupe_key, %(prefix)s)
    and kind in ('agent.assistant', 'agent.tool')
  order by seq
-
--- run_agent_of_bot --
--- A parent run's agent snapshot, when it runs the same bot (a child keeps its parent's).
-select agent from threadline.run_threads
- where run_id = %(run_id)s and bot = %(bot)s and agent is not null
 
 -- agent_human_messages --
 -- People's messages in the run's thread since the step's instruction (and after a seq): what

@@ -1,6 +1,10 @@
 -- insert_api_token --
-insert into threadline.api_tokens (token_hash, name, roles, created_by, account_id, minted_by)
-values (%(token_hash)s, %(name)s, %(roles)s, %(created_by)s, %(account_id)s, %(minted_by)s)
+-- A new token, through threadline.mint_api_token (migration 032): the console's role mints only
+-- a token an account mints for itself.
+select threadline.mint_api_token(jsonb_build_object(
+  'token_hash', %(token_hash)s::text, 'name', %(name)s::text, 'roles', %(roles)s::text[],
+  'created_by', %(created_by)s::text, 'account_id', %(account_id)s::bigint,
+  'minted_by', %(minted_by)s::bigint))
 
 -- api_token_by_hash --
 -- A presented bearer token's account, while neither it is revoked nor its account removed; and

@@ -1,9 +1,5 @@
 -- Concurrency caps (migration 021): global, per initiator, and a workflow's max_concurrent_runs.
 
--- limits_exist --
--- Whether any global or initiator cap is set (then every new top-level run is queued).
-select exists (select 1 from threadline.run_limits) as exist
-
 -- list_limits --
 -- Every cap with the top-level runs holding a place under it and those waiting for one.
 select l.kind, l.name, l.max_runs, l.set_by, l.set_at,

@@ -4,8 +4,8 @@ select threadline.append_entry(%(run_id)s, %(author_kind)s, %(author)s, %(kind)s
                                %(step_key)s, %(dedupe_key)s, %(text)s, %(data)s) as seq
 
 -- lock_run --
--- The run row, locked for the rest of the transaction.
-select * from threadline.run_threads where run_id = %(run_id)s for update
+-- The run row, locked for the rest of the transaction (migration 032 checks the caller).
+select * from threadline.lock_run(%(run_id)s)
 
 -- get_run --
 -- The run row without a lock.
@@ -24,13 +24,15 @@ select threadline.emit_retry(%(queue)s, %(run_id)s, %(step_key)s, %(payload)s)
 select threadline.emit_debug_event(%(queue)s, %(event)s, %(payload)s)
 
 -- insert_decision --
--- A gate decision; the step key is unique, so a gate is decided once.
-insert into threadline.decisions
-  (step_key, run_id, decision, actor, via, on_behalf_of, reason, account_id, minted_by)
-values (%(step_key)s, %(run_id)s, %(decision)s, %(actor)s, %(via)s, %(on_behalf_of)s, %(reason)s,
-        %(account_id)s, %(minted_by)s)
-on conflict (step_key) do nothing
-returning created_at
+-- A gate decision, recorded by threadline.record_decision (migration 032), which checks who may;
+-- the step key is unique, so a gate is decided once (no row: decided already).
+select d.created_at
+  from threadline.record_decision(jsonb_build_object(
+         'step_key', %(step_key)s::text, 'run_id', %(run_id)s::uuid,
+         'decision', %(decision)s::text, 'actor', %(actor)s::text, 'via', %(via)s::text,
+         'on_behalf_of', %(on_behalf_of)s::text, 'reason', %(reason)s::text,
+         'account_id', %(account_id)s::bigint, 'minted_by', %(minted_by)s::text)) d (created_at)
+ where d.created_at is not null
 
 -- get_decision --
 -- The decision taken for one gate, if any.
@@ -96,22 +98,14 @@ select version, hash from threadline.workflow_versions
  where slug = %(slug)s and starts_with(hash, %(prefix)s)
  order by version
 
--- spawn_task --
--- Absurd's spawn; with an idempotency key it returns the existing task and created = false.
-select task_id, run_id, attempt, created from absurd.spawn_task(%(queue)s, %(task)s, %(params)s, %(options)s)
-
--- insert_run_thread --
--- The run's thread, bound to its one bot, with the recipe and payload snapshot.
-insert into threadline.run_threads
-  (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger, idempotency_key,
-   initiator)
-values (%(run_id)s, %(workflow)s, %(version)s, %(hash)s, %(recipe)s, %(payload)s, %(bot)s,
-        %(trigger)s, %(idempotency_key)s, %(initiator)s)
-
--- set_run_parent --
--- A child run's place in its parent (migration 009).
-update threadline.run_threads set parent_run_id = %(parent_run_id)s, parent = %(parent)s
- where run_id = %(run_id)s
+-- spawn_run --
+-- A new run, through the one checked door (migration 032); with an idempotency key already used,
+-- that key's run and created = false.
+select run_id, created, state
+  from threadline.spawn_run(%(queue)s, %(task)s, %(handler_v)s::integer, %(options)s,
+                            %(workflow)s, %(version)s::integer, %(hash)s, %(payload)s, %(trigger)s,
+                            %(idempotency_key)s, %(initiator)s, %(opening)s, %(child)s,
+                            %(snapshot)s, %(carried)s)
 
 -- set_run_outputs --
 -- What a finishing run hands on (its parent's step reads it from the run.done event).

@@ -5,22 +5,19 @@ values (%(token_hash)s, %(run_id)s, %(gate_key)s, %(subject)s, %(via)s,
         now() + make_interval(secs => %(ttl_s)s))
 returning expires_at
 
--- lock_resume_token --
--- A presented token's row (by its hash), locked: two uses of one token are serialised.
-select token_hash, run_id, gate_key, subject, issued_via, expires_at, used_at,
-       expires_at <= now() as expired
-  from threadline.resume_tokens where token_hash = %(token_hash)s
-   for update
-
 -- use_resume_token --
-update threadline.resume_tokens set used_at = now() where token_hash = %(token_hash)s
+-- A presented token, hashed, locked, checked and (unless refused) marked used by this transaction
+-- (migration 032): its run, gate and subject, and why it was refused.
+select refusal, run_id, gate_key, subject, expires_at, used_at
+  from threadline.use_resume_token(%(token)s, %(run_id)s::uuid)
 
 -- insert_decision_audit --
--- One decision attempt, decided or refused.
-insert into threadline.decision_audit
-  (run_id, gate_key, actor, via, decision, reason, outcome, why, account_id, minted_by)
-values (%(run_id)s, %(gate_key)s, %(actor)s, %(via)s, %(decision)s, %(reason)s, %(outcome)s,
-        %(why)s, %(account_id)s, %(minted_by)s)
+-- One decision attempt, decided or refused, through threadline.audit_decision (migration 032).
+select threadline.audit_decision(jsonb_build_object(
+  'run_id', %(run_id)s::uuid, 'gate_key', %(gate_key)s::text, 'actor', %(actor)s::text,
+  'via', %(via)s::text, 'decision', %(decision)s::text, 'reason', %(reason)s::text,
+  'outcome', %(outcome)s::text, 'why', %(why)s::text, 'account_id', %(account_id)s::bigint,
+  'minted_by', %(minted_by)s::text))
 
 -- decision_audit_of_run --
 select run_id, gate_key, actor, via, decision, reason, outcome, why, minted_by, created_at

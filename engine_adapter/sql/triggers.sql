@@ -46,10 +46,6 @@ select slug from threadline.workflows
 -- The workflow's admission lock, until commit (see migration 002).
 select threadline.lock_admission(%(workflow)s)
 
--- queue_run --
--- A new run of a workflow with a concurrency limit waits for admission, in line (migration 002).
-select threadline.queue_run(%(run_id)s, %(workflow)s)
-
 -- admit_queued --
 -- Admit the workflow's first queued runs in line while it has room (see migration 002).
 select threadline.admit_queued(%(queue)s, %(workflow)s) as admitted

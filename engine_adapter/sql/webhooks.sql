@@ -25,8 +25,9 @@ select run_id, delivery, path
  limit 1
 
 -- insert_webhook_delivery --
--- Record an accepted delivery; nothing when a concurrent one with its id or signature won.
-insert into threadline.webhook_deliveries (path, delivery, signature, run_id, caller)
-values (%(path)s, %(delivery)s, %(signature)s, %(run_id)s, %(caller)s)
-on conflict do nothing
-returning run_id
+-- Record an accepted delivery, for the run its path and delivery started (migration 032); nothing
+-- when a concurrent one with its id or signature won.
+select r.run_id
+  from threadline.record_webhook_delivery(%(path)s, %(delivery)s, %(signature)s,
+                                          %(run_id)s::uuid, %(caller)s) r (run_id)
+ where r.run_id is not null

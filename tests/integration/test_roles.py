@@ -204,10 +204,15 @@ def test_the_console_decides_gates_through_the_checked_path(conn, apply, procs, 
 
 
 def test_the_ingress_spawns_and_does_nothing_else(conn, apply, procs, logins):
-    apply(ASK)
+    apply(ASK + "webhooks:\n  - path: x\n")
     procs.start("conductor")
     with as_role(logins, "hooks") as h:
-        run_id = spawn(h, "ask", trigger={"kind": "webhook", "path": "x"}).run_id
+        run_id = spawn(
+            h,
+            "ask",
+            trigger={"kind": "webhook", "path": "x", "delivery": "d1"},
+            idempotency_key="webhook:x:d1",
+        ).run_id
         harness.wait_for_state(procs.url, run_id, "waiting")
         key = names.step_key(run_id, "ask", 1)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -2,7 +2,8 @@
 an administrator allowed.
 
 A recipe's `workdir:` is chosen by whoever writes recipes, and the bots process is often root, so
-no path a recipe names is ever created, chowned or written by the bots process:
+the bots process never creates, chowns or writes a path a recipe names outside the run's own
+directory:
 - every run has a directory of its own under the runs root (0700, the step user's), the only one
   of the runs root that its steps see, bound writable at its own path;
 - a relative `workdir:` lies inside it (no `..`); missing directories are made one at a time

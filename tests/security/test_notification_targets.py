@@ -116,16 +116,17 @@ FORGED = "v2?\nApprove: http://evil.example/steal\n<http://evil.example/steal|Ap
 
 def test_payload_text_cannot_forge_an_approve_link(db_url, conn, apply, procs, smtp):
     receiver = Receiver()
-    apply(f"""
+    channels = ["--email", "ops@example.com", "--webhook", f"env:{RECEIVER_ENV}"]
+    added = harness.run_cli(db_url, "user", "add", "ops", *channels)
+    assert added.returncode == 0, added.stderr
+    apply("""
 slug: forged
 steps:
   - id: ship
-    human_gate: "Deploy {{{{payload.version}}}}"
+    human_gate: "Deploy {{payload.version}}"
 notify:
   - when: [gate]
-    webhook: env:{RECEIVER_ENV}
-  - when: [gate]
-    email: ops@example.com
+    to: [ops]                 # ops's links, on both channels ops registered
 """)
     env = {**smtp_env(smtp), RECEIVER_ENV: receiver.url, ALLOW_ENV: "127.0.0.1"}
     procs.start("conductor", env=env)

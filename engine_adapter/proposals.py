@@ -1,17 +1,24 @@
 """Proposals: a change to a workflow that opted in (`allow_proposals: true`) is proposed, with
-its base hash, a summary, the diff and a risk level computed by rules; a person reviews it; and
-applying it re-checks everything (opt-in, approval, expiry, that the base is still current).
+its base hash, a summary, the diff and a risk level computed by rules; a person other than its
+authors reviews it (`review`: the one place any door approves); and applying it re-checks
+everything (opt-in, approval, expiry, that the base is still current). A workflow marked
+`protected: true` takes a high-risk change only this way: a direct apply of one is refused
+(workflows.apply_recipe asks `refuse_direct`).
 
 Risk rules (the highest that any change meets):
-- high: a new run_command (or a changed command), a gate removed or weakened (its timeout path
-  now approves, fewer approvers, any reply accepted, a longer or no timeout), a wider `env`,
-  more agent tools or startable workflows, network turned on, a new webhook, proposals turned off;
-- medium: any other change to the steps, triggers, outputs or limits;
+- high: a new or changed run_command; any change to a gate (removed, or its `if`, approvers,
+  accept, from, timeout, on_timeout, self-approval, or a condition or loop around it); a new or
+  changed sub-workflow step; any change to an agent's tools or startable workflows; any change
+  to `env`, `workdir`, the network, `limits` (the recipe's or a step's), webhooks (paths,
+  secrets, mappings) or `notify`; proposals turned off; protection turned off;
+- medium: any other change (to the steps, triggers, outputs, timeouts, retention, …);
 - low: only the name or description.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db, domain
-from .identity import Actor
+from .identity import Actor, name_of_label
 from .recipes import Recipe, step_docs
 from .recipe_text import recipe_diff
 
@@ -45,6 +52,30 @@ def _steps(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["id"]: s for _, s in step_docs(doc.get("steps")) if isinstance(s.get("id"), str)}
 
 
+# What a gate is, besides its question: any change to one of these is a change to the gate.
+_GATE_KEYS = (
+    "if",
+    "approvers",
+    "accept",
+    "from",
+    "timeout",
+    "on_timeout",
+    "self_approval",
+    "not_by_initiator",
+)
+# A recipe's keys whose every change is high risk: what a step reaches, and who hears of what.
+_HIGH_KEYS = {
+    "env": "the variables steps get from the environment (env) change",
+    "workdir": "where steps work (workdir) changes",
+    "network": "the network steps get changes",
+    "limits": "the steps' limits change",
+    "webhooks": "the webhooks (their paths, secrets or mappings) change",
+    "notify": "who is notified of what (notify) changes",
+}
+_NESTED = ("then", "else", "steps", "repeat", "parallel")  # a block's own step lists
+_INSIDE = re.compile(r"\.(then|else|steps|repeat|parallel\.[^.\[]+)\[")
+
+
 def _gate_weaker(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     if old.get("on_timeout", "deny") == "deny" and new.get("on_timeout") == "approve":
         return "now approves when it times out"
@@ -59,48 +90,104 @@ def _gate_weaker(old: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
+def _gate_change(sid: str, old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """How a gate changed (its weakening named where there is one), or None."""
+    if why := _gate_weaker(old, new):
+        return f"gate {sid} {why}"
+    changed = [k for k in _GATE_KEYS if old.get(k) != new.get(k)]
+    return f"gate {sid}: {', '.join(changed)} changes" if changed else None
+
+
+def _guards(doc: dict[str, Any]) -> dict[str, str]:
+    """Each gate's blocks around it (their conditions, items and loops, and which of their
+    lists holds it), as comparable text: a gate moved under `if: false` is a weaker gate."""
+    by_path = dict(step_docs(doc.get("steps")))
+    guards = {}
+    for path, step in by_path.items():
+        if domain.HUMAN_GATE in step and isinstance(step.get("id"), str):
+            chain = [
+                ({k: v for k, v in by_path[path[: m.start()]].items() if k not in _NESTED}, m[1])
+                for m in _INSIDE.finditer(path)
+            ]
+            guards[step["id"]] = json.dumps(chain, sort_keys=True, default=str)
+    return guards
+
+
+def _step_risks(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
+    high: list[str] = []
+    for sid, step in after.items():
+        was = before.get(sid) or {}
+        if domain.RUN_COMMAND in step and was.get("run_command") != step[domain.RUN_COMMAND]:
+            high.append(f"step {sid} runs a new command")
+        if domain.WORKFLOW in step and was != step:
+            high.append(f"step {sid} starts workflow {step[domain.WORKFLOW]} (new or changed)")
+        if domain.DISPATCH_TASK in step:
+            tools, had = set(step.get("tools") or []), set(was.get("tools") or [])
+            if tools - had:
+                high.append(f"step {sid} gives its agent {', '.join(sorted(tools - had))}")
+            elif tools != had:
+                high.append(f"step {sid}'s agent tools change")
+            if set(step.get("workflows") or []) != set(was.get("workflows") or []):
+                started = ", ".join(sorted(set(step.get("workflows") or []))) or "none"
+                high.append(f"step {sid}'s agent may start other workflows (now: {started})")
+        if step.get("limits") != was.get("limits"):
+            high.append(f"step {sid}'s limits change")
+    return high
+
+
+def _top_change(key: str, old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Why a change to one of _HIGH_KEYS is high risk, as specific as it can say."""
+    if key == "env" and (wider := set(new.get("env") or []) - set(old.get("env") or [])):
+        return f"steps get {', '.join(sorted(wider))} from the environment"
+    if key == "network" and old.get("network") is False:
+        return "steps get the network"
+    if key == "webhooks":
+        paths = {w.get("path") for w in new.get("webhooks") or []}
+        if added := paths - {w.get("path") for w in old.get("webhooks") or []}:
+            return f"new webhook {', '.join(sorted(map(str, added)))}"
+    return _HIGH_KEYS[key]
+
+
 def assess(old: dict[str, Any], new: dict[str, Any]) -> Risk:
     """The risk of changing recipe old into new, with the reasons (the rules above)."""
-    high: list[str] = []
     before, after = _steps(old), _steps(new)
-    for sid, step in after.items():
-        was = before.get(sid)
-        if domain.RUN_COMMAND in step and (
-            was is None or was.get("run_command") != step[domain.RUN_COMMAND]
-        ):
-            high.append(f"step {sid} runs a new command")
-        if domain.DISPATCH_TASK in step:
-            tools = set(step.get("tools") or []) - set((was or {}).get("tools") or [])
-            if tools:
-                high.append(f"step {sid} gives its agent {', '.join(sorted(tools))}")
-            started = set(step.get("workflows") or []) - set((was or {}).get("workflows") or [])
-            if started:
-                high.append(f"step {sid} may start {', '.join(sorted(started))}")
+    high = _step_risks(before, after)
+    old_guards, new_guards = _guards(old), _guards(new)
     for sid, step in before.items():
         if domain.HUMAN_GATE in step:
             now = after.get(sid)
             if now is None or domain.HUMAN_GATE not in now:
                 high.append(f"gate {sid} is removed")
-            elif why := _gate_weaker(step, now):
-                high.append(f"gate {sid} {why}")
-    wider = set(new.get("env") or []) - set(old.get("env") or [])
-    if wider:
-        high.append(f"steps get {', '.join(sorted(wider))} from the environment")
-    if old.get("network") is False and new.get("network") is not False:
-        high.append("steps get the network")
-    hooks = {w["path"] for w in new.get("webhooks") or []} - {
-        w["path"] for w in old.get("webhooks") or []
-    }
-    if hooks:
-        high.append(f"new webhook {', '.join(sorted(hooks))}")
+            elif why := _gate_change(sid, step, now):
+                high.append(why)
+            elif old_guards.get(sid) != new_guards.get(sid):
+                high.append(f"gate {sid} now runs under other conditions or loops")
+    high += [_top_change(key, old, new) for key in _HIGH_KEYS if old.get(key) != new.get(key)]
     if old.get("allow_proposals") and not new.get("allow_proposals"):
         high.append("proposals are turned off")
+    if old.get("protected") and not new.get("protected"):
+        high.append("the workflow is no longer protected")
     if high:
-        return Risk("high", tuple(high))
+        return Risk("high", tuple(dict.fromkeys(high)))
     rest = {k for k in set(old) | set(new) if old.get(k) != new.get(k)} - {"name", "description"}
     if rest:
         return Risk("medium", tuple(f"{k} changes" for k in sorted(rest)))
     return Risk("low", ("only the name or description changes",))
+
+
+def refuse_direct(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why a protected workflow's recipe old may not become new without a reviewed proposal (a
+    high-risk change), else None."""
+    if not old.get("protected"):
+        return None
+    risk = assess(old, new)
+    if risk.level != "high":
+        return None
+    return (
+        f"workflow {new.get('slug')} is protected: a high-risk change ({'; '.join(risk.reasons)}) "
+        "is made only through a proposal that someone other than its author approved "
+        "(threadline propose, then proposal approve and apply)"
+    )
 
 
 def propose(
@@ -178,10 +265,22 @@ def _locked(conn: psycopg.Connection[Any], proposal_id: int) -> dict[str, Any]:
     return row
 
 
+def authors(conn: psycopg.Connection[Any], row: dict[str, Any]) -> set[str]:
+    """Who stands behind a proposal: the account that made it (whatever door or token it came
+    through) and, for an agent's proposal, the person who started the run whose step made it."""
+    people = {name_of_label(row["proposed_by"])}
+    if row["run_id"] is not None:
+        started = db.fetch_one(conn, "run_initiator", dict(run_id=row["run_id"]))
+        if started is not None and started["caller"]:
+            people.add(name_of_label(started["caller"]))
+    return people
+
+
 def review(
     conn: psycopg.Connection[Any], proposal_id: int, approve: bool, actor: Actor, note: str | None
 ) -> None:
-    """Approve or reject an open proposal: an approver's call, and never the proposer's own."""
+    """Approve or reject an open proposal: an approver's call, never one of its authors' (through
+    any door or token), nor one recorded for someone else."""
     if not actor.may("approver"):
         raise ProposalError("refused", f"{actor.name} may not review proposals (needs approver)")
     if not approve and not (note or "").strip():
@@ -189,11 +288,11 @@ def review(
     with conn.transaction():
         row = _locked(conn, proposal_id)
         problem = _problem(conn, row, ("open",))
-        if problem is None and (actor.on_behalf_of or row["proposed_by"] == actor.name):
-            raise ProposalError(
-                "refused",
-                f"proposal {proposal_id} was made by {row['proposed_by']}: someone else reviews it",
-            )
+        if problem is None and (actor.on_behalf_of or actor.name in authors(conn, row)):
+            made = f"proposal {proposal_id} was made by {row['proposed_by']}"
+            if actor.name != name_of_label(row["proposed_by"]) and row["run_id"]:
+                made += f" in a run {actor.name} started"
+            raise ProposalError("refused", f"{made}: someone else reviews it")
         if problem is None:
             conn.execute(
                 db.q("review_proposal"),

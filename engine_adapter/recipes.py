@@ -60,6 +60,7 @@ TOP_KEYS = (
     "webhooks",
     "notify",
     "allow_proposals",
+    "protected",
     "timeout",
     "max_steps",
     "retention",
@@ -815,6 +816,7 @@ class Recipe:
     webhooks: tuple[Webhook, ...] = ()  # POST /hooks/<path> triggers (webhook_spec.py)
     notify: tuple[NotifyRule, ...] = ()  # who hears of gates and failures (notify_spec.py)
     allow_proposals: bool = False  # changes may be proposed (proposals.py), never made directly
+    protected: bool = False  # a high-risk change only through a reviewed proposal (proposals.py)
     timeout_s: float | None = None  # a run still going after this is cancelled (the conductor)
     max_steps: int | None = None  # a run that would start more step tries is cancelled
     retention: dict[str, str] | None = None  # runs / output: how long finished runs keep them
@@ -833,6 +835,7 @@ class Recipe:
             d["catch_up"] = None
         d["network"] = None if self.network else False  # the default keeps older hashes
         d["allow_proposals"] = self.allow_proposals or None
+        d["protected"] = self.protected or None  # omitted unless set: older hashes hold
         d["timeout"] = None if self.timeout_s is None else format_duration(self.timeout_s)
         d["env"] = list(self.env) or None
         d["webhooks"] = [w.to_dict() for w in self.webhooks] or None
@@ -951,6 +954,14 @@ def _build_recipe(d: Any, source: str) -> Recipe:
     allow_proposals = d.get("allow_proposals", False)
     if not isinstance(allow_proposals, bool):
         errors.append(f"allow_proposals: {_q(allow_proposals)} must be true or false (default)")
+    protected = d.get("protected", False)
+    if not isinstance(protected, bool):
+        errors.append(f"protected: {_q(protected)} must be true or false (default)")
+    elif protected and allow_proposals is not True:
+        errors.append(
+            "protected: true needs allow_proposals: true (a protected workflow's high-risk "
+            "changes are made only through reviewed proposals)"
+        )
     workdir = _opt_str(d, "workdir", errors)
     if workdir is not None and (problem := workdirs.declared_problem(workdir)):
         errors.append(f"workdir: {_q(workdir)} {problem}")
@@ -1016,6 +1027,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         webhooks=webhooks,
         notify=notify,
         allow_proposals=allow_proposals,
+        protected=protected is True,
         timeout_s=run_timeout,
         max_steps=max_steps,
         retention=retention,

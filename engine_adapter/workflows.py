@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db
+from . import db, proposals
 from .recipe_text import recipe_diff
 from .recipes import Recipe, RecipeError, sub_workflows
 from .settings import QUEUE
@@ -19,6 +19,10 @@ _WEBHOOK_PATH_TAKEN = "webhook_triggers_pkey"
 
 class WorkflowNotFound(LookupError):
     pass
+
+
+class ProtectedChange(RecipeError):
+    """A direct change to a protected workflow that only a reviewed proposal may make."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,11 @@ def apply_recipe(
     source: str = "update",
     rolled_back_from: int | None = None,
 ) -> Applied:
-    """Create the workflow or add a version; an unchanged recipe writes nothing.
+    """Create the workflow or add a version; an unchanged recipe writes nothing. Every door that
+    changes a recipe comes here (the CLI's apply and rollback, the console's editor, the API, a
+    run request that carries its workflow): a high-risk change to a protected workflow is
+    refused (ProtectedChange, nothing written) unless source is "proposal", which only
+    proposals.apply passes, for a proposal someone other than its authors approved.
 
     A new or changed schedule (cron or zone) takes effect now: the database stamps
     `schedule_enabled_at` (migration 002), and a cleared one stops at once. A raised or removed
@@ -71,6 +79,8 @@ def _apply(
             version, source = 1, "create"
         elif current["hash"] == recipe.canonical_hash:
             return Applied(recipe.slug, current["version"], changed=False)
+        elif source != "proposal" and (why := proposals.refuse_direct(current["recipe"], doc)):
+            raise ProtectedChange([why])
         else:
             version = db.fetch_one(conn, "update_workflow", fields)["version"]
             if _more_room(current["recipe"], recipe):

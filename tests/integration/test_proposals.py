@@ -21,7 +21,8 @@ steps:
   - id: approve
     human_gate: "Ship?"
 """
-SAFER = BASE.replace('human_gate: "Ship?"', 'human_gate: "Ship?"\n    approvers: [alice]')
+# A clearer question: a medium change (a change to who decides the gate would be high).
+CLEARER = BASE.replace('human_gate: "Ship?"', 'human_gate: "Ship it to production?"')
 RISKIER = BASE.replace("echo testing", "echo testing && echo deploying")
 
 
@@ -50,16 +51,16 @@ def test_propose_review_apply_and_a_stale_proposal(db_url, conn, apply):
     assert "+  run_command: echo testing && echo deploying" in risky["diff"]
     made, _ = propose(
         db_url,
-        {"workflow": "nightly", "base_hash": base, "proposed_workflow": SAFER, "summary": "gate"},
+        {"workflow": "nightly", "base_hash": base, "proposed_workflow": CLEARER, "summary": "ask"},
     )
-    safer = made["proposal"]
-    assert safer["risk"] == "medium"
+    clearer = made["proposal"]
+    assert clearer["risk"] == "medium"
 
-    refused = harness.run_cli(db_url, "proposal", "approve", str(safer["id"]))
+    refused = harness.run_cli(db_url, "proposal", "approve", str(clearer["id"]))
     assert refused.returncode == 2 and "someone else reviews it" in refused.stderr
-    proposals.review(conn, safer["id"], True, Actor("alice", "console"), "good idea")
+    proposals.review(conn, clearer["id"], True, Actor("alice", "console"), "good idea")
     proposals.review(conn, risky["id"], True, Actor("alice", "console"), None)
-    applied = harness.run_cli(db_url, "proposal", "apply", str(safer["id"]))
+    applied = harness.run_cli(db_url, "proposal", "apply", str(clearer["id"]))
     assert applied.returncode == 0 and "version 2" in applied.stdout
     versions = conn.execute(
         "select version, source from threadline.workflow_versions where slug = 'nightly'"
@@ -94,7 +95,7 @@ def test_refusals_name_the_problem_and_write_nothing(db_url, conn, apply):
     assert conn.execute("select count(*) as n from threadline.proposals").fetchone()["n"] == 0
     made, _ = propose(
         db_url,
-        {"workflow": "nightly", "base_hash": base, "proposed_workflow": SAFER, "summary": "x"},
+        {"workflow": "nightly", "base_hash": base, "proposed_workflow": CLEARER, "summary": "x"},
     )
     conn.execute("update threadline.proposals set expires_at = now() - interval '1 second'")
     expired = harness.run_cli(db_url, "proposal", "reject", str(made["proposal"]["id"]), "--note=n")

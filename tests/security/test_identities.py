@@ -45,6 +45,8 @@ def gated(apply, extra: str = "") -> str:
 def cli_as_nobody(url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`threadline ARGS` run by another OS account (nobody) that was given the console's
     database login: it acts as itself, never as the install's admin."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the CLI as another OS account")
     env = dict(
         os.environ,
         **{DATABASE_URL_ENV: url, HOME_ENV: str(home), "PYTHONDONTWRITEBYTECODE": "1"},
@@ -348,3 +350,19 @@ def test_a_rerun_recorded_for_someone_else_is_still_its_runners_own(db_url, conn
     harness.wait_for_state(procs.url, second, "waiting")
     refused = harness.run_cli(db_url, "approve", second)
     assert refused.returncode == 2 and "started this run" in refused.stderr
+
+
+def test_validate_and_apply_warn_of_names_that_are_no_account(db_url, tmp_path):
+    recipe = tmp_path / "ghost.yaml"
+    recipe.write_text(
+        "slug: ghost\nsteps:\n  - {id: ok, human_gate: 'Go?', approvers: [alice, ghost]}\n"
+        "notify:\n  - {when: [gate], to: [casper]}\n"
+    )
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    for command in ("validate", "apply"):
+        done = harness.run_cli(db_url, "recipe", command, str(recipe))
+        assert done.returncode == 0, done.stderr
+        warned = [line for line in done.stderr.splitlines() if "warning" in line]
+        assert len(warned) == 2, done.stderr
+        assert "steps[0].approvers: no account named ghost" in warned[0]
+        assert "notify[0].to: no account named casper" in warned[1]

@@ -1,8 +1,9 @@
 """The HTTP API: one JSON API over the same read model and commands as the CLI and the console,
 served by the console's Tornado server under /api/v1. Every call but the OpenAPI document needs
-a bearer token (`threadline token create NAME --role R`); the token's name is the actor, and its
-roles decide what it may do (a viewer reads; an operator spawns, replies, cancels, retries and
-applies workflows; an approver decides gates).
+a bearer token (`threadline token create ACCOUNT --role R`); the token's account is the actor
+(shown as delegated when another account minted it), and its roles decide what it may do (a
+viewer reads; an operator spawns, replies, cancels, retries and applies workflows; an approver
+decides gates).
 
 It lives in the console process, not the webhook ingress: it acts for people with the console's
 database role, which the internet-facing ingress does not hold (only resume links decide there,

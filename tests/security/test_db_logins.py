@@ -288,6 +288,9 @@ def test_finding_3_the_ingress_login_decides_no_gate_without_its_token(
 ):
     run_id, key = waiting_gate
     alice = resume_tokens.issue(conn, run_id, key, "alice", "cli").token
+    bob = conn.execute(
+        "insert into threadline.accounts (name, created_by) values ('bob', 'test') returning id"
+    ).fetchone()["id"]
     spent = resume_tokens.issue(conn, run_id, key, "alice", "cli").token
     before = counts(conn)
     with db.connect(logins["hooks"]) as h:
@@ -332,6 +335,7 @@ def test_finding_3_the_ingress_login_decides_no_gate_without_its_token(
             dict(via="console"),
             dict(on_behalf_of="bob"),
             dict(minted_by="root"),
+            dict(account_id=bob),
             dict(decision="timeout"),
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege), h.transaction():

@@ -196,50 +196,67 @@ def clear_leftovers(runs_root: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
-    """Remove what a step left, also where it took away its own write or search permission."""
-
-    def writable(func, name, _exc) -> None:  # type: ignore[no-untyped-def]
-        parent = os.path.dirname(name)
-        try:
-            os.chmod(parent, 0o700)
-            if os.path.isdir(name) and not os.path.islink(name):
-                os.chmod(name, 0o700)
-                shutil.rmtree(name, onerror=writable)
-            else:
-                os.unlink(name)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=writable)
+    """Remove what a step left, also where it took away its own write or search permission.
+    shutil.rmtree works through descriptors and never follows a link; the permissions are
+    given back first, each through a descriptor too (a path could be swapped for a link)."""
+    _open_up(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def disk_usage(path: Path) -> int:
     """Bytes of disk the files under path take (their blocks: a sparse file counts what it
     holds). A directory a step made unreadable is opened up first (its owner is the step user,
-    or this process's own user, who may)."""
-    total, stack = 0, [str(path)]
-    while stack:
-        top = stack.pop()
-        try:
-            entries = os.scandir(top)
-        except PermissionError:
+    or this process's own user, who may); no link is ever followed, so a step that swaps a
+    directory for a link cannot make this process change or count anything outside."""
+    total = _open_up_top(path)
+    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in dirs:  # opened up before the walk goes down into it
+            total += _open_up_entry(name, dir_fd)
+        for name in files:
             try:
-                os.chmod(top, stat.S_IMODE(os.lstat(top).st_mode) | 0o700)
-                entries = os.scandir(top)
+                total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
             except OSError:
                 continue
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                total += st.st_blocks * 512
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
     return total
+
+
+def _open_up(path: Path) -> None:
+    """Give the owner of directory `path` (not a link) rwx on it and every directory below."""
+    _open_up_top(path)
+    for _, dirs, _, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in dirs:
+            _open_up_entry(name, dir_fd)
+
+
+def _open_up_top(path: Path) -> int:
+    """_open_up_entry for path itself, from its parent's descriptor."""
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return _open_up_entry(path.name, parent)
+    finally:
+        os.close(parent)
+
+
+def _open_up_entry(name: str, dir_fd: int) -> int:
+    """Give the owner rwx on the directory `name` in dir_fd, never through a link (O_PATH with
+    O_NOFOLLOW and O_DIRECTORY refuses one; chmod then acts on the descriptor's own inode);
+    returns its blocks in bytes, 0 when it is gone or not a directory."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)
+        return st.st_blocks * 512
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
 
 
 def _tree(leader: int) -> Iterator[tuple[int, list[str]]]:

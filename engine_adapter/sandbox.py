@@ -39,6 +39,7 @@ HIDE_ENV = "THREADLINE_STEP_HIDE"  # extra paths no step may see (colon-separate
 USERS_FILE_ENV = "THREADLINE_CONSOLE_USERS"
 VAR_LIB = Path("/var/lib/threadline")  # the embedded server's data when run as root
 MODES = ("bwrap", "user", "none")
+RESOLVER_DIR = "/run/systemd/resolve"  # systemd-resolved's settings, kept in a step's own /run
 
 
 class SandboxError(RuntimeError):
@@ -138,6 +139,14 @@ class Sandbox:
             "--proc",
             "/proc",
             *scratch,
+            # The host's sockets (a database's /run/postgresql, trusting its local users; a
+            # bus) are not the step's: /run is its own, with only the resolver's settings kept
+            # (/etc/resolv.conf may be a link into them).
+            "--tmpfs",
+            "/run",
+            "--ro-bind-try",
+            RESOLVER_DIR,
+            RESOLVER_DIR,
             *options,
         ]
         # Order matters, later mounts cover earlier ones: the private home, then what is shared,
@@ -154,7 +163,7 @@ class Sandbox:
     def step_sees(self, path: Path, workdir: Path) -> bool:
         """Whether `path` is visible to a step working in `workdir`, by the mounts argv() makes
         (the later cover the earlier): the workdir, over what is hidden, over what is shared,
-        over the private home and bubblewrap's own /tmp, /dev and /proc."""
+        over the private home and bubblewrap's own /tmp, /dev, /proc and /run."""
         path = Path(os.path.normpath(path))
 
         def under(roots: Iterable[Path]) -> bool:
@@ -166,7 +175,7 @@ class Sandbox:
             return False
         if under(self.shared):
             return True
-        own = [Path(p) for p in ("/tmp", "/dev", "/proc")] if self.bwrap else []
+        own = [Path(p) for p in ("/tmp", "/dev", "/proc", "/run")] if self.bwrap else []
         return not under([*self.private, *own])
 
     def popen_kwargs(self) -> dict[str, object]:

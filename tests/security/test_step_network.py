@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -113,6 +114,45 @@ def test_no_step_reaches_or_sees_the_hosts_loopback(needs_slirp, conn, apply, pr
         assert "reached" not in out, (slug, out)
         assert out.count("refused") == 3, (slug, out)
         assert "listener sockets seen: 0" in out and "database sockets seen: 0" in out, out
+
+
+@pytest.fixture
+def host_socket() -> Iterator[Path]:
+    """A unix socket under /run that anyone may connect to, as a local database's is
+    (/run/postgresql, which may trust its local users)."""
+    where = Path("/run") / f"threadline-test-{os.getpid()}-{os.urandom(4).hex()}"
+    where.mkdir(mode=0o755)
+    path = where / ".s.PGSQL.5432"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(str(path))
+            path.chmod(0o777)
+            server.listen(4)
+            yield path
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_no_step_reaches_a_hosts_unix_socket_under_run(
+    needs_slirp, conn, apply, procs, host_socket
+):
+    check = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect({str(host_socket)!r}); print('socket: reached')\n"
+        "except OSError as err:\n"
+        "    print('socket: refused', err.errno)\n"
+    )
+    lines = [f"python3 -c {shlex.quote(check)}", f"ls {host_socket.parent} || true"]
+    for slug, network in (("online", True), ("offline", False)):
+        apply(recipe(slug, network, lines))
+    procs.start("conductor")
+    procs.start("bots")
+    for slug in ("online", "offline"):
+        out = output(procs, spawn(conn, slug).run_id)
+        assert "socket: refused" in out and "reached" not in out, (slug, out)
+        assert ".s.PGSQL" not in out, (slug, out)
 
 
 def test_a_step_cannot_post_to_the_webhook_ingress_on_loopback(

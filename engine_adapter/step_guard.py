@@ -209,7 +209,7 @@ def disk_usage(path: Path) -> int:
     or this process's own user, who may); no link is ever followed, so a step that swaps a
     directory for a link cannot make this process change or count anything outside."""
     total = _open_up_top(path)
-    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+    for _, dirs, files, dir_fd in _walk(path):
         for name in dirs:  # opened up before the walk goes down into it
             total += _open_up_entry(name, dir_fd)
         for name in files:
@@ -220,10 +220,19 @@ def disk_usage(path: Path) -> int:
     return total
 
 
+def _walk(path: Path) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """os.fwalk of path without following links; nothing when path is gone (fwalk raises only
+    for its top: what vanishes below it is passed over)."""
+    try:
+        yield from os.fwalk(path, follow_symlinks=False)
+    except OSError:
+        return
+
+
 def _open_up(path: Path) -> None:
     """Give the owner of directory `path` (not a link) rwx on it and every directory below."""
     _open_up_top(path)
-    for _, dirs, _, dir_fd in os.fwalk(path, follow_symlinks=False):
+    for _, dirs, _, dir_fd in _walk(path):
         for name in dirs:
             _open_up_entry(name, dir_fd)
 

@@ -72,3 +72,9 @@ def test_removing_a_step_tree_leaves_link_targets_alone(tmp_path: Path) -> None:
     assert not tree.exists()
     assert _mode(private) == 0o500
     assert (private / "id_ed25519").read_bytes() == b"k" * 8192
+
+
+def test_a_directory_gone_counts_nothing_and_removes_quietly(tmp_path: Path) -> None:
+    """A run's directory may go (cleanup, a step's own rm -rf) while its step is measured."""
+    assert disk_usage(tmp_path / "gone") == 0
+    _remove_tree(tmp_path / "gone")

@@ -41,6 +41,7 @@ _VALUE_BUILTINS = frozenset(
     help times""".split()
 )
 _DECLARING = frozenset("declare typeset local export readonly".split())
+_WRAPPERS = ("command", "builtin", "exec")  # run the command their first operand names
 _ATTRIBUTES = frozenset("declare typeset local".split())  # those that take -i and -n
 _SHELLS = frozenset("bash sh dash ash zsh ksh mksh rbash".split())
 _TEST_UNARY = frozenset(
@@ -51,7 +52,6 @@ _ARITH_OPS = frozenset("-eq -ne -lt -le -gt -ge".split())
 _TEST_BINARY = frozenset(("=", "==", "!=", "<", ">", "-nt", "-ot", "-ef", "-a", "-o", *_ARITH_OPS))
 _SIMPLE_KEYWORDS = frozenset("if then else elif fi do done while until ! { } ]] esac".split())
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^=]*\])?\+?=")
-_GLOB = re.compile(r"[*?]|\[.*\]|\{.*(?:,|\.\.).*\}", re.S)
 
 # Why a placeholder cannot stand where it is. Each reads after "{{payload.x}} ".
 NAME_OF_COMMAND = "is part of the command's name `{cmd}`: a value would choose what runs"
@@ -147,7 +147,7 @@ class Word:
     shape: list[str] = field(default_factory=list)
     quoted_at: list[bool] = field(default_factory=list)
     holes: list[tuple[int, int]] = field(default_factory=list)  # (placeholder start, shape index)
-    nested: list[int] = field(default_factory=list)  # placeholders inside its $(…) or `…`
+    children: list[Builder] = field(default_factory=list)  # its $(…), `…` and <(…)
     split: bool = False  # may expand to other than exactly one word (unquoted $x, a glob)
     unquoted: list[str] = field(default_factory=list)
 
@@ -167,25 +167,44 @@ class Word:
     def quoted(self) -> bool:
         return any(self.quoted_at)
 
-    def starts(self) -> list[int]:
-        return [start for start, _ in self.holes] + self.nested
+    def has_holes(self) -> bool:
+        """Whether a placeholder is in it, or in a command whose output it holds."""
+        return bool(self.holes) or any(child.has_holes for child in self.children)
 
     def add(self, piece: str, quoted: bool) -> None:
         self.shape.append(piece)
         self.quoted_at.append(quoted)
 
     def finish(self) -> None:
-        self.split = self.split or bool(_GLOB.search("".join(self.unquoted)))
+        self.split = self.split or _globs("".join(self.unquoted))
 
     def shown(self) -> str:
-        return self.text.replace(DYN, "…").replace(HOLE, "{{…}}")
+        """The word for a message: … for an expansion, {{…}} for a placeholder, cut short."""
+        text = self.text.replace(DYN, "…").replace(HOLE, "{{…}}")
+        return text if len(text) <= 60 else text[:59] + "…"
 
-    def assignment(self) -> tuple[str, list[int]] | None:
-        """(name, the placeholders in its value) when the word assigns a variable (`x=…`)."""
+    def assignment(self) -> str | None:
+        """The name the word assigns (`x=…`, `a[…]=…`, `x+=…`), if it is an assignment."""
         m = _ASSIGNMENT.match(self.text)
         if m is None or any(self.quoted_at[: len(m.group(1))]):
             return None
-        return m.group(1), [s for s, at in self.holes if at >= m.end()] + self.nested
+        return m.group(1)
+
+
+def _globs(unquoted: str) -> bool:
+    """Whether unquoted characters of a word may expand it to other words: a glob (*, ?, […])
+    or a brace expansion ({a,b}, {1..3}). Linear: no regular expression backtracks here."""
+    if "*" in unquoted or "?" in unquoted:
+        return True
+    bracket = unquoted.find("[")
+    if bracket >= 0 and "]" in unquoted[bracket + 1 :]:
+        return True
+    brace = unquoted.find("{")
+    if brace < 0:
+        return False
+    close = unquoted.rfind("}")
+    inside = unquoted[brace + 1 : close]
+    return close > brace and ("," in inside or ".." in inside)
 
 
 @dataclass
@@ -201,18 +220,25 @@ class Analysis:
     refused: dict[int, str] = field(default_factory=dict)  # placeholder start -> why
     commands: list[Command] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
-    assigned: list[tuple[str, list[int]]] = field(default_factory=list)
+    # (name, placeholders, words whose placeholders all go into it): a value assigned to name
+    assigned: list[tuple[str, list[int], list[Word]]] = field(default_factory=list)
     everywhere: list[str] = field(default_factory=list)  # refuses every placeholder of the text
     unread: str = ""  # a part the scanner cannot follow: every placeholder is refused for it
 
-    def refuse(self, starts: list[int], reason: str, *, nested: list[int] = ()) -> None:
+    def refuse(self, starts: list[int], reason: str) -> None:
         for start in starts:
             self.refused.setdefault(start, reason)
-        for start in nested:
-            self.refused.setdefault(start, NESTED + reason.removeprefix("is "))
 
     def refuse_word(self, word: Word, reason: str) -> None:
-        self.refuse([s for s, _ in word.holes], reason, nested=word.nested)
+        """Every placeholder of the word, and of the commands whose output it holds."""
+        self.refuse([s for s, _ in word.holes], reason)
+        nested = NESTED + reason.removeprefix("is ")
+        todo = [child for child in word.children if not child.swept]
+        while todo:  # each builder is swept once: a text's refusals take linear time
+            builder = todo.pop()
+            builder.swept = True
+            self.refuse(builder.holes, nested)
+            todo += [child for child in builder.children if not child.swept]
 
     def refuse_words(self, words: list[Word], reason: str) -> None:
         for word in words:
@@ -223,10 +249,11 @@ class Analysis:
             self.refuse(starts, self.unread)
         for command in self.commands:
             _Check(self).command(command)
-        for name, holes in self.assigned:
+        for name, holes, words in self.assigned:
             why = special_variable(name)
             if why:
                 self.refuse(holes, f"is assigned to {name}, {why}")
+                self.refuse_words(words, f"is assigned to {name}, {why}")
         if self.everywhere:
             self.refuse(starts, self.everywhere[0])
         return self.refused
@@ -245,30 +272,46 @@ class _Check:
             return
         i = 0
         while i < len(words) and (assigned := words[i].assignment()) is not None:
-            self.a.assigned.append(assigned)
+            self.a.assigned.append((assigned, [], [words[i]]))
             i += 1
         if i < len(words):
-            self.run(words[i], words[i + 1 :])
+            self.run(words, i)
 
-    def run(
-        self, name: Word, args: list[Word], *, functions: bool = True, external: bool = False
-    ) -> None:
-        shown = name.shown()
-        if name.starts():
-            self.a.refuse_word(name, NAME_OF_COMMAND.format(cmd=shown))
-            self.a.refuse_words(args, NAME_OF_COMMAND.format(cmd=shown))
-            return
-        if not name.literal:
-            # A path (a "/" that is always there) is a file bash runs: never a builtin or function.
-            if not name.split and "/" in name.text:
-                return self.program(name.text, args)
-            return self.a.refuse_words(args, ARGS_OF_DYNAMIC.format(cmd=shown))
-        cmd = name.text
-        if not external and functions and cmd in self.a.functions:
-            return self.a.refuse_words(args, ARGS_OF_FUNCTION.format(cmd=cmd))
-        if not external and cmd in BUILTINS:
-            return self.builtin(cmd, args)
-        self.program(cmd, args)
+    def run(self, words: list[Word], i: int) -> None:
+        """words[i] names the command, the words after it are its arguments; `command`,
+        `builtin` and `exec` run the command their first operand names (a placeholder where an
+        option could be is that command's name, refused as one)."""
+        functions, external = True, False
+        while True:
+            name, shown, after = words[i], words[i].shown(), i + 1
+            if name.has_holes():
+                self.a.refuse_word(name, NAME_OF_COMMAND.format(cmd=shown))
+                return self.a.refuse_words(words[after:], NAME_OF_COMMAND.format(cmd=shown))
+            if not name.literal:
+                # A path (a "/" always there) is a file bash runs: never a builtin or function.
+                if not name.split and "/" in name.text:
+                    return self.program(name.text, words[after:])
+                return self.a.refuse_words(words[after:], ARGS_OF_DYNAMIC.format(cmd=shown))
+            cmd = name.text
+            if not external and functions and cmd in self.a.functions:
+                return self.a.refuse_words(words[after:], ARGS_OF_FUNCTION.format(cmd=cmd))
+            if external or cmd not in BUILTINS:
+                return self.program(cmd, words[after:])
+            if cmd not in _WRAPPERS:
+                return self.builtin(cmd, words[after:])
+            j = after
+            while j < len(words) and words[j].literal and words[j].text[:1] == "-":
+                text = words[j].text
+                j += 1
+                if text in ("-", "--"):
+                    break
+                if cmd == "command" and re.search("[vV]", text):
+                    return  # command -v/-V only looks the names up
+                if cmd == "exec" and text == "-a":
+                    j += 1  # the name the program is given: a value
+            if j >= len(words):
+                return
+            i, functions, external = j, False, cmd == "exec"
 
     def program(self, cmd: str, args: list[Word]) -> None:
         """A program bash starts: its arguments are values, unless it is a shell's script."""
@@ -299,13 +342,11 @@ class _Check:
         if cmd == "set":
             self.options(cmd, args, takes_value=("-o", "+o"), example=" (as -x)")
             return
-        if cmd in ("command", "builtin", "exec"):
-            return self.wrapper(cmd, args)
         if cmd in _DECLARING:
             for word in args:
                 text = word.text
-                maybe_option = not word.literal and not word.starts() and not word.assignment()
-                flags = word.literal and re.fullmatch(r"[-+]\w*[in]\w*", text)
+                maybe_option = not word.literal and not word.has_holes() and not word.assignment()
+                flags = word.literal and text[:1] in "-+" and ("i" in text or "n" in text)
                 if cmd in _ATTRIBUTES and (maybe_option or flags):
                     shown = f"{cmd} {word.shown()}"
                     self.a.everywhere.append(DECLARES_EVALUATING.format(cmd=shown))
@@ -345,6 +386,7 @@ class _Check:
         return j
 
     def printf(self, args: list[Word]) -> None:
+        """Past printf's options: -v NAME (also -vNAME) takes a variable name."""
         j = 0
         while j < len(args):
             word = args[j]
@@ -353,25 +395,16 @@ class _Check:
                     args[j:], OPTION.format(cmd="printf", example=" (as -v, which takes a name)")
                 )
             text = word.text
-            if text == "--":
-                return
-            if not text.startswith("-v"):
+            if text == "--" or not text.startswith("-v"):
                 return  # the format (or an option printf refuses): the rest are values
-            if text == "-v":
-                if j + 1 < len(args):
-                    self.name_of_printf(args[j + 1], args[j + 2 :])
+            if text == "-v" and j + 1 == len(args):
                 return
-            self.name_of_printf(Word.of(text[2:]), args[j + 1 :])  # -vNAME
-            return
-
-    def name_of_printf(self, name: Word, rest: list[Word]) -> None:
-        if name.starts():
-            self.a.refuse_word(name, PRINTF_NAME)
-        elif name.literal:
-            self.a.assigned.append(
-                (re.split(r"[\[]", name.text, maxsplit=1)[0], [s for w in rest for s in w.starts()])
-            )
-        self.printf(rest)
+            name, j = (args[j + 1], j + 2) if text == "-v" else (Word.of(text[2:]), j + 1)
+            if name.has_holes():
+                self.a.refuse_word(name, PRINTF_NAME)
+            elif name.literal and (why := special_variable(name.text.split("[", 1)[0])):
+                reason = f"is assigned to {name.text} (printf -v), {why}"
+                return self.a.refuse_words(args[j:], reason)
 
     def test(self, cmd: str, args: list[Word]) -> None:
         """`test`/`[` decide each word's role by its value and the count: only the forms whose
@@ -381,7 +414,7 @@ class _Check:
             if not args or args[-1].text != "]" or not args[-1].literal:
                 return self.a.refuse_words(args, TEST_ROLES.format(cmd=shown))
             args = args[:-1]
-        if not any(w.starts() for w in args):
+        if not any(w.has_holes() for w in args):
             return
         if any(w.split for w in args):
             return self.a.refuse_words(args, TEST_ROLES.format(cmd=shown))
@@ -401,28 +434,12 @@ class _Check:
         elif not fixed:
             self.a.refuse_words(args, TEST_ROLES.format(cmd=shown))
 
-    def wrapper(self, cmd: str, args: list[Word]) -> None:
-        """`command`, `builtin` and `exec` run the command their first operand names (a
-        placeholder where an option could be is that command's name, and refused as one)."""
-        j = 0
-        while j < len(args) and args[j].literal and args[j].text[:1] == "-" and args[j].text != "-":
-            text = args[j].text
-            j += 1
-            if text == "--":
-                break
-            if cmd == "command" and re.search("[vV]", text):
-                return  # command -v/-V only looks the names up
-            if cmd == "exec" and text == "-a":
-                j += 1  # the name the program is given: a value
-        if j < len(args):
-            self.run(args[j], args[j + 1 :], functions=False, external=cmd == "exec")
-
 
 def cond(analysis: Analysis, tokens: list[Word]) -> None:
     """The words of a [[ … ]]: an operand of -v or -R is a name, of -eq … -ge arithmetic."""
     texts = [w.text if w.literal else None for w in tokens]
     for i, word in enumerate(tokens):
-        if not word.starts():
+        if not word.has_holes():
             continue
         before = texts[i - 1] if i else None
         after = texts[i + 1] if i + 1 < len(texts) else None
@@ -458,8 +475,14 @@ class Builder:
     """The words of the commands of one $(…), `…`, <(…) or the top level, as the scanner meets
     them; a finished simple command goes to the analysis."""
 
-    def __init__(self, analysis: Analysis) -> None:
+    def __init__(self, analysis: Analysis, in_arith: bool = False) -> None:
         self.a = analysis
+        self.in_arith = in_arith  # its output is evaluated as arithmetic
+        self.parent: Builder | None = None  # whose word its output is part of
+        self.children: list[Builder] = []
+        self.holes: list[int] = []  # the placeholders in its own words
+        self.has_holes = False  # in its words or its children's
+        self.swept = False  # its placeholders are all refused already
         self.words: list[Word] = []
         self.word: Word | None = None
         self.redirect: str | None = None
@@ -497,9 +520,17 @@ class Builder:
         word = self.current()
         word.holes.append((start, len(word.shape)))
         word.add(HOLE, True)
+        self.holes.append(start)
+        builder: Builder | None = self
+        while builder is not None and not builder.has_holes:  # once per builder in all
+            builder.has_holes = True
+            builder = builder.parent
 
-    def nested(self, start: int) -> None:
-        self.current().nested.append(start)
+    def child(self, builder: Builder) -> None:
+        """A $(…), `…` or <(…) opens in the current word: its output is part of the word."""
+        self.current().children.append(builder)
+        self.children.append(builder)
+        builder.parent = self
 
     # -- what ends words and commands
     def blank(self, text: str, at: int) -> None:
@@ -559,7 +590,7 @@ class Builder:
             and ((word is not None and not self.words) or (word is None and len(self.words) == 1))
         ):
             name = word if word is not None else self.words[0]
-            if name.starts():
+            if name.has_holes():
                 self.a.refuse_word(name, FUNCTION_NAME)
             self.a.functions.add(name.text)
             self.word, self.words, self.state = None, [], START
@@ -613,7 +644,7 @@ class Builder:
             else:
                 self.tokens.append(word)
         elif state == FOR_NAME:
-            if word.starts():
+            if word.has_holes():
                 self.a.refuse_word(word, LOOP_NAME)
             self.loop_var = keyword if keyword and _NAME.fullmatch(keyword) else None
             self.state = FOR_IN
@@ -623,7 +654,7 @@ class Builder:
                 self.garbled = True
         elif state == FOR_LIST:
             if self.loop_var:
-                self.a.assigned.append((self.loop_var, word.starts()))
+                self.a.assigned.append((self.loop_var, [], [word]))
         elif state == CASE_WORD:
             self.state = CASE_IN
         elif state == CASE_IN:
@@ -637,7 +668,7 @@ class Builder:
                 self.cases.pop()
                 self.state = SIMPLE
         elif state == FUNC_NAME:
-            if word.starts():
+            if word.has_holes():
                 self.a.refuse_word(word, FUNCTION_NAME)
             self.a.functions.add(word.text)
             self.state = START

@@ -18,7 +18,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
-from .shell_commands import BACKTICKS, IN_ARITH, PARAM_NAME, Analysis, Builder
+from .shell_commands import BACKTICKS, IN_ARITH, PARAM_NAME, Analysis, Builder, special_variable
 
 # Where a placeholder sits; REFUSED: where no reference can stand, and why.
 BARE, DOUBLE, HEREDOC, COMMENT = "bare", "double", "heredoc", "comment"
@@ -53,7 +53,12 @@ class _Frame:
     builder: Builder | None = None  # code and bq: the words of its commands
     subscript: bool = False  # arith: a name's [subscript], part of the word
     name_end: int = -1  # param: where its variable's name ends (a placeholder there extends it)
-    assigns: str = ""  # param: ${name=…} or ${name:=…} assigns the name
+    # Set as it is pushed (_push), from the frame under it, so that no placeholder walks the stack:
+    owner: Builder | None = None  # whose current word text here is part of (None: nobody's)
+    in_arith: bool = False  # some frame under it is arithmetic
+    special: str = ""  # a ${NAME:=…} under it assigns to a variable bash evaluates
+    quote: str = ""  # the nearest "…" (dq) or heredoc body (hd) at or under it
+    in_bq: bool = False  # it is, or is inside, a `…`
 
 
 @dataclass
@@ -82,7 +87,8 @@ class Placement:
 def placements(text: str, spans: list[tuple[int, int]]) -> list[Placement]:
     """Where each placeholder span (start, end) of text sits, and whether it may, in order."""
     scan = _Scan(text, dict(spans), sorted(start for start, _ in spans))
-    stack = [_Frame("code", builder=Builder(scan.analysis))]
+    stack: list[_Frame] = []
+    _push(scan.analysis, stack, _Frame("code"))
     _scan(scan, stack)
     _close(stack, 0)
     refused = scan.analysis.finish(scan.starts)
@@ -118,11 +124,11 @@ def _scan(scan: _Scan, stack: list[_Frame]) -> None:
         c = text[i]
         if i in spans:
             scan.found[i] = _context_of(stack)
-            _note_placeholder(scan.analysis, stack, i)
+            _note_placeholder(scan.analysis, stack[-1], i)
             i = spans[i]
         elif c == "\\":
             words = _literal_words(stack)
-            if text[i + 1 : i + 2] in ("$", "`") and any(f.kind == "bq" for f in stack):
+            if text[i + 1 : i + 2] in ("$", "`") and top.in_bq:
                 # Inside `…` bash removes this backslash and parses what follows again (a $(…)
                 # or a `…` nested in it): not followed here, so no placeholder may be in it.
                 scan.analysis.unread = BACKTICKS
@@ -138,28 +144,27 @@ def _scan(scan: _Scan, stack: list[_Frame]) -> None:
                     words.char(text[i + 1], quoted=True)
                 i += 2
         elif c == "$" and text.startswith("((", i + 1):
-            _expansion(stack, _Frame("arith", closer="))", arith=True))
+            _expansion(scan, stack, _Frame("arith", closer="))", arith=True))
             i += 3
         elif c == "$" and text.startswith("[", i + 1):
-            _expansion(stack, _Frame("arith", closer="]", arith=True))
+            _expansion(scan, stack, _Frame("arith", closer="]", arith=True))
             i += 2
         elif c == "$" and text.startswith("(", i + 1):
-            _expansion(stack, _Frame("code", closer=")", builder=Builder(scan.analysis)))
+            _expansion(scan, stack, _Frame("code", closer=")"))
             i += 2
         elif c == "$" and text.startswith("{", i + 1):
             quoted = top.kind in ("dq", "hd") or (top.kind == "param" and top.quoted)
             frame = _Frame("param", quoted=quoted, arith=top.arith)
-            i = _open_param(text, i + 2, stack, frame)
+            i = _open_param(scan, i + 2, stack, frame)
         elif c == "$" and top.kind != "arith" and (name := _SIMPLE_PARAM.match(text, i + 1)):
-            owner, unquoted = _word_owner(stack)
-            if owner is not None:
-                owner.expansion(split=unquoted)
+            if top.owner is not None:
+                top.owner.expansion(split=top.builder is not None)
             i = name.end()
         elif c == "`":
             if top.kind == "bq":
                 _close(stack, len(stack) - 1)
             else:
-                _expansion(stack, _Frame("bq", builder=Builder(scan.analysis)))
+                _expansion(scan, stack, _Frame("bq"))
             i += 1
         elif top.kind in ("dq", "hd"):
             if c == '"' and top.kind == "dq":
@@ -182,46 +187,45 @@ def _literal_words(stack: list[_Frame]) -> Builder | None:
     return None
 
 
-def _word_owner(stack: list[_Frame]) -> tuple[Builder | None, bool]:
-    """The builder whose current word an expansion opening here is part of, and whether the
-    expansion is unquoted there (then its result may split into several words or none)."""
-    for frame in reversed(stack):
-        if frame.builder is not None:
-            return frame.builder, frame is stack[-1]
-        if frame.kind not in ("dq", "param"):
-            return None, False
-    return None, False
-
-
-def _expansion(stack: list[_Frame], frame: _Frame) -> None:
-    """An expansion opens: its word is no longer literal."""
-    owner, unquoted = _word_owner(stack)
-    if owner is not None:
-        owner.expansion(split=unquoted and frame.kind != "arith")
+def _push(analysis: Analysis, stack: list[_Frame], frame: _Frame) -> None:
+    """A frame opens: what it inherits from the one under it. A $(…), `…` or <(…) gets a builder
+    of its own, whose output is part of the current word of the builder it opens in."""
+    under = stack[-1] if stack else _Frame("code")
+    frame.in_arith = under.in_arith or under.arith
+    frame.special = under.special
+    frame.quote = frame.kind if frame.kind in ("dq", "hd") else under.quote
+    frame.in_bq = under.in_bq or frame.kind == "bq"
+    if frame.kind in ("code", "bq"):
+        frame.builder = Builder(analysis, in_arith=frame.in_arith)
+        if under.owner is not None:
+            under.owner.child(frame.builder)
+        frame.owner = frame.builder
+    elif frame.kind not in ("hd", "arith") and not frame.arith:
+        frame.owner = under.owner
     stack.append(frame)
 
 
-def _note_placeholder(analysis: Analysis, stack: list[_Frame], start: int) -> None:
-    """The placeholder is part of the current word of the nearest code's builder, and inside
-    the words of the $(…) and `…` around it; a heredoc body is nobody's word."""
-    owner: Builder | None = None
-    for frame in reversed(stack):
-        if frame.kind == "hd" or (frame.arith and owner is None):
-            return  # input to a command; or arithmetic, refused by its context
-        if frame.arith:
-            analysis.refuse([start], IN_ARITH)
-            return
-        if frame.kind == "param":
-            if frame.name_end == start and owner is None:
-                analysis.refuse([start], PARAM_NAME)
-            if frame.assigns:
-                analysis.assigned.append((frame.assigns, [start]))
-        if frame.builder is not None:
-            if owner is None:
-                owner = frame.builder
-                owner.hole(start)
-            else:
-                frame.builder.nested(start)
+def _expansion(scan: _Scan, stack: list[_Frame], frame: _Frame) -> None:
+    """An expansion opens: its word is no longer literal, and may split into several words
+    (or none) where it is unquoted."""
+    top = stack[-1]
+    if top.owner is not None:
+        top.owner.expansion(split=top.builder is not None and frame.kind != "arith")
+    _push(scan.analysis, stack, frame)
+
+
+def _note_placeholder(analysis: Analysis, top: _Frame, start: int) -> None:
+    """The placeholder is part of the current word of the builder whose text it is in; a heredoc
+    body is nobody's word, and arithmetic is refused by its context."""
+    if top.kind == "param" and top.name_end == start:
+        analysis.refuse([start], PARAM_NAME)
+    if top.special:
+        analysis.assigned.append((top.special, [start], []))
+    if top.owner is None:
+        return
+    if top.owner.in_arith:
+        analysis.refuse([start], IN_ARITH)
+    top.owner.hole(start)
 
 
 def _scan_unquoted(scan: _Scan, i: int, stack: list[_Frame]) -> int:
@@ -232,7 +236,7 @@ def _scan_unquoted(scan: _Scan, i: int, stack: list[_Frame]) -> int:
     if c == '"' or (c == "$" and text.startswith('"', i + 1)):
         if words:
             words.quote()
-        stack.append(_Frame("dq", arith=top.arith))
+        _push(scan.analysis, stack, _Frame("dq", arith=top.arith))
         return i + (2 if c == "$" else 1)
     if c == "'" and quotes_work:
         if words:
@@ -275,11 +279,11 @@ def _scan_code(scan: _Scan, i: int, stack: list[_Frame], words: Builder) -> int:
         scan.mark(i, end, COMMENT)
         return end
     if text.startswith("((", i) and word_start:
-        _expansion(stack, _Frame("arith", closer="))", arith=True))
+        _expansion(scan, stack, _Frame("arith", closer="))", arith=True))
         return i + 2
     if c == "[" and (_name_before(text, i) or (i and words.element_start(text[i - 1]))):
         words.char("[")  # name[subscript] (or [subscript]= in name=(…)): arithmetic
-        _expansion(stack, _Frame("arith", closer="]", arith=True, subscript=True))
+        _expansion(scan, stack, _Frame("arith", closer="]", arith=True, subscript=True))
         return i + 1
     if text.startswith("<<<", i):
         words.redirection("<<<")
@@ -288,7 +292,7 @@ def _scan_code(scan: _Scan, i: int, stack: list[_Frame], words: Builder) -> int:
         words.heredoc()
         return _read_delimiter(scan, i + 2)
     if c in "<>" and text.startswith("(", i + 1):  # <(…) and >(…) run a command of their own
-        _expansion(stack, _Frame("code", closer=")", builder=Builder(scan.analysis)))
+        _expansion(scan, stack, _Frame("code", closer=")"))
         return i + 2
     if c in "<>&":
         op = next((op for op in _REDIRECTIONS if text.startswith(op, i)), "")
@@ -332,21 +336,22 @@ def _name_before(text: str, i: int) -> bool:
     return j < i and not text[j].isdigit() and (j == 0 or text[j - 1] in _WORD_END)
 
 
-def _open_param(text: str, i: int, stack: list[_Frame], frame: _Frame) -> int:
+def _open_param(scan: _Scan, i: int, stack: list[_Frame], frame: _Frame) -> int:
     """After `${`: past the parameter's name. A subscript (`${a[…]}`) and an offset or length
     (`${v:…}`, unlike the operators :- := :? :+) are arithmetic."""
-    _expansion(stack, frame)
+    text = scan.text
+    _expansion(scan, stack, frame)
     name = _PARAM_NAME.match(text, i)
     frame.name_end = i = i if name is None else name.end()
     if name is None:
         return i
     if text.startswith("[", i):
-        stack.append(_Frame("arith", closer="]", arith=True))
+        _push(scan.analysis, stack, _Frame("arith", closer="]", arith=True))
         return i + 1
     if text.startswith(":", i) and text[i + 1 : i + 2] not in ("-", "=", "?", "+"):
-        frame.arith = True
-    if text.startswith(("=", ":="), i) and name.group()[0] not in "#!":
-        frame.assigns = name.group()
+        frame.arith, frame.owner = True, None
+    if text.startswith(("=", ":="), i) and special_variable(name.group()):
+        frame.special = name.group()  # ${NAME:=…} assigns what follows to NAME
     return i
 
 
@@ -357,18 +362,11 @@ def _context_of(stack: list[_Frame]) -> str:
     top = stack[-1]
     if top.arith:
         return ARITH
-    if top.kind == "hd" or (top.kind == "param" and top.quoted and _in_heredoc(stack)):
+    if top.kind == "hd" or (top.kind == "param" and top.quoted and top.quote == "hd"):
         return HEREDOC
     if top.kind == "dq" or (top.kind == "param" and top.quoted):
         return DOUBLE
     return BARE
-
-
-def _in_heredoc(stack: list[_Frame]) -> bool:
-    for frame in reversed(stack):
-        if frame.kind in ("hd", "dq"):
-            return frame.kind == "hd"
-    return False
 
 
 def _skip_quoted(
@@ -457,6 +455,6 @@ def _read_bodies(scan: _Scan, i: int, stack: list[_Frame]) -> int:
             scan.mark(start, body_end, QUOTED_HEREDOC)
             continue
         scan.limits.append((body_end, resume, len(stack)))
-        stack.append(_Frame("hd"))
+        _push(scan.analysis, stack, _Frame("hd"))
         resume = start
     return resume

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,16 @@ REFUSED = [
         {"x": SUBSCRIPT},
     ),
     ("echo $(( $(echo {{payload.x}}) ))", "whose output bash evaluates as arithmetic", None),
+    (
+        'printf -v "$(printf %s {{payload.x}})" y',
+        "a $(…) whose output the variable name of `printf -v`",
+        {"x": SUBSCRIPT},
+    ),
+    (
+        '"$(echo {{payload.x}})" {{payload.y}}',
+        "a $(…) whose output part of the command's name",
+        {"x": "eval", "y": TOUCH},
+    ),
     (
         "test {{payload.y}} {{payload.x}}",
         "a `test` whose operators are not all literal",
@@ -294,7 +305,7 @@ ACCEPTED = [
     "if [[ -n {P} ]]; then echo {P}; elif true; then :; else echo {P}; fi",
     "while false; do echo {P}; done",
     "f() { echo hi; }; f; echo {P}",
-    "echo {P} # {P}",
+    "echo {P} # {P}\ntrue",
     "echo {P} | xargs echo",
 ]
 SEPARATORS = ["; ", " && ", " || ", "\n", " | "]
@@ -349,3 +360,14 @@ def test_whatever_the_validator_accepts_runs_no_value(tmp_path_factory, command,
     except RecipeError:
         return
     runs_nothing(command, a, b, tmp_path_factory.mktemp("mixed"))
+
+
+def test_a_deeply_nested_command_with_many_placeholders_is_checked_in_linear_time():
+    # Each placeholder once walked every frame around it: this took minutes.
+    text = 'printf -v "$(' * 20_000 + "{{payload.x}}" * 5_000
+    spans = [m.span() for m in PLACEHOLDER.finditer(text)]
+    started = time.monotonic()
+    found = shell_context.placements(text, spans)
+    assert time.monotonic() - started < 20
+    assert all(p.refusal for p in found)
+    assert "command's name" in found[0].refusal and len(found[-1].refusal) < 200

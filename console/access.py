@@ -8,6 +8,8 @@ signing out ends it. `--no-auth` turns sign-in off, on loopback only; actions ar
 to the account running the console.
 
 Every write asks `actor_for` first, server-side: hiding a button is a courtesy, not the check.
+What each write needs is the authorization layer's (engine_adapter/authorization.py): a refusal
+here is audited there, and the domain function the write calls asks the layer again.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 from tornado.web import create_signed_value, decode_signed_value
 
+from engine_adapter import authorization
+from engine_adapter.authorization import Action
 from engine_adapter.identity import ROLES, Actor, os_user
 from engine_adapter.settings import threadline_home
 
@@ -36,16 +41,13 @@ SECRET_ENV = "THREADLINE_COOKIE_SECRET"
 SECRET_FILE = "console-cookie-secret"
 SESSION_COOKIE = "threadline_session"
 ALL_ROLES = frozenset(ROLES)
-# What each kind of write needs (any one of the roles).
-OPERATE = ("operator",)
-DECIDE = ("approver",)
 
 
 class AccessError(ValueError):
     """The console may not start as asked; the message says what to configure."""
 
 
-class NotAllowed(PermissionError):
+class NotAllowed(authorization.Refused):
     """The signed-in user (or nobody) may not do this; the message says who and why."""
 
 
@@ -219,24 +221,48 @@ def current_session() -> Session | None:
     return session_from_cookie(access, pn.state.cookies.get(SESSION_COOKIE))
 
 
-def refusal(session: Session | None, what: str, any_of: tuple[str, ...]) -> str | None:
-    """Why session may not do what (None: it may)."""
-    if session is None:
-        return f"Not signed in: sign in again to {what}."
-    if session.roles & set(any_of):
-        return None
-    held = ", ".join(sorted(session.roles)) or "no role"
-    return f"{session.user} ({held}) may not {what}: that needs the {' or '.join(any_of)} role."
-
-
-def actor_for(what: str, any_of: tuple[str, ...]) -> Actor:
-    """The actor for a write by the page's signed-in user, or NotAllowed saying why not."""
-    return actor_of(current_session(), what, any_of)
-
-
-def actor_of(session: Session | None, what: str, any_of: tuple[str, ...]) -> Actor:
-    why = refusal(session, what, any_of)
-    if why:
-        raise NotAllowed(why)
-    assert session is not None
+def session_actor(session: Session) -> Actor:
     return Actor(session.user, "console", roles=session.roles)
+
+
+def _signed_out(action: Action, what: str | None) -> str:
+    return f"Not signed in: sign in again to {what or authorization.RULES[action].verb}."
+
+
+def refusal(session: Session | None, action: Action, what: str | None = None) -> str | None:
+    """Why session may not do action (None: it may); `what` words the action otherwise."""
+    if session is None:
+        return _signed_out(action, what)
+    actor = session_actor(session)
+    why = authorization.why_not(actor, action)
+    return authorization.message(actor, action, why, what) if why else None
+
+
+def actor_for(action: Action, what: str | None = None) -> Actor:
+    """The actor for a write by the page's signed-in user, or NotAllowed saying why not: the
+    refusal of a session audited by the authorization layer (nobody signed in: nobody to name)."""
+    session = current_session()
+    try:
+        return actor_of(session, action, what)
+    except NotAllowed as err:
+        if session is not None:
+            from . import data
+
+            try:
+                with data.connection() as conn:
+                    actor = session_actor(session)
+                    authorization.record(conn, actor, action, "refused", err.reason)
+            except psycopg.Error:  # the refusal stands whether or not its row is written
+                log.exception("authorization audit of a console refusal failed")
+        raise
+
+
+def actor_of(session: Session | None, action: Action, what: str | None = None) -> Actor:
+    """The session's actor, if it may do action; else NotAllowed naming who, what and why."""
+    if session is None:
+        raise NotAllowed(_signed_out(action, what), action)
+    actor = session_actor(session)
+    why = authorization.why_not(actor, action)
+    if why:
+        raise NotAllowed(authorization.message(actor, action, why, what), action, why)
+    return actor

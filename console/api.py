@@ -3,7 +3,8 @@ served by the console's Tornado server under /api/v1. Every call but the OpenAPI
 a bearer token (`threadline token create ACCOUNT --role R`); the token's account is the actor
 (shown as delegated when another account minted it), and its roles decide what it may do (a
 viewer reads; an operator spawns, replies, cancels, retries and applies workflows; an approver
-decides gates).
+decides gates): what each route needs is the authorization layer's table
+(engine_adapter/authorization.py), which audits a refusal here and is asked again by the call.
 
 It lives in the console process, not the webhook ingress: it acts for people with the console's
 database role, which the internet-facing ingress does not hold (only resume links decide there,
@@ -29,6 +30,7 @@ from tornado.web import HTTPError, RequestHandler, stream_request_body
 
 from engine_adapter import (
     api_tokens,
+    authorization,
     commands,
     gates,
     proposals,
@@ -37,6 +39,7 @@ from engine_adapter import (
     run_list,
     workflows,
 )
+from engine_adapter.authorization import Action
 from engine_adapter.hooks import parse_body
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
@@ -49,7 +52,6 @@ log = logging.getLogger("threadline.api")
 BASE = "/api/v1"
 MAX_BODY = 512 * 1024
 MAX_PARAM = 1000  # characters of one path or query parameter
-OPERATE, DECIDE = ("operator",), ("approver",)
 PATH_PARAMS = ("run_id", "slug", "proposal_id")
 ANY_JSON = ("payload", "recipe")  # body fields of any JSON type; every other one is a string
 MAX_SEQ = 2**63 - 1  # thread seqs and proposal ids are bigints
@@ -66,7 +68,7 @@ class Route:
     method: str
     path: str  # OpenAPI form: /runs/{run_id}
     summary: str
-    roles: tuple[str, ...]  # any one of them; () = any token
+    action: Action | None  # what the authorization layer is asked; None: a read, any token
     call: Callable[..., Any]  # (conn, actor, body, query, **path params) -> JSON value
     body: tuple[str, ...] = ()  # the body's fields, each optional unless listed in required
     required: tuple[str, ...] = ()
@@ -119,6 +121,7 @@ def _spawn(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
         body.get("payload"),
         idempotency_key=manual_key(slug, key) if key else None,
         trigger={"kind": "manual", **actor.as_caller(), "via": "api"},
+        actor=actor,
     )
     return {"run_id": spawned.run_id, "created": spawned.created}
 
@@ -161,7 +164,7 @@ def _versions(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> An
 
 
 def _apply(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
-    applied = workflows.apply_recipe(conn, _recipe(body))
+    applied = workflows.apply_recipe(conn, _recipe(body), actor=actor)
     return {"slug": applied.slug, "version": applied.version, "changed": applied.changed}
 
 
@@ -172,7 +175,7 @@ def _diff(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
 
 
 def _rollback(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any:
-    applied = workflows.rollback(conn, slug, _text(body, "to"))
+    applied = workflows.rollback(conn, slug, _text(body, "to"), actor)
     restored = workflows.get_version(conn, slug, applied.version)["rolled_back_from"]
     return {"slug": slug, "version": applied.version, "rolled_back_from": restored}
 
@@ -231,40 +234,49 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 ROUTES = (
-    Route("GET", "/runs", "List runs, newest first (filters: workflow, state, trigger)", (), _runs),
-    Route("POST", "/runs", "Start a run", OPERATE, _spawn, ("workflow", "payload",
+    Route("GET", "/runs", "List runs, newest first (filters: workflow, state, trigger)", None,
+          _runs),
+    Route("POST", "/runs", "Start a run", Action.SPAWN, _spawn, ("workflow", "payload",
           "idempotency_key"), ("workflow",)),
-    Route("GET", "/runs/{run_id}", "A run: state, steps, outputs, the open gate", (), _run),
-    Route("GET", "/runs/{run_id}/steps", "A run's step tree", (), _steps),
-    Route("GET", "/runs/{run_id}/thread", "A run's thread entries after a seq", (), _thread),
-    Route("POST", "/runs/{run_id}/approve", "Approve the open gate", DECIDE, _decide("approve"),
+    Route("GET", "/runs/{run_id}", "A run: state, steps, outputs, the open gate", None, _run),
+    Route("GET", "/runs/{run_id}/steps", "A run's step tree", None, _steps),
+    Route("GET", "/runs/{run_id}/thread", "A run's thread entries after a seq", None, _thread),
+    Route("POST", "/runs/{run_id}/approve", "Approve the open gate", Action.DECIDE,
+          _decide("approve"),
           ("reason", "gate")),
-    Route("POST", "/runs/{run_id}/deny", "Deny the open gate", DECIDE, _decide("deny"),
+    Route("POST", "/runs/{run_id}/deny", "Deny the open gate", Action.DECIDE, _decide("deny"),
           ("reason", "gate")),
     Route("POST", "/runs/{run_id}/reply", "Write in the thread (it may answer a gate)",
-          (*OPERATE, *DECIDE), _reply, ("text",), ("text",)),
-    Route("POST", "/runs/{run_id}/cancel", "Cancel a run and its child runs", OPERATE, _cancel,
+          Action.REPLY, _reply, ("text",), ("text",)),
+    Route("POST", "/runs/{run_id}/cancel", "Cancel a run and its child runs", Action.CANCEL,
+          _cancel,
           ("reason",)),
-    Route("POST", "/runs/{run_id}/retry", "Retry a failed run at its failed step", OPERATE,
+    Route("POST", "/runs/{run_id}/retry", "Retry a failed run at its failed step",
+          Action.RETRY,
           _retry),
-    Route("GET", "/workflows", "List workflows", (), _workflows),
-    Route("POST", "/workflows", "Apply a recipe (YAML text or an object)", OPERATE, _apply,
+    Route("GET", "/workflows", "List workflows", None, _workflows),
+    Route("POST", "/workflows", "Apply a recipe (YAML text or an object)",
+          Action.APPLY_RECIPE, _apply,
           ("recipe",), ("recipe",)),
-    Route("GET", "/workflows/{slug}", "A workflow and its current recipe", (), _workflow),
-    Route("GET", "/workflows/{slug}/versions", "A workflow's versions", (), _versions),
-    Route("GET", "/workflows/{slug}/diff", "What changed between versions a and b", (), _diff),
+    Route("GET", "/workflows/{slug}", "A workflow and its current recipe", None, _workflow),
+    Route("GET", "/workflows/{slug}/versions", "A workflow's versions", None, _versions),
+    Route("GET", "/workflows/{slug}/diff", "What changed between versions a and b", None, _diff),
     Route("POST", "/workflows/{slug}/rollback", "A new version equal to an earlier one",
-          OPERATE, _rollback, ("to",), ("to",)),
-    Route("POST", "/workflows/{slug}/proposals", "Propose a change to a workflow", OPERATE,
+          Action.ROLLBACK, _rollback, ("to",), ("to",)),
+    Route("POST", "/workflows/{slug}/proposals", "Propose a change to a workflow",
+          Action.PROPOSE,
           _propose, ("base_hash", "recipe", "summary"), ("base_hash", "recipe", "summary")),
-    Route("GET", "/proposals", "List proposals (filter: workflow)", (), _proposals),
-    Route("GET", "/proposals/{proposal_id}", "A proposal: its diff, risk and status", (),
+    Route("GET", "/proposals", "List proposals (filter: workflow)", None, _proposals),
+    Route("GET", "/proposals/{proposal_id}", "A proposal: its diff, risk and status", None,
           _proposal),
-    Route("POST", "/proposals/{proposal_id}/approve", "Approve a proposal", DECIDE,
+    Route("POST", "/proposals/{proposal_id}/approve", "Approve a proposal",
+          Action.REVIEW_PROPOSAL,
           _review(True), ("note",)),
-    Route("POST", "/proposals/{proposal_id}/reject", "Reject a proposal", DECIDE, _review(False),
+    Route("POST", "/proposals/{proposal_id}/reject", "Reject a proposal", Action.REVIEW_PROPOSAL,
+          _review(False),
           ("note",), ("note",)),
-    Route("POST", "/proposals/{proposal_id}/apply", "Apply an approved proposal", OPERATE,
+    Route("POST", "/proposals/{proposal_id}/apply", "Apply an approved proposal",
+          Action.APPLY_PROPOSAL,
           _apply_proposal),
 )  # fmt: skip
 
@@ -298,12 +310,8 @@ class ApiHandler(RequestHandler):
                 self.set_header("Allow", ", ".join(self.routes))
                 raise ApiError(405, f"{self.request.method} is not allowed here")
             self.actor = await IOLoop.current().run_in_executor(None, self.authenticate)
-            if route.roles and not any(self.actor.may(r) for r in route.roles):
-                raise ApiError(
-                    403,
-                    f"{self.actor.name} may not {route.summary[0].lower()}{route.summary[1:]}: "
-                    f"that needs the {' or '.join(route.roles)} role",
-                )
+            if route.action is not None:
+                await IOLoop.current().run_in_executor(None, self.authorize, route)
             self.check_length()
         except ApiError as err:
             # Answered now: Tornado closes the connection instead of reading the body.
@@ -320,6 +328,18 @@ class ApiHandler(RequestHandler):
             self.set_header("WWW-Authenticate", 'Bearer realm="threadline"')
             raise ApiError(401, "a valid bearer token is required (threadline token create)")
         return actor
+
+    def authorize(self, route: Route) -> None:
+        """The token's roles against the route's action, before the body is read: a refusal is
+        audited by the authorization layer and answered 403."""
+        assert self.actor is not None and route.action is not None
+        why = authorization.why_not(self.actor, route.action)
+        if why is None:
+            return
+        with data.connection() as conn:
+            authorization.record(conn, self.actor, route.action, "refused", why)
+        verb = route.summary[0].lower() + route.summary[1:]
+        raise ApiError(403, authorization.message(self.actor, route.action, why, verb))
 
     def check_length(self) -> None:
         headers = self.request.headers
@@ -363,6 +383,8 @@ class ApiHandler(RequestHandler):
                     return 200, route.call(conn, actor, body, query, **params)
                 except ApiError:
                     raise
+                except authorization.Refused as err:
+                    raise ApiError(403, str(err)) from None
                 except (RunNotFound, LookupError) as err:
                     raise ApiError(404, str(err).strip("'\"")) from None
                 except proposals.ProposalError as err:
@@ -458,7 +480,7 @@ def openapi() -> dict[str, Any]:
         op: dict[str, Any] = {
             "summary": r.summary,
             "security": [{"bearer": []}],
-            "x-roles": list(r.roles) or ["any"],
+            "x-roles": list(authorization.roles_for(r.action)) if r.action else ["any"],
             "parameters": [
                 {"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
                 for n in PATH_PARAMS

@@ -19,6 +19,8 @@ from engine_adapter import read_model, retention
 from engine_adapter.bot_backends import bots_without_backend
 from engine_adapter.bot_config import list_bots
 
+from engine_adapter.authorization import Action
+
 from . import access, data, state
 from .live import Change
 from .live_panel import on_change, patch_table
@@ -103,7 +105,7 @@ class ConductorsPage(Viewer):
             name="Kill the conductor (SIGKILL)",
             button_type="danger",
             visible=playground(),
-            disabled=access.refusal(access.current_session(), "kill", access.OPERATE) is not None,
+            disabled=access.refusal(access.current_session(), Action.STOP_CONDUCTOR) is not None,
         )
         self.kill.on_click(lambda _e: self._kill())
         self.agents = pn.widgets.Tabulator(
@@ -216,7 +218,7 @@ class ConductorsPage(Viewer):
 
     def _kill(self) -> None:
         try:
-            access.actor_for("kill the conductor", access.OPERATE)
+            access.actor_for(Action.STOP_CONDUCTOR)
         except access.NotAllowed as err:
             self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
             return

@@ -12,6 +12,8 @@ from panel.viewable import Viewer
 from engine_adapter.names import short_run_id
 from engine_adapter import gates, read_model, thread_entries
 
+from engine_adapter.authorization import Action
+
 from . import access, data, state
 from .live import Change
 from .live_panel import Throttle, on_change
@@ -25,7 +27,7 @@ class NeedsYouPage(Viewer):
         self.feedback = html_pane("")
         # For the buttons and the note only: act() checks the session again, server-side.
         self.session = access.current_session()
-        why = access.refusal(self.session, "approve or deny", access.DECIDE)
+        why = access.refusal(self.session, Action.DECIDE, "approve or deny")
         self.permissions = html_pane(
             f'<div class="tl-muted" id="tl-permissions">{html.escape(why or "")}</div>'
         )
@@ -75,23 +77,19 @@ class NeedsYouPage(Viewer):
         approve = pn.widgets.Button(name="Approve 👍", button_type="success")
         deny = pn.widgets.Button(name="Deny 👎", button_type="danger")
         send = pn.widgets.Button(name="Reply", button_type="primary")
-        approve.disabled = deny.disabled = (
-            access.refusal(self.session, "decide", access.DECIDE) is not None
-        )
+        approve.disabled = deny.disabled = access.refusal(self.session, Action.DECIDE) is not None
         approve.visible = deny.visible = state.gate_takes_decisions(
             gate
         )  # a reply releases any_reply
-        send.disabled = (
-            access.refusal(self.session, "reply", access.OPERATE + access.DECIDE) is not None
-        )
+        send.disabled = access.refusal(self.session, Action.REPLY) is not None
         run_id, key = row["run_id"], row["gate_key"]
 
         def act(kind: str) -> None:
             try:
                 # Every gate here waits: a reply may decide it, so an approver may reply too.
                 actor = access.actor_for(
+                    Action.REPLY if kind == "reply" else Action.DECIDE,
                     kind if kind == "reply" else f"{kind} a gate",
-                    access.OPERATE + access.DECIDE if kind == "reply" else access.DECIDE,
                 )
                 with data.connection() as conn:
                     if kind == "reply":

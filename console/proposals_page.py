@@ -11,6 +11,8 @@ from panel.viewable import Viewer
 
 from engine_adapter import proposals
 
+from engine_adapter.authorization import Action
+
 from . import access, data
 from .style import html_pane
 
@@ -64,16 +66,16 @@ class ProposalsPage(Viewer):
     def card(self, row: dict[str, Any]) -> pn.viewable.Viewable:
         note = pn.widgets.TextInput(placeholder="Note (a rejection needs one)", width=320)
         buttons = []
-        for label, kind, kind_type, roles, when in (
-            ("Approve", "approve", "success", access.DECIDE, "open"),
-            ("Reject", "reject", "danger", access.DECIDE, "open"),
-            ("Apply", "apply", "primary", access.OPERATE, "approved"),
+        for label, kind, kind_type, action, when in (
+            ("Approve", "approve", "success", Action.REVIEW_PROPOSAL, "open"),
+            ("Reject", "reject", "danger", Action.REVIEW_PROPOSAL, "open"),
+            ("Apply", "apply", "primary", Action.APPLY_PROPOSAL, "approved"),
         ):
             button = pn.widgets.Button(name=label, button_type=kind_type)
             button.visible = row["status"] == when
-            button.disabled = access.refusal(self.session, kind, roles) is not None
+            button.disabled = access.refusal(self.session, action) is not None
             button.on_click(
-                lambda _e, kind=kind, roles=roles: self.act(row["id"], kind, roles, note)
+                lambda _e, kind=kind, action=action: self.act(row["id"], kind, action, note)
             )
             buttons.append(button)
         return pn.Column(
@@ -83,9 +85,9 @@ class ProposalsPage(Viewer):
             sizing_mode="stretch_width",
         )
 
-    def act(self, pid: int, kind: str, roles: tuple[str, ...], note: Any) -> None:
+    def act(self, pid: int, kind: str, action: Action, note: Any) -> None:
         try:
-            actor = access.actor_for(f"{kind} proposals", roles)
+            actor = access.actor_for(action, f"{kind} proposals")
             with data.connection() as conn:
                 if kind == "apply":
                     version = proposals.apply(conn, pid, actor)

@@ -26,6 +26,8 @@ from engine_adapter.workflows import (
     list_workflows,
 )
 
+from engine_adapter.authorization import Action
+
 from . import access, data, state
 from .recipe_check import check_recipe_async
 from .style import html_pane
@@ -97,7 +99,7 @@ class RecipeEditor(Viewer):
         self.slug = slug
         # Why this user may not change recipes or spawn (None: they may); every write checks again.
         self.read_only = access.refusal(
-            access.current_session(), "save, roll back or spawn", access.OPERATE
+            access.current_session(), Action.APPLY_RECIPE, "save, roll back or spawn"
         )
         self.workflow: dict[str, Any] | None = None
         self.versions: list[dict[str, Any]] = []
@@ -236,7 +238,7 @@ class RecipeEditor(Viewer):
         if recipe is None:
             return
         try:
-            access.actor_for("save a recipe", access.OPERATE)
+            actor = access.actor_for(Action.APPLY_RECIPE, "save a recipe")
         except access.NotAllowed as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
@@ -252,7 +254,7 @@ class RecipeEditor(Viewer):
                 except WorkflowNotFound:
                     pass
             try:
-                applied = apply_recipe(conn, recipe)
+                applied = apply_recipe(conn, recipe, actor=actor)
             except RecipeError as err:  # e.g. a webhook path another workflow holds
                 self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
                 return
@@ -278,14 +280,14 @@ class RecipeEditor(Viewer):
 
     def _rollback(self) -> None:
         try:
-            access.actor_for("roll back a recipe", access.OPERATE)
+            actor = access.actor_for(Action.ROLLBACK)
         except access.NotAllowed as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         version = self.version_pick.value
         try:  # an old version may break a bound added since, or be the current one: say so
             with data.connection() as conn:
-                applied = rollback(conn, self.slug or "", str(version))
+                applied = rollback(conn, self.slug or "", str(version), actor)
         except (RecipeError, LookupError) as err:
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
@@ -305,7 +307,7 @@ class RecipeEditor(Viewer):
             )
             return
         try:
-            actor = access.actor_for("spawn a run", access.OPERATE)
+            actor = access.actor_for(Action.SPAWN)
         except access.NotAllowed as err:
             self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
@@ -321,8 +323,9 @@ class RecipeEditor(Viewer):
                         "request_id": self._request_id,
                     },
                     idempotency_key=manual_key(self.slug or "", self._request_id),
+                    actor=actor,
                 )
-        except SpawnError as err:
+        except (SpawnError, access.NotAllowed) as err:
             self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         self._spawned_at = time.monotonic()

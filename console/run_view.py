@@ -22,6 +22,8 @@ from engine_adapter.engine_debug import run_debug
 from engine_adapter.spawn import SpawnError, describe_trigger
 from engine_adapter.thread_entries import RunNotFound
 
+from engine_adapter.authorization import Action
+
 from . import access, data, state
 from .debug_pane import debug_html
 from .live import Change
@@ -214,28 +216,28 @@ class RunView(Viewer):
         if waiting and not self.outside_name.value:  # offer what the run waits for
             self.outside_name.value = waiting["events"][0]
             self.outside_key.value = waiting.get("key") or ""
-        self.deliver.disabled = not self._may(access.OPERATE)
+        self.deliver.disabled = not self._may(Action.EMIT_EVENT)
         top = [step["id"] for step in run.steps]
         if list(self.rerun_from.options) != top:
             self.rerun_from.options = top
             if self.rerun_from.value not in top:
                 self.rerun_from.value = top[0] if top else None
-        self.rerun.disabled = bool(run.parent) or not self._may(access.OPERATE)
+        self.rerun.disabled = bool(run.parent) or not self._may(Action.RERUN)
         at_gate = run.gate is not None
         for widget in (self.approve, self.deny, self.reason):
             widget.visible = state.gate_takes_decisions(run.gate)
-        self.retry.disabled = run.state != "failed" or not self._may(access.OPERATE)
+        self.retry.disabled = run.state != "failed" or not self._may(Action.RETRY)
         self.cancel.disabled = run.state in ("completed", "cancelled") or not self._may(
-            access.OPERATE
+            Action.CANCEL
         )
-        self.approve.disabled = self.deny.disabled = not self._may(access.DECIDE)
-        self.send.disabled = not self._may(self._reply_roles())
-        self.emit.disabled = not self._may(access.OPERATE)
+        self.approve.disabled = self.deny.disabled = not self._may(Action.DECIDE)
+        self.send.disabled = not self._may(self._reply_action())
+        self.emit.disabled = not self._may(Action.DEBUG_EVENT)
         notes = [
             why
             for why in (
-                access.refusal(self.session, "reply, cancel, retry or emit", access.OPERATE),
-                access.refusal(self.session, "approve or deny", access.DECIDE) if at_gate else None,
+                access.refusal(self.session, Action.CANCEL, "reply, cancel, retry or emit"),
+                access.refusal(self.session, Action.DECIDE, "approve or deny") if at_gate else None,
             )
             if why
         ]
@@ -315,13 +317,12 @@ class RunView(Viewer):
                 self._render_summary()  # countdowns and running durations tick without a query
 
     # -- acting ----------------------------------------------------------------------------------
-    def _may(self, any_of: tuple[str, ...]) -> bool:
-        return access.refusal(self.session, "act", any_of) is None
+    def _may(self, action: Action) -> bool:
+        return access.refusal(self.session, action) is None
 
-    def _reply_roles(self) -> tuple[str, ...]:
+    def _reply_action(self) -> Action:
         """An operator replies; at a gate an approver may too (the reply may decide it)."""
-        at_gate = bool(self.run and self.run.gate)
-        return access.OPERATE + access.DECIDE if at_gate else access.OPERATE
+        return Action.REPLY if self.run and self.run.gate else Action.STEER
 
     def _say(self, text: str, ok: bool = True) -> None:
         self.feedback.object = (
@@ -334,7 +335,7 @@ class RunView(Viewer):
             self._say("Write something first.", ok=False)
             return
         try:
-            actor = access.actor_for("reply", self._reply_roles())
+            actor = access.actor_for(self._reply_action(), "reply")
             with data.connection() as conn:
                 outcome = gates.reply(conn, self.run_id, text, actor)
         except (ValueError, access.NotAllowed, gates.DecisionRefused, RunNotFound) as err:
@@ -350,7 +351,7 @@ class RunView(Viewer):
     def _decide(self, decision: str) -> None:
         gate = self.run.gate if self.run else None
         try:
-            actor = access.actor_for(f"{decision} a gate", access.DECIDE)
+            actor = access.actor_for(Action.DECIDE, f"{decision} a gate")
             with data.connection() as conn:
                 gates.decide(
                     conn,
@@ -368,7 +369,8 @@ class RunView(Viewer):
 
     def _command(self, which: str) -> None:
         try:
-            actor = access.actor_for(f"{which} a run", access.OPERATE)
+            action = Action.CANCEL if which == "cancel" else Action.RETRY
+            actor = access.actor_for(action, f"{which} a run")
             with data.connection() as conn:
                 if which == "cancel":
                     commands.cancel_run(conn, self.run_id, actor, "from the console")
@@ -390,7 +392,7 @@ class RunView(Viewer):
             self._say("Choose the step to rerun from.", ok=False)
             return
         try:
-            actor = access.actor_for("rerun a run", access.OPERATE)
+            actor = access.actor_for(Action.RERUN)
             with data.connection() as conn:
                 spawned = reruns.rerun(conn, self.run_id, self.rerun_from.value, actor, payload)
         except (access.NotAllowed, commands.CommandRefused, SpawnError) as err:
@@ -412,7 +414,7 @@ class RunView(Viewer):
             self._say(f"payload: not valid JSON: {err}", ok=False)
             return
         try:
-            actor = access.actor_for("deliver an event", access.OPERATE)
+            actor = access.actor_for(Action.EMIT_EVENT)
             with data.connection() as conn:
                 emitted = events.emit(
                     conn,
@@ -421,6 +423,7 @@ class RunView(Viewer):
                     caller=actor.label,
                     key=self.outside_key.value.strip() or None,
                     via="console",
+                    actor=actor,
                 )
         except (access.NotAllowed, SpawnError) as err:
             self._say(str(err), ok=False)
@@ -437,7 +440,7 @@ class RunView(Viewer):
             self._say(f"payload: not valid JSON: {err}", ok=False)
             return
         try:
-            actor = access.actor_for("emit an event", access.OPERATE)
+            actor = access.actor_for(Action.DEBUG_EVENT)
             with data.connection() as conn:
                 commands.emit_debug_event(conn, self.run_id, self.event_name.value, payload, actor)
         except (access.NotAllowed, commands.CommandRefused) as err:

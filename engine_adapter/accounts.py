@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from . import db
+from .authorization import Action, change
 from .identity import ACCOUNT_NAME as NAME
 from .identity import Actor, os_user
 
@@ -33,14 +34,6 @@ def check_name(name: str, what: str = "account name") -> str:
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise AccountError(f"{what} {name!r}: 1 to 100 of A-Z a-z 0-9 _ . @ -")
     return name
-
-
-def require_admin(actor: Actor, what: str) -> None:
-    if not actor.admin:
-        raise AccountError(
-            f"{actor.name} may not {what}: that is an admin action (root, or the account "
-            "that owns the install)"
-        )
 
 
 def live(conn: psycopg.Connection[Any], name: str) -> int | None:
@@ -146,10 +139,9 @@ def add(
     channels: Iterable[tuple[str, str]] = (),
 ) -> int:
     """A new account (admin), with channels registered for it."""
-    require_admin(by, f"add account {name}")
     check_name(name)
     channels = [(c, check_channel(c, t)) for c, t in channels]
-    with conn.transaction():
+    with change(conn, by, Action.MANAGE_ACCOUNTS, detail={"add": name}):
         row = db.fetch_one(conn, "insert_account", dict(name=name, created_by=by.label))
         if row is None:
             raise AccountError(f"account {name} exists (see `threadline user list`)")
@@ -161,8 +153,7 @@ def add(
 def remove(conn: psycopg.Connection[Any], name: str, by: Actor) -> list[str]:
     """Remove an account (admin): its tokens are revoked, its links decide nothing more, and
     approvers lists naming it match nobody. Returns the names of the tokens revoked."""
-    require_admin(by, f"remove account {name}")
-    with conn.transaction():
+    with change(conn, by, Action.MANAGE_ACCOUNTS, detail={"remove": name}):
         row = db.fetch_one(conn, "remove_account", dict(name=name, removed_by=by.label))
         if row is None:
             raise AccountError(f"no account named {name!r} (see `threadline user list`)")
@@ -189,10 +180,9 @@ def check_channel(channel: str, target: str) -> str:
 
 
 def _may_change_channels(conn: psycopg.Connection[Any], name: str, by: Actor) -> int:
-    """The account whose channels by may change: its own (made on first use), or any (admin)."""
+    """The account whose channels by may change: its own (made on first use), or any (admin,
+    which the caller's `change` checked)."""
     own = by.name == name and not (by.on_behalf_of or by.minted_by)
-    if not own:
-        require_admin(by, f"change the channels of account {name}")
     found = ensure(conn, name, f"first use ({by.via})") if own else live(conn, name)
     if found is None:
         raise AccountError(f"no account named {name!r} (see `threadline user list`)")
@@ -205,7 +195,7 @@ def add_channel(
     """Register a channel for an account (its own, or an admin for anyone); False if it was
     registered already."""
     target = check_channel(channel, target)
-    with conn.transaction():
+    with change(conn, by, Action.MANAGE_CHANNELS, account=name, detail={"add": channel}):
         account = _may_change_channels(conn, name, by)
         return _insert_channel(conn, account, channel, target, by)
 
@@ -213,7 +203,7 @@ def add_channel(
 def remove_channel(
     conn: psycopg.Connection[Any], name: str, channel: str, target: str, by: Actor
 ) -> None:
-    with conn.transaction():
+    with change(conn, by, Action.MANAGE_CHANNELS, account=name, detail={"remove": channel}):
         account = _may_change_channels(conn, name, by)
         where = dict(account_id=account, channel=channel, target=target)
         if db.fetch_one(conn, "delete_account_channel", where) is None:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from . import accounts, db
+from .authorization import Action, change
 from .identity import ROLES, Actor
 
 PREFIX = "tl_api_"
@@ -45,11 +46,10 @@ def create(
     if not roles or unknown:
         raise TokenError(f"roles {unknown or roles}: each must be one of {', '.join(ROLES)}")
     own = account == by.name and by.on_behalf_of is None and by.minted_by is None
-    if not own:
-        accounts.require_admin(by, f"mint a token for account {account}")
+    detail = {"name": name, "roles": sorted(set(roles))}
     token = PREFIX + secrets.token_urlsafe(32)
     try:
-        with conn.transaction():
+        with change(conn, by, Action.MINT_TOKEN, account=account, detail=detail):
             minter = accounts.account_of(conn, by)
             if minter is None:
                 raise TokenError(f"{by.name} has no account (it was removed): no token minted")
@@ -107,10 +107,8 @@ def list_tokens(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
 
 def revoke(conn: psycopg.Connection[Any], name: str, by: Actor) -> None:
     """Revoke a live token: one's own account's, or any (an admin)."""
-    with conn.transaction():
-        row = db.fetch_one(conn, "live_api_token", dict(name=name))
-        if row is None:
-            raise TokenError(f"no live token named {name!r} (see `threadline token list`)")
-        if row["account"] != by.name or by.on_behalf_of or by.minted_by:
-            accounts.require_admin(by, f"revoke token {name} of account {row['account']}")
+    row = db.fetch_one(conn, "live_api_token", dict(name=name))
+    if row is None:
+        raise TokenError(f"no live token named {name!r} (see `threadline token list`)")
+    with change(conn, by, Action.REVOKE_TOKEN, account=row["account"], detail={"name": name}):
         db.fetch_one(conn, "revoke_api_token", dict(name=name))

@@ -256,7 +256,8 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
     try:
         recipe = load_recipe_file(args.file)
         with _conn() as conn:
-            applied = apply_recipe(conn, recipe)  # RecipeError too: a webhook path already taken
+            # RecipeError too: a webhook path already taken
+            applied = apply_recipe(conn, recipe, actor=_actor(args))
             _warn_unknown_accounts(conn, recipe)
     except RecipeError as err:
         print(str(err), file=sys.stderr)
@@ -367,7 +368,7 @@ def cmd_recipe_rollback(args: argparse.Namespace) -> int:
     from . import workflows
 
     with _conn() as conn:
-        applied = workflows.rollback(conn, args.slug, args.to)
+        applied = workflows.rollback(conn, args.slug, args.to, _actor(args))
         restored = workflows.get_version(conn, args.slug, applied.version)["rolled_back_from"]
     print(f"{args.slug}: v{applied.version}, a copy of v{restored}")
     return 0
@@ -395,6 +396,7 @@ def cmd_spawn(args: argparse.Namespace) -> int:
             payload,
             idempotency_key=manual_key(args.slug, request_id),
             trigger={"kind": "manual", **_caller(args), "request_id": request_id},
+            actor=_actor(args),
         )
     value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
     if not args.request_id:
@@ -417,8 +419,15 @@ def cmd_emit(args: argparse.Namespace) -> int:
 
     payload = _payload(args)
     with _conn() as conn:
+        actor = _actor(args)
         emitted = emit(
-            conn, args.name, payload, event_id=args.id, caller=_actor(args).label, key=args.key
+            conn,
+            args.name,
+            payload,
+            event_id=args.id,
+            caller=actor.label,
+            key=args.key,
+            actor=actor,
         )
     value = {
         "event": emitted.name,
@@ -458,7 +467,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
         if args.command == "pause":
             pause.pause(conn, _actor(args), args.reason)
             print(pause.describe(pause.state(conn)))
-        elif pause.unpause(conn):
+        elif pause.unpause(conn, _actor(args)):
             print("unpaused: new runs start again")
         else:
             print("Threadline was not paused")
@@ -519,7 +528,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     from . import retention
 
     with _conn() as conn:
-        report = retention.cleanup(conn, f"cli:{_actor(args).name}", dry_run=args.dry_run)
+        actor = _actor(args)
+        report = retention.cleanup(conn, f"cli:{actor.name}", dry_run=args.dry_run, actor=actor)
         if report is None:
             print(
                 "a cleanup is running elsewhere (a conductor's); try again later", file=sys.stderr
@@ -685,7 +695,7 @@ def cmd_recipe_enable(args: argparse.Namespace) -> int:
 
     enabled = args.recipe_command == "enable"
     with _conn() as conn:
-        set_enabled(conn, args.slug, enabled)
+        set_enabled(conn, args.slug, enabled, _actor(args))
     print(f"{args.slug} {'enabled' if enabled else 'disabled'}")
     return 0
 
@@ -1226,9 +1236,10 @@ def main(argv: list[str] | None = None) -> int:
 
     known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from . import api_tokens, commands, gates, proposals, recipes, spawn
+        from . import api_tokens, authorization, commands, gates, proposals, recipes, spawn
 
         known += (
+            authorization.Refused,
             LookupError,
             commands.CommandRefused,
             gates.DecisionRefused,

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import child_runs, db, names, run_limits, run_state, thread_entries
+from . import authorization, child_runs, db, names, run_limits, run_state, thread_entries
 from .domain import ENDED, FINISHED
 from .identity import Actor
 from .settings import QUEUE
@@ -28,7 +28,7 @@ def cancel_run(
 
 
 def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None) -> None:
-    with conn.transaction():
+    with authorization.change(conn, actor, authorization.Action.CANCEL, run_id=run_id):
         run = run_state.lock_run(conn, run_id)
         if run["state"] in ENDED or (run["parent_run_id"] and run["state"] in FINISHED):
             raise CommandRefused(f"run {run_id} is already {run['state']}")
@@ -52,7 +52,7 @@ def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: st
 
 def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
     """Resume a failed run at its failed step with a new try; completed steps are not re-run."""
-    with conn.transaction():
+    with authorization.change(conn, actor, authorization.Action.RETRY, run_id=run_id):
         run = run_state.lock_run(conn, run_id)
         task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
         if task and task["state"] == "failed":
@@ -126,7 +126,9 @@ def emit_debug_event(
             "steps are released by "
             "their bot, gates by a decision (approve/deny/reply), failed runs by retry"
         )
-    with conn.transaction():
+    with authorization.change(
+        conn, actor, authorization.Action.DEBUG_EVENT, run_id=run_id, detail={"event": event}
+    ):
         run_state.lock_run(conn, run_id)
         db.fetch_one(
             conn, "emit_debug_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload))

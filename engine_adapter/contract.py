@@ -239,7 +239,7 @@ def run(
         if isinstance(workflow, str):
             slug = workflow
         else:
-            slug = apply_recipe(conn, Recipe.from_dict(workflow, "workflow")).slug
+            slug = apply_recipe(conn, Recipe.from_dict(workflow, "workflow"), actor=actor).slug
         current = get_workflow(conn, slug)
     except RecipeError as err:
         raise ContractError(
@@ -264,6 +264,7 @@ def run(
             payload,
             idempotency_key=manual_key(slug, key),
             trigger={"kind": "manual", "caller": actor.name, "request_id": key, "via": "contract"},
+            actor=actor,
         )
     except Paused as err:
         raise ContractError(EXIT_POLICY, "policy_violation", str(err)) from None

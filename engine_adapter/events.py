@@ -17,6 +17,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db, pause
+from .authorization import Action, transaction
+from .identity import Actor
 from .recipe_values import EVENT_NAME
 from .settings import QUEUE
 from .spawn import SpawnError, check_payload, spawn
@@ -50,6 +52,7 @@ def emit(
     caller: str | None = None,
     key: str | None = None,
     via: str = "cli",
+    actor: Actor | None = None,
 ) -> Emitted:
     """Spawn a run per listening workflow and end the waits for it, in one transaction; without
     an id the event gets a fresh one. `key` correlates it with waits (`wait_for_event` `key:`)."""
@@ -66,7 +69,7 @@ def emit(
     if caller:
         trigger["caller"] = caller
     runs = []
-    with conn.transaction():
+    with transaction(conn, actor, Action.EMIT_EVENT, detail={"event": name}):
         # Paused: the event starts no run, but still reaches the runs in flight that wait for it.
         switch = pause.state(conn)
         listening = [] if switch else db.fetch_all(conn, "event_workflows", dict(name=name))

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from . import accounts, db
+from .authorization import Action, RuleRefusal, change, message, record, why_not
 from .names import step_id_of
 from .recipes import find_step_doc
 from .identity import SYSTEM, Actor, name_of_label
@@ -29,6 +30,11 @@ class DecisionRefused(RuntimeError):
 
 class GateClosed(DecisionRefused):
     """A decision for a gate that is not (or no longer) open."""
+
+
+class NotDecider(DecisionRefused, RuleRefusal):
+    """The gate's own rules refuse this actor (approvers, self-approval, a reply that would steer
+    a run at no gate): audited by the authorization layer too."""
 
 
 def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -53,13 +59,13 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
     """A human reply: always kept in the thread; it releases an open gate when it decides it."""
     if not text.strip():
         raise ValueError("reply text is empty")
-    with conn.transaction():
+    with change(conn, actor, Action.REPLY, run_id=run_id):
         run = lock_run(conn, run_id)
         gate = current_gate(run)
-        if gate is None and not actor.may("operator"):
+        if gate is None and why_not(actor, Action.STEER):
             # A reply at no gate steers the run (an agent reads it): an operator's act; an
             # approver replies only to answer a gate.
-            raise DecisionRefused(
+            raise NotDecider(
                 f"{actor.name} may reply only while the run waits at a gate: a reply at any "
                 "other time steers the run, which needs the operator role"
             )
@@ -75,6 +81,7 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
             return ReplyOutcome(seq, None, None)
         if refusal:  # a decision in words by someone who may not decide: audited
             audit(conn, run_id, run["await_key"], actor, decision, None, DecisionRefused(refusal))
+            record(conn, actor, Action.DECIDE, "refused", refusal, run_id=run_id)
         if decision is None or refusal:
             hint = f"Noted. {refusal}." if refusal else _gate_hint(conn, gate, actor)
             system_note(conn, run_id, hint, step_key=run["await_key"])
@@ -105,7 +112,7 @@ def decide(
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
     try:
         return _decide(conn, run_id, decision, actor, reason, gate_key)
-    except DecisionRefused as err:
+    except (DecisionRefused, PermissionError) as err:  # PermissionError: authorization.Refused
         # Audited in a transaction of its own, unless the caller's (a resume token's) is open:
         # the caller's rollback would take the row with it, so the caller audits.
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
@@ -122,7 +129,7 @@ def _decide(
     reason: str | None,
     gate_key: str | None,
 ) -> str:
-    with conn.transaction():
+    with change(conn, actor, Action.DECIDE, run_id=run_id):
         run = lock_run(conn, run_id)
         gate = current_gate(run)
         if gate is None:
@@ -134,7 +141,7 @@ def _decide(
         actor = accounts.resolved(conn, actor)
         refusal = _why_not_decider(conn, gate, run, actor)
         if refusal:
-            raise DecisionRefused(refusal)
+            raise NotDecider(refusal)
         text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (
             f": {reason}" if reason else ""
         )
@@ -238,8 +245,9 @@ def _why_not_decider(
     conn: psycopg.Connection[Any], gate: dict[str, Any], run: dict[str, Any], actor: Actor
 ) -> str | None:
     """Why the actor may not decide this gate, or None when it may."""
-    if not actor.may("approver"):
-        return f"{actor.name} may not decide gates (that needs the approver role)"
+    role = why_not(actor, Action.DECIDE)
+    if role:
+        return message(actor, Action.DECIDE, role, "decide gates")
     if (
         actor.account_id is None
         and actor.via != "system"

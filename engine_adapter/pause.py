@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from . import db
+from .authorization import Action, transaction
 from .identity import Actor
 
 
@@ -17,13 +18,13 @@ def state(conn: psycopg.Connection[Any]) -> dict[str, Any] | None:
 
 
 def pause(conn: psycopg.Connection[Any], actor: Actor, reason: str | None = None) -> None:
-    with conn.transaction():
+    with transaction(conn, actor, Action.PAUSE, detail={"paused": True}):
         conn.execute(db.q("set_pause"), dict(reason=reason, actor=actor.label, via=actor.via))
 
 
-def unpause(conn: psycopg.Connection[Any]) -> bool:
+def unpause(conn: psycopg.Connection[Any], actor: Actor | None = None) -> bool:
     """Lift the switch; False if it was not set."""
-    with conn.transaction():
+    with transaction(conn, actor, Action.PAUSE, detail={"paused": False}):
         return db.fetch_one(conn, "clear_pause") is not None
 
 

@@ -26,6 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import db, domain
+from .authorization import Action, RuleRefusal, change
 from .identity import Actor, name_of_label
 from .recipes import Recipe, step_docs
 from .recipe_text import recipe_diff
@@ -40,6 +41,13 @@ class ProposalError(ValueError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class AuthorRefused(ProposalError, RuleRefusal):
+    """One of a proposal's authors (or someone acting for another) tried to review it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("refused", message)
 
 
 @dataclass(frozen=True)
@@ -209,7 +217,7 @@ def propose(
         raise ProposalError(
             "invalid", f"the proposed recipe is workflow {proposed.slug!r}, not {workflow!r}"
         )
-    with conn.transaction():
+    with change(conn, actor, Action.PROPOSE, workflow=workflow, run_id=run_id):
         try:
             current = get_workflow(conn, workflow)
         except WorkflowNotFound as err:
@@ -281,18 +289,17 @@ def review(
 ) -> None:
     """Approve or reject an open proposal: an approver's call, never one of its authors' (through
     any door or token), nor one recorded for someone else."""
-    if not actor.may("approver"):
-        raise ProposalError("refused", f"{actor.name} may not review proposals (needs approver)")
     if not approve and not (note or "").strip():
         raise ProposalError("invalid", "a rejection needs a note saying why")
-    with conn.transaction():
+    target = dict(detail={"proposal": proposal_id, "approve": approve})
+    with change(conn, actor, Action.REVIEW_PROPOSAL, **target):
         row = _locked(conn, proposal_id)
         problem = _problem(conn, row, ("open",))
         if problem is None and (actor.on_behalf_of or actor.name in authors(conn, row)):
             made = f"proposal {proposal_id} was made by {row['proposed_by']}"
             if actor.name != name_of_label(row["proposed_by"]) and row["run_id"]:
                 made += f" in a run {actor.name} started"
-            raise ProposalError("refused", f"{made}: someone else reviews it")
+            raise AuthorRefused(f"{made}: someone else reviews it")
         if problem is None:
             conn.execute(
                 db.q("review_proposal"),
@@ -312,10 +319,8 @@ def apply(conn: psycopg.Connection[Any], proposal_id: int, actor: Actor) -> int:
     whose base is no longer current fails as stale; one past its 14 days, as expired."""
     from .workflows import apply_recipe, get_workflow
 
-    if not actor.may("operator"):
-        raise ProposalError("refused", f"{actor.name} may not apply proposals (needs operator)")
     version = 0
-    with conn.transaction():
+    with change(conn, actor, Action.APPLY_PROPOSAL, detail={"proposal": proposal_id}):
         row = _locked(conn, proposal_id)
         problem = _problem(conn, row, ("approved",))
         current = get_workflow(conn, row["workflow"])

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from . import db, domain, names, run_state, step_tree, thread_entries
+from . import authorization, db, domain, names, run_state, step_tree, thread_entries
 from .commands import CommandRefused
 from .identity import Actor
 from .read_model import run_facts
@@ -28,7 +28,9 @@ def rerun(
     payload: dict[str, Any] | None = None,
 ) -> Spawned:
     """Start the rerun; CommandRefused (nothing written) names why it cannot be."""
-    with conn.transaction():
+    with authorization.change(
+        conn, actor, authorization.Action.RERUN, run_id=run_id, detail={"from": from_step}
+    ):
         run = run_state.lock_run(conn, run_id)
         if run["parent_run_id"]:
             raise CommandRefused(

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db
+from . import authorization, db
 from .identity import Actor
 from .recipe_values import RETENTION_KEYS, format_duration, parse_duration, retention_seconds
 
@@ -66,8 +66,13 @@ def by_workflow(conn: psycopg.Connection[Any]) -> dict[str, Jsonb]:
     return {key: Jsonb(value) for key, value in out.items()}
 
 
-def cleanup(conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False) -> Report | None:
-    """Run the job now; None when another process is running it."""
+def cleanup(
+    conn: psycopg.Connection[Any], by: str, *, dry_run: bool = False, actor: Actor | None = None
+) -> Report | None:
+    """Run the job now; None when another process is running it. A person's door passes its
+    actor (the authorization layer decides; the conductor's own runs pass none)."""
+    if actor is not None and not dry_run:
+        authorization.authorize(conn, actor, authorization.Action.CLEANUP)
     if dry_run:
         counts = db.fetch_one(conn, "count_past_retention", by_workflow(conn))
         return Report(
@@ -183,7 +188,8 @@ def set_default(conn: psycopg.Connection[Any], key: str, duration: str, actor: A
         seconds = int(retention_seconds(duration))
     except ValueError as err:
         raise RetentionError(f"retention {key}: {err}") from None
-    with conn.transaction():
+    target = dict(detail={key: duration})
+    with authorization.transaction(conn, actor, authorization.Action.SET_RETENTION, **target):
         row = db.fetch_one(conn, "retention_defaults")
         values = {"runs": row["runs_s"], "output": row["output_s"], key: seconds}
         if values["output"] > values["runs"]:

@@ -22,8 +22,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, pause, payload_schema, recipe_doc, run_limits, thread_entries
+from . import authorization, db, pause, payload_schema, recipe_doc, run_limits, thread_entries
 from .domain import TRIGGER_KINDS
+from .identity import Actor
 from .settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from .workflows import get_workflow
 
@@ -136,6 +137,7 @@ def spawn(
     child: ChildOf | None = None,
     snapshot: Snapshot | None = None,
     carried: dict[str, Any] | None = None,
+    actor: Actor | None = None,
 ) -> Spawned:
     """Snapshot the workflow's recipe and the payload into a new run, in one transaction.
 
@@ -147,7 +149,9 @@ def spawn(
 
     The database writes the run (threadline.spawn_run, migration 032): it reads the recipe from
     the workflow's row itself and checks who may start it; this side checks the payload against
-    the version it names and words the thread's notes.
+    the version it names and words the thread's notes. A person's door passes its `actor`:
+    the authorization layer decides, in the run's own transaction (Threadline's own spawns,
+    child runs and schedule ticks among them, pass none).
     """
     payload = check_payload(payload)
     trigger = trigger or {"kind": "manual"}
@@ -159,7 +163,16 @@ def spawn(
     for _ in range(SPAWN_TRIES):
         try:
             return _spawn(
-                conn, workflow, payload, trigger, idempotency_key, child, snapshot, carried, fresh
+                conn,
+                workflow,
+                payload,
+                trigger,
+                idempotency_key,
+                child,
+                snapshot,
+                carried,
+                fresh,
+                actor,
             )
         except psycopg.Error as err:
             if err.sqlstate == DISABLED:
@@ -186,6 +199,7 @@ def _spawn(
     snapshot: Snapshot | None,
     carried: dict[str, Any] | None,
     fresh: bool,
+    actor: Actor | None = None,
 ) -> Spawned:
     if snapshot is not None:  # a version of its own, whatever the workflow is now
         recipe, version, recipe_hash = snapshot.recipe, snapshot.version, snapshot.hash
@@ -198,7 +212,7 @@ def _spawn(
         problems = payload_schema.payload_problems(recipe.get("payload_schema"), payload)
         if problems:  # before anything is written
             raise PayloadRejected(workflow, problems)
-    with conn.transaction():
+    with authorization.transaction(conn, actor, authorization.Action.SPAWN, workflow=workflow):
         row = db.fetch_one(
             conn,
             "spawn_run",

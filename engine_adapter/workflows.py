@@ -8,7 +8,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import db, proposals
+from . import authorization, db, proposals
+from .authorization import Action
+from .identity import Actor
 from .recipe_text import recipe_diff
 from .recipes import Recipe, RecipeError, sub_workflows
 from .settings import QUEUE
@@ -37,8 +39,10 @@ def apply_recipe(
     recipe: Recipe,
     source: str = "update",
     rolled_back_from: int | None = None,
+    actor: Actor | None = None,
 ) -> Applied:
-    """Create the workflow or add a version; an unchanged recipe writes nothing. Every door that
+    """Create the workflow or add a version; an unchanged recipe writes nothing (but a person's
+    allowed apply, audited). Every door that
     changes a recipe comes here (the CLI's apply and rollback, the console's editor, the API, a
     run request that carries its workflow): a high-risk change to a protected workflow is
     refused (ProtectedChange, nothing written) unless source is "proposal", which only
@@ -49,7 +53,7 @@ def apply_recipe(
     max_concurrent_runs admits queued runs in the same transaction. A webhook path another
     workflow holds raises RecipeError, and nothing is written."""
     try:
-        return _apply(conn, recipe, source, rolled_back_from)
+        return _apply(conn, recipe, source, rolled_back_from, actor)
     except psycopg.errors.UniqueViolation as err:
         if err.diag.constraint_name != _WEBHOOK_PATH_TAKEN:
             raise
@@ -57,7 +61,11 @@ def apply_recipe(
 
 
 def _apply(
-    conn: psycopg.Connection[Any], recipe: Recipe, source: str, rolled_back_from: int | None
+    conn: psycopg.Connection[Any],
+    recipe: Recipe,
+    source: str,
+    rolled_back_from: int | None,
+    actor: Actor | None,
 ) -> Applied:
     doc = recipe.to_dict()
     fields = dict(
@@ -70,7 +78,7 @@ def _apply(
         timezone=recipe.timezone,
         hash=recipe.canonical_hash,
     )
-    with conn.transaction():
+    with authorization.transaction(conn, actor, Action.APPLY_RECIPE, workflow=recipe.slug):
         _refuse_secret_clashes(conn, recipe)
         _refuse_workflow_cycles(conn, recipe)
         current = db.fetch_one(conn, "lock_workflow", dict(slug=recipe.slug))
@@ -125,11 +133,16 @@ def _more_room(old: dict[str, Any], new: Recipe) -> bool:
     return before is not None and (after is None or after > before)
 
 
-def set_enabled(conn: psycopg.Connection[Any], slug: str, enabled: bool) -> None:
+def set_enabled(
+    conn: psycopg.Connection[Any], slug: str, enabled: bool, actor: Actor | None = None
+) -> None:
     """Disable (or enable again) a workflow: no schedule slot, event or webhook starts a run while
     it is disabled. The database records when its schedule takes effect again (migration 002),
     so enabling never catches up the slots missed while disabled."""
-    if db.fetch_one(conn, "set_workflow_enabled", dict(slug=slug, enabled=enabled)) is None:
+    target = dict(workflow=slug, detail={"enabled": enabled})
+    with authorization.transaction(conn, actor, Action.ENABLE_WORKFLOW, **target):
+        found = db.fetch_one(conn, "set_workflow_enabled", dict(slug=slug, enabled=enabled))
+    if found is None:
         raise WorkflowNotFound(f"no workflow {slug!r} (see `threadline recipe list`)")
 
 
@@ -235,10 +248,13 @@ def diff_versions(conn: psycopg.Connection[Any], slug: str, a: str, b: str) -> s
     )
 
 
-def rollback(conn: psycopg.Connection[Any], slug: str, ref: str) -> Applied:
+def rollback(
+    conn: psycopg.Connection[Any], slug: str, ref: str, actor: Actor | None = None
+) -> Applied:
     """A new version equal to an earlier one, recording which; the current one named is refused
     (nothing to do). Runs already spawned keep their snapshot."""
-    with conn.transaction():
+    target = dict(workflow=slug, detail={"to": ref})
+    with authorization.transaction(conn, actor, Action.ROLLBACK, **target):
         target = resolve_version(conn, slug, ref)
         current = get_workflow(conn, slug)
         if target["hash"] == current["hash"]:

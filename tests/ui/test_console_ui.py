@@ -23,6 +23,7 @@ steps:
     run_command: echo checked {{ payload.ticket }}
   - id: confirm
     human_gate: "Ticket {{ payload.ticket }} checked. Go on?"
+    self_approval: true  # the one person at the console both starts the run and answers it
   - id: done
     run_command: echo shipped
 """

@@ -96,6 +96,16 @@ def output(procs: harness.ProcessSet, run_id: str, state: str = "completed") -> 
     return harness.wait_for_state(procs.url, run_id, state, timeout=60)["steps"][0]["output"]
 
 
+def online_and_offline(conn, apply, procs, lines: list[str]) -> Iterator[tuple[str, str]]:
+    """The same probe lines run once with the network and once without: (slug, output)."""
+    for slug, network in (("online", True), ("offline", False)):
+        apply(recipe(slug, network, lines))
+    procs.start("conductor")
+    procs.start("bots")
+    for slug in ("online", "offline"):
+        yield slug, output(procs, spawn(conn, slug).run_id)
+
+
 def test_no_step_reaches_or_sees_the_hosts_loopback(needs_slirp, conn, apply, procs, loopback_port):
     db_port = psycopg.conninfo.conninfo_to_dict(procs.url)["port"]
     lines = [
@@ -105,12 +115,7 @@ def test_no_step_reaches_or_sees_the_hosts_loopback(needs_slirp, conn, apply, pr
         sees(loopback_port, "listener sockets seen"),
         sees(int(db_port), "database sockets seen"),
     ]
-    for slug, network in (("online", True), ("offline", False)):
-        apply(recipe(slug, network, lines))
-    procs.start("conductor")
-    procs.start("bots")
-    for slug in ("online", "offline"):
-        out = output(procs, spawn(conn, slug).run_id)
+    for slug, out in online_and_offline(conn, apply, procs, lines):
         assert "reached" not in out, (slug, out)
         assert out.count("refused") == 3, (slug, out)
         assert "listener sockets seen: 0" in out and "database sockets seen: 0" in out, out
@@ -145,12 +150,7 @@ def test_no_step_reaches_a_hosts_unix_socket_under_run(
         "    print('socket: refused', err.errno)\n"
     )
     lines = [f"python3 -c {shlex.quote(check)}", f"ls {host_socket.parent} || true"]
-    for slug, network in (("online", True), ("offline", False)):
-        apply(recipe(slug, network, lines))
-    procs.start("conductor")
-    procs.start("bots")
-    for slug in ("online", "offline"):
-        out = output(procs, spawn(conn, slug).run_id)
+    for slug, out in online_and_offline(conn, apply, procs, lines):
         assert "socket: refused" in out and "reached" not in out, (slug, out)
         assert ".s.PGSQL" not in out, (slug, out)
 

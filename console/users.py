@@ -16,10 +16,15 @@ import hmac
 import json
 import os
 import secrets
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from engine_adapter.identity import ROLES
+import psycopg
+
+from engine_adapter.authorization import Action, change
+from engine_adapter.identity import ROLES, Actor
 
 USERS_ENV = "THREADLINE_CONSOLE_USERS"
 # scrypt's recommended interactive cost: ~16 MiB and tens of milliseconds per check.
@@ -119,8 +124,17 @@ def load_users(path: Path) -> dict[str, User]:
     return parse_users(text, f"{USERS_ENV} {path}")
 
 
-def add_user(path: Path, name: str, password: str, roles: list[str]) -> None:
-    """Add or replace one user; the file is rewritten whole (mode 0600) or not at all."""
+def add_user(
+    path: Path,
+    name: str,
+    password: str,
+    roles: list[str],
+    by: tuple[psycopg.Connection[Any], Actor] | None = None,
+) -> None:
+    """Add or replace one user; the file is rewritten whole (mode 0600) or not at all. The file
+    hands out console roles, so a person's door passes its connection and actor (`by`): the
+    authorization layer decides (an admin's action) and audits, and the file is written inside
+    the audited transaction, so a failed write leaves no allowed row."""
     if not name.strip() or name != name.strip():
         raise ValueError(f"user name {name!r}: must be non-empty, without surrounding spaces")
     existing = load_users(path) if path.exists() else {}
@@ -130,9 +144,11 @@ def add_user(path: Path, name: str, password: str, roles: list[str]) -> None:
     }
     raw[name] = entry
     parse_users(json.dumps(raw), str(path))  # the roles are checked before anything is written
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(raw, out, indent=2)
-        out.write("\n")
-    os.replace(tmp, path)
+    target = dict(detail={"console_user": name, "roles": entry["roles"], "file": str(path)})
+    with nullcontext() if by is None else change(*by, Action.MANAGE_ACCOUNTS, **target):
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(raw, out, indent=2)
+            out.write("\n")
+        os.replace(tmp, path)

@@ -24,6 +24,8 @@ from typing import Any
 import psycopg
 
 from . import db, recipe_doc
+from .authorization import Action, transaction
+from .identity import Actor
 from .recipe_values import RecipeError, quote
 
 BOT_NAME = re.compile(r"[a-z0-9_-]{1,64}")
@@ -163,9 +165,13 @@ def load_bots_file(path: Path) -> list[BotConfig]:
     return parse_bots(doc, path.name)
 
 
-def apply_bots(conn: psycopg.Connection[Any], bots: list[BotConfig]) -> None:
-    """Create or replace each bot's settings; runs already spawned keep their snapshot."""
-    with conn.transaction():
+def apply_bots(
+    conn: psycopg.Connection[Any], bots: list[BotConfig], actor: Actor | None = None
+) -> None:
+    """Create or replace each bot's settings; runs already spawned keep their snapshot. A
+    person's door passes its actor (the authorization layer decides and audits)."""
+    target = dict(detail={"bots": [bot.name for bot in bots]})
+    with transaction(conn, actor, Action.CONFIGURE_BOTS, **target):
         for bot in bots:
             conn.execute(db.q("upsert_bot"), bot.to_dict())
 
@@ -178,7 +184,11 @@ MAX_PRICE = 10_000.0  # USD per million tokens: far above any model's, below a t
 
 
 def set_price(
-    conn: psycopg.Connection[Any], model: str, input_usd: float, output_usd: float
+    conn: psycopg.Connection[Any],
+    model: str,
+    input_usd: float,
+    output_usd: float,
+    actor: Actor | None = None,
 ) -> None:
     """A model's price, USD per million tokens in and out; runs spawned from now on keep it."""
     if not model.strip() or len(model) > 200:
@@ -188,14 +198,16 @@ def set_price(
             raise RecipeError(
                 [f"{name}: {value} must be USD per million tokens, from 0 to {MAX_PRICE:g}"]
             )
-    with conn.transaction():
-        conn.execute(db.q("set_model_price"), dict(model=model, input=input_usd, output=output_usd))
+    price = dict(model=model, input=input_usd, output=output_usd)
+    with transaction(conn, actor, Action.SET_PRICE, detail=price):
+        conn.execute(db.q("set_model_price"), price)
 
 
 def list_prices(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return db.fetch_all(conn, "list_model_prices")
 
 
-def remove_price(conn: psycopg.Connection[Any], model: str) -> bool:
-    with conn.transaction():
+def remove_price(conn: psycopg.Connection[Any], model: str, actor: Actor | None = None) -> bool:
+    """Remove a model's price; False if it had none."""
+    with transaction(conn, actor, Action.SET_PRICE, detail={"model": model, "removed": True}):
         return db.fetch_one(conn, "remove_model_price", dict(model=model)) is not None

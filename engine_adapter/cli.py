@@ -172,7 +172,8 @@ def cmd_console_user_add(args: argparse.Namespace) -> int:
         password = getpass.getpass(f"password for {args.name}: ")
         if getpass.getpass("again: ") != password:
             raise ValueError("the passwords differ; nothing written")
-    add_user(Path(path).expanduser(), args.name, password, args.role)
+    with _conn() as conn:  # the authorization layer decides and audits (an admin's action)
+        add_user(Path(path).expanduser(), args.name, password, args.role, (conn, _actor(args)))
     print(f"{args.name} ({', '.join(sorted(set(args.role)))}) written to {path}")
     return 0
 
@@ -294,7 +295,7 @@ def cmd_bot_apply(args: argparse.Namespace) -> int:
         print(str(err), file=sys.stderr)
         return EXIT_INVALID
     with _conn() as conn:
-        apply_bots(conn, bots)
+        apply_bots(conn, bots, _actor(args))
     _print(
         args,
         [b.to_dict() for b in bots],
@@ -479,13 +480,13 @@ def cmd_price(args: argparse.Namespace) -> int:
 
     with _conn() as conn:
         if args.price_command == "set":
-            bot_config.set_price(conn, args.model, args.input, args.output)
+            bot_config.set_price(conn, args.model, args.input, args.output, _actor(args))
             print(
                 f"{args.model}: ${args.input:g} in, ${args.output:g} out per million tokens "
                 "(runs spawned from now on)"
             )
         elif args.price_command == "remove":
-            removed = bot_config.remove_price(conn, args.model)
+            removed = bot_config.remove_price(conn, args.model, _actor(args))
             print(f"{args.model}: {'removed' if removed else 'had no price'}")
         else:
             _print_rows(
@@ -507,7 +508,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
             started = f"; {admitted} queued run(s) started" if admitted else ""
             print(f"{args.scope}: at most {args.max_runs} runs at once{started}")
         elif command == "remove":
-            found, admitted = run_limits.remove_limit(conn, args.scope)
+            found, admitted = run_limits.remove_limit(conn, args.scope, _actor(args))
             started = f"; {admitted} queued run(s) started" if admitted else ""
             print(f"{args.scope}: {'removed' if found else 'had no limit'}{started}")
         else:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import psycopg
 
 from . import db
+from .authorization import Action, change
 from .identity import Actor
 from .settings import QUEUE
 
@@ -51,7 +52,7 @@ def set_limit(conn: psycopg.Connection[Any], scope: str, max_runs: Any, actor: A
     kind, name = parse_scope(scope)
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
         raise LimitError(f"max runs {max_runs!r} must be a whole number of at least 1")
-    with conn.transaction():
+    with change(conn, actor, Action.SET_LIMITS, detail={"scope": scope, "max_runs": max_runs}):
         conn.execute(
             db.q("set_limit"),
             dict(kind=kind, name=name, max_runs=max_runs, set_by=actor.label),
@@ -59,10 +60,10 @@ def set_limit(conn: psycopg.Connection[Any], scope: str, max_runs: Any, actor: A
         return readmit(conn)
 
 
-def remove_limit(conn: psycopg.Connection[Any], scope: str) -> tuple[bool, int]:
+def remove_limit(conn: psycopg.Connection[Any], scope: str, actor: Actor) -> tuple[bool, int]:
     """Remove a cap: (whether it existed, how many queued runs that admitted)."""
     kind, name = parse_scope(scope)
-    with conn.transaction():
+    with change(conn, actor, Action.SET_LIMITS, detail={"scope": scope, "removed": True}):
         found = db.fetch_one(conn, "remove_limit", dict(kind=kind, name=name)) is not None
         return found, readmit(conn)
 

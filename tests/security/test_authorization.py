@@ -16,6 +16,7 @@ from engine_adapter import (
     accounts,
     api_tokens,
     authorization,
+    bot_config,
     commands,
     events,
     gates,
@@ -23,6 +24,7 @@ from engine_adapter import (
     proposals,
     reruns,
     retention,
+    run_limits,
     workflows,
 )
 from engine_adapter import harness
@@ -30,6 +32,7 @@ from engine_adapter.authorization import Action, Refused
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import load_recipe_text
 from engine_adapter.spawn import spawn
+from console.users import add_user, load_users
 from tests.integration.test_api import api, call, token  # noqa: F401 (api: a fixture)
 from tests.security.test_identities import cli_as_nobody
 
@@ -38,6 +41,8 @@ RECIPE = "slug: plain\nallow_proposals: true\nsteps:\n  - id: one\n    run_comma
 VIEWER = Actor("vic", "console", roles=frozenset({"viewer"}))
 APPROVER = Actor("abe", "console", roles=frozenset({"approver"}))
 OPERATOR = Actor("otto", "console", roles=frozenset({"operator"}))
+ADMIN = Actor("root", "cli", admin=True)
+HELPER_BOT = {"helper": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
 # What any refused change could have touched.
 STATE = (
     "select (select count(*) from threadline.run_threads) as runs,"
@@ -51,7 +56,12 @@ STATE = (
     " (select count(*) from threadline.cleanups) as cleanups,"
     " (select runs_s from threadline.retention_defaults) as retention,"
     " (select count(*) from threadline.api_tokens) as tokens,"
-    " (select count(*) from threadline.accounts) as accounts"
+    " (select count(*) from threadline.accounts) as accounts,"
+    " (select string_agg(name || model, ',' order by name) from threadline.bots) as bots,"
+    " (select string_agg(model || input_per_mtok, ',' order by model)"
+    "  from threadline.model_prices) as prices,"
+    " (select string_agg(kind || name || max_runs, ',' order by kind, name)"
+    "  from threadline.run_limits) as limits"
 )
 
 
@@ -103,31 +113,41 @@ def test_each_change_without_its_role_is_refused_audited_and_changes_nothing(con
     current = workflows.get_workflow(conn, "plain")
     changed = load_recipe_text(RECIPE.replace("'true'", "'echo hi'"))
     made = proposals.propose(conn, "plain", current["hash"], changed, "why", OPERATOR)
+    # What a refused removal would take away.
+    bot_config.set_price(conn, "priced", 1.0, 2.0)
+    run_limits.set_limit(conn, "initiator:carl", 5, ADMIN)
+    bots = bot_config.parse_bots(HELPER_BOT)
     before, after = conn.execute(STATE).fetchone(), last_id(conn)
-    attempts = {
-        Action.SPAWN: lambda a: spawn(conn, "plain", actor=a),
-        Action.CANCEL: lambda a: commands.cancel_run(conn, run_id, a),
-        Action.RETRY: lambda a: commands.retry_run(conn, run_id, a),
-        Action.RERUN: lambda a: reruns.rerun(conn, run_id, "one", a),
-        Action.DEBUG_EVENT: lambda a: commands.emit_debug_event(conn, run_id, "x", {}, a),
-        Action.EMIT_EVENT: lambda a: events.emit(conn, "ping", {}, actor=a),
-        Action.REPLY: lambda a: gates.reply(conn, run_id, "hello", a),
-        Action.DECIDE: lambda a: gates.decide(conn, run_id, "approve", a),
-        Action.APPLY_RECIPE: lambda a: workflows.apply_recipe(conn, changed, actor=a),
-        Action.ROLLBACK: lambda a: workflows.rollback(conn, "plain", "1", a),
-        Action.ENABLE_WORKFLOW: lambda a: workflows.set_enabled(conn, "plain", False, a),
-        Action.PROPOSE: lambda a: proposals.propose(
-            conn, "plain", current["hash"], changed, "again", a
+    attempts = [
+        (Action.SPAWN, lambda a: spawn(conn, "plain", actor=a)),
+        (Action.CANCEL, lambda a: commands.cancel_run(conn, run_id, a)),
+        (Action.RETRY, lambda a: commands.retry_run(conn, run_id, a)),
+        (Action.RERUN, lambda a: reruns.rerun(conn, run_id, "one", a)),
+        (Action.DEBUG_EVENT, lambda a: commands.emit_debug_event(conn, run_id, "x", {}, a)),
+        (Action.EMIT_EVENT, lambda a: events.emit(conn, "ping", {}, actor=a)),
+        (Action.REPLY, lambda a: gates.reply(conn, run_id, "hello", a)),
+        (Action.DECIDE, lambda a: gates.decide(conn, run_id, "approve", a)),
+        (Action.APPLY_RECIPE, lambda a: workflows.apply_recipe(conn, changed, actor=a)),
+        (Action.ROLLBACK, lambda a: workflows.rollback(conn, "plain", "1", a)),
+        (Action.ENABLE_WORKFLOW, lambda a: workflows.set_enabled(conn, "plain", False, a)),
+        (
+            Action.PROPOSE,
+            lambda a: proposals.propose(conn, "plain", current["hash"], changed, "again", a),
         ),
-        Action.REVIEW_PROPOSAL: lambda a: proposals.review(conn, made["id"], True, a, None),
-        Action.APPLY_PROPOSAL: lambda a: proposals.apply(conn, made["id"], a),
-        Action.PAUSE: lambda a: pause.pause(conn, a, "stop"),
-        Action.CLEANUP: lambda a: retention.cleanup(conn, "test", actor=a),
-        Action.SET_RETENTION: lambda a: retention.set_default(conn, "runs", "1d", a),
-        Action.MINT_TOKEN: lambda a: api_tokens.create(conn, "alice", ["viewer"], a),
-        Action.MANAGE_ACCOUNTS: lambda a: accounts.add(conn, "mallory", a),
-    }
-    for action, attempt in attempts.items():
+        (Action.REVIEW_PROPOSAL, lambda a: proposals.review(conn, made["id"], True, a, None)),
+        (Action.APPLY_PROPOSAL, lambda a: proposals.apply(conn, made["id"], a)),
+        (Action.PAUSE, lambda a: pause.pause(conn, a, "stop")),
+        (Action.CLEANUP, lambda a: retention.cleanup(conn, "test", actor=a)),
+        (Action.SET_RETENTION, lambda a: retention.set_default(conn, "runs", "1d", a)),
+        (Action.MINT_TOKEN, lambda a: api_tokens.create(conn, "alice", ["viewer"], a)),
+        (Action.MANAGE_ACCOUNTS, lambda a: accounts.add(conn, "mallory", a)),
+        (Action.CONFIGURE_BOTS, lambda a: bot_config.apply_bots(conn, bots, a)),
+        (Action.SET_PRICE, lambda a: bot_config.set_price(conn, "m", 1.0, 2.0, a)),
+        (Action.SET_PRICE, lambda a: bot_config.remove_price(conn, "priced", a)),
+        (Action.SET_LIMITS, lambda a: run_limits.set_limit(conn, "global", 1, a)),
+        (Action.SET_LIMITS, lambda a: run_limits.remove_limit(conn, "initiator:carl", a)),
+    ]
+    for action, attempt in attempts:
         who = OPERATOR if not authorization.RULES[action].roles else VIEWER
         if action in (Action.DECIDE, Action.REVIEW_PROPOSAL):
             who = OPERATOR  # an operator, not an approver
@@ -138,7 +158,7 @@ def test_each_change_without_its_role_is_refused_audited_and_changes_nothing(con
     assert conn.execute(STATE).fetchone() == before  # nothing changed
     rows = audit(conn, after)
     assert [(r["action"], r["outcome"], r["door"]) for r in rows] == [
-        (str(a), "refused", "console") for a in attempts
+        (str(a), "refused", "console") for a, _ in attempts
     ]
     assert all(r["reason"] and r["actor"] in ("vic", "otto") for r in rows)
     assert rows[0]["reason"] == "that needs the operator role"
@@ -167,6 +187,68 @@ def test_an_allowed_change_is_audited_with_it_and_a_things_own_rule_through_the_
     # Threadline's own changes are neither asked nor audited.
     spawn(conn, "plain")
     assert audit(conn, mark)[1:] == []
+
+
+def test_bots_prices_and_limits_allowed_are_audited_with_their_change(db_url, conn):
+    mark = last_id(conn)
+    bot_config.apply_bots(conn, bot_config.parse_bots(HELPER_BOT), OPERATOR)
+    bot_config.set_price(conn, "m", 2.0, 10.0, OPERATOR)
+    assert bot_config.remove_price(conn, "m", OPERATOR)
+    run_limits.set_limit(conn, "global", 4, OPERATOR)
+    assert run_limits.remove_limit(conn, "global", OPERATOR) == (True, 0)
+    # The CLI's door passes its OS account.
+    limited = harness.run_cli(db_url, "limits", "set", "initiator:carl", "3")
+    assert limited.returncode == 0, limited.stderr
+    rows = audit(conn, mark)
+    assert [(r["action"], r["outcome"], r["actor"], r["detail"]) for r in rows[:5]] == [
+        ("configure_bots", "allowed", "otto", {"bots": ["helper"]}),
+        ("set_price", "allowed", "otto", {"model": "m", "input": 2.0, "output": 10.0}),
+        ("set_price", "allowed", "otto", {"model": "m", "removed": True}),
+        ("set_limits", "allowed", "otto", {"scope": "global", "max_runs": 4}),
+        ("set_limits", "allowed", "otto", {"scope": "global", "removed": True}),
+    ]
+    assert [(r["action"], r["outcome"], r["door"]) for r in rows[5:]] == [
+        ("set_limits", "allowed", "cli")
+    ]
+    assert [b["name"] for b in bot_config.list_bots(conn)] == ["helper"]
+    assert [lim["scope"] for lim in run_limits.list_limits(conn)] == ["initiator:carl"]
+
+
+def test_the_console_users_file_is_an_admins_to_change_and_audited(db_url, conn, tmp_path):
+    """The users file hands out console roles: writing it is an admin's action."""
+    users = tmp_path / "users.json"
+    add_user(users, "ann", "pw", ["viewer"])  # set up, through no door
+    written, mark = users.read_bytes(), last_id(conn)
+    not_admin = Actor("nobody", "cli")  # an OS account that is not the install's admin
+    for who in (OPERATOR, not_admin):
+        with pytest.raises(Refused, match="admin action"):
+            add_user(users, "mallory", "pw", ["operator", "approver"], (conn, who))
+    assert users.read_bytes() == written and sorted(p.name for p in tmp_path.iterdir()) == [
+        "users.json"
+    ]
+    rows = audit(conn, mark)
+    assert [(r["action"], r["outcome"], r["door"], r["actor"]) for r in rows] == [
+        ("manage_accounts", "refused", "console", "otto"),
+        ("manage_accounts", "refused", "cli", "nobody"),
+    ]
+    assert rows[0]["reason"] == authorization.ADMIN_REASON
+    # The admin may, through the CLI's door, and is audited with the change.
+    mark = last_id(conn)
+    added = harness.run_cli(
+        db_url, "console", "user", "add", "bob", "--role", "operator", "--file", str(users),
+        "--password-stdin", stdin="battery staple\n",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert sorted(load_users(users)) == ["ann", "bob"]
+    rows = audit(conn, mark)
+    assert [(r["action"], r["outcome"], r["door"]) for r in rows] == [
+        ("manage_accounts", "allowed", "cli")
+    ]
+    assert rows[0]["detail"] | {"file": None} == {
+        "console_user": "bob",
+        "roles": ["operator"],
+        "file": None,
+    }
 
 
 # -- the API: a token's roles, before the body is read --------------------------------------------

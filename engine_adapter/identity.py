@@ -55,10 +55,6 @@ class Actor:
         shown = f"{self.name} for {self.on_behalf_of}" if self.on_behalf_of else self.name
         return f"{shown}, via a token minted by {self.minted_by}" if self.minted_by else shown
 
-    def may(self, role: str) -> bool:
-        """Whether the actor holds role (always, where its door assigns no roles)."""
-        return self.roles is None or role in self.roles
-
     def as_record(self) -> dict[str, str | None]:
         record = {"actor": self.name, "via": self.via, "on_behalf_of": self.on_behalf_of}
         return record | ({"minted_by": self.minted_by} if self.minted_by else {})

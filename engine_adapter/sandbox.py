@@ -337,9 +337,13 @@ def detect() -> Sandbox:
             f"{RUNS_DIR_ENV}={runs_root} lies inside THREADLINE_HOME ({home}), "
             "where the credentials are: choose a directory outside it"
         )
+    from . import workdirs  # it builds on this module
+
+    shared = _paths(os.environ.get(STEP_DIRS_ENV), STEP_DIRS_ENV)
+    workdirs.check_step_dirs(shared)  # what may never be shared, before whether it is reachable
     user = step_user_ids() if os.geteuid() == 0 and wanted != "none" else None
     if user:
-        for path in (runs_root, *_paths(os.environ.get(STEP_DIRS_ENV), STEP_DIRS_ENV)):
+        for path in (runs_root, *shared):
             _check_reachable(path, user)
     binary = shutil.which("bwrap") if wanted in ("auto", "bwrap") else None
     if binary and not bwrap_works(binary, user):
@@ -351,7 +355,6 @@ def detect() -> Sandbox:
         )
     if wanted == "user" and user is None:
         raise SandboxError(f"{SANDBOX_ENV}=user needs Threadline to run as root")
-    shared = _paths(os.environ.get(STEP_DIRS_ENV), STEP_DIRS_ENV)
     hidden = hidden_paths(runs_root)
     for path in hidden:
         if path != runs_root and runs_root.is_relative_to(path):
@@ -375,9 +378,6 @@ def detect() -> Sandbox:
         hidden=tuple(hidden),
         private=tuple(private),
     )
-    from . import workdirs  # it builds on this module
-
-    workdirs.check_step_dirs(box.shared)
     forbidden = workdirs.forbidden_paths(box)
     allowed = workdirs.allowed_workdirs(os.environ.get(workdirs.WORKDIRS_ENV), forbidden)
     return replace(box, forbidden=forbidden, workdirs=allowed)

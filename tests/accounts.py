@@ -7,11 +7,15 @@ import os
 import pwd
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "engine_adapter"
+CHECKOUT = Path(__file__).resolve().parents[1]
+PACKAGE = CHECKOUT / "engine_adapter"
 
 
 def ordinary_account(name: str) -> pwd.struct_passwd:
@@ -51,3 +55,27 @@ def run_python(
         timeout=120,
         check=False,
     )
+
+
+@contextmanager
+def checkout_in_reach(argv: list[str]) -> Iterator[tuple[list[str], Path]]:
+    """argv (which may name this checkout's Python) made runnable by another account however
+    deep the checkout lies: in a mount namespace of its own, the checkout is bound onto a
+    directory anyone may traverse. Yields (argv to run as root, its working directory), whose
+    command then drops to the other account itself (setpriv); the checkout's Python and code
+    appear there under the new directory."""
+    where = Path(tempfile.mkdtemp(prefix="threadline-checkout-"))
+    where.chmod(0o755)
+    moved = [
+        str(where / Path(a).relative_to(CHECKOUT)) if Path(a).is_relative_to(CHECKOUT) else a
+        for a in argv
+    ]
+    bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    try:
+        yield (
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind]
+            + [str(CHECKOUT), str(where), *moved],
+            where,
+        )
+    finally:
+        where.rmdir()

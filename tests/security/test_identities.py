@@ -28,6 +28,7 @@ from engine_adapter import harness
 from engine_adapter.identity import os_user
 from engine_adapter.recipes import RecipeError, load_recipe_text
 from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
+from tests.accounts import checkout_in_reach
 
 GATED = """
 slug: gated
@@ -51,14 +52,19 @@ def cli_as_nobody(url: str, home: Path, *args: str) -> subprocess.CompletedProce
         os.environ,
         **{DATABASE_URL_ENV: url, HOME_ENV: str(home), "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    return subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-        + [sys.executable, "-m", "engine_adapter.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    with checkout_in_reach([*as_nobody, sys.executable, "-m", "engine_adapter.cli", *args]) as (
+        argv,
+        cwd,
+    ):
+        return subprocess.run(
+            argv,
+            env=dict(env, PYTHONPATH=str(cwd)),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def console_api(procs) -> str:

@@ -93,9 +93,13 @@ def counts(conn: psycopg.Connection) -> dict[str, Any]:
             "select run_id, state, awaiting, queue_seq from threadline.run_threads"
         )
     }
-    # Threadline's own events (a step released, a run admitted); a conductor emits others.
+    # Threadline's own events (a step released, a run admitted); a conductor emits others. Only
+    # those the conductor's cleanup may not remove meanwhile (younger than the run retention):
+    # what an attack would emit is new.
     found["events"] = conn.execute(
         "select count(*) as n from absurd.e_threadline where event_name like 'threadline.%%'"
+        " and emitted_at >= absurd.current_time()"
+        " - make_interval(secs => (select runs_s from threadline.retention_defaults))"
     ).fetchone()["n"]
     found["tokens used"] = conn.execute(
         "select count(*) as n from threadline.resume_tokens where used_at is not null"

@@ -390,6 +390,8 @@ class ApiHandler(RequestHandler):
                 except proposals.ProposalError as err:
                     status = {"not_found": 404, "invalid": 400, "refused": 403}.get(err.kind, 409)
                     raise ApiError(status, str(err)) from None
+                except workflows.ProtectedChange as err:  # allowed only through a proposal
+                    raise ApiError(403, "; ".join(err.errors)) from None
                 except RecipeError as err:
                     raise ApiError(422, "; ".join(err.errors)) from None
                 except (gates.DecisionRefused, commands.CommandRefused) as err:

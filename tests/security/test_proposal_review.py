@@ -153,7 +153,7 @@ def test_a_high_risk_change_goes_through_a_proposal_someone_else_approved(
     # before anyone approved it.
     operator = token(db_url, "carol", "operator")
     status, answer = api(base, "/workflows", operator, {"recipe": UNGATED})
-    assert status == 422 and REFUSED in answer["error"], answer
+    assert status == 403 and REFUSED in answer["error"], answer
     status, answer = api(base, f"/proposals/{proposal['id']}/apply", operator, {})
     assert status == 403 and "is open, not approved" in answer["error"], answer
     assert versions(conn) == [(1, "create")]
@@ -167,7 +167,7 @@ def test_a_high_risk_change_goes_through_a_proposal_someone_else_approved(
 
     # A rollback is a direct change too: back to the gate that asks is high risk again.
     status, answer = api(base, "/workflows/release/rollback", operator, {"to": "1"})
-    assert status == 422 and "workflow release is protected" in answer["error"], answer
+    assert status == 403 and "workflow release is protected" in answer["error"], answer
     rolled = harness.run_cli(db_url, "recipe", "rollback", "release", "--to", "1")
     assert rolled.returncode == 2 and "workflow release is protected" in rolled.stderr
     assert versions(conn) == [(1, "create"), (2, "proposal")]

@@ -120,5 +120,9 @@ def _check(row: dict[str, Any], run_id: str | None) -> None:
         raise TokenRefused(f"the resume token was used already, at {row['used_at']:{_AT}}")
     if refusal == "expired":
         raise TokenRefused(f"the resume token expired at {row['expires_at']:{_AT}}")
+    if refusal == "account removed":
+        raise TokenRefused(
+            f"the resume token was issued to account {row['subject']}, which was removed since"
+        )
     if refusal is not None:
         raise TokenRefused(f"the resume token is refused: {refusal}")

@@ -337,6 +337,39 @@ def test_a_resume_tokens_subject_with_no_account_matches_nobody(db_url, conn, ap
     harness.wait_for_state(procs.url, run_id, "completed")
 
 
+def test_a_resume_link_dies_with_its_account_even_when_the_name_comes_back(
+    db_url, conn, apply, procs
+):
+    """A link issued to alice decides as that account only: once alice is removed it decides
+    nothing, and a new account added under the same name does not inherit it."""
+    from engine_adapter import resume_tokens
+    from engine_adapter.spawn import spawn
+
+    gated(apply, "approvers: [alice]")
+    procs.start("conductor")
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    run_id = spawn(conn, "gated").run_id
+    key = harness.wait_for_state(procs.url, run_id, "waiting")["gate"]["key"]
+    token = resume_tokens.issue(conn, run_id, key, "alice", "link").token
+    assert harness.run_cli(db_url, "user", "remove", "alice").returncode == 0
+    assert harness.run_cli(db_url, "user", "add", "alice").returncode == 0
+    request = json.dumps({"run_id": run_id, "resume_token": token})
+    refused = harness.run_cli(db_url, "resume", stdin=request)
+    assert refused.returncode == 20, refused.stdout
+    assert "issued to account alice, which was removed since" in refused.stdout
+    assert rows(conn, "select * from threadline.decisions") == []
+    assert rows(conn, "select actor, outcome from threadline.decision_audit") == [
+        {"actor": "alice", "outcome": "refused"}
+    ]
+    # The new alice's own link decides.
+    fresh = resume_tokens.issue(conn, run_id, key, "alice", "link").token
+    done = harness.run_cli(
+        db_url, "resume", stdin=json.dumps({"run_id": run_id, "resume_token": fresh})
+    )
+    assert done.returncode == 0, done.stdout
+    harness.wait_for_state(procs.url, run_id, "completed")
+
+
 def test_a_rerun_recorded_for_someone_else_is_still_its_runners_own(db_url, conn, apply, procs):
     """`--as` records whom an action is for; the run it starts is still its runner's, whose gates
     refuse them."""

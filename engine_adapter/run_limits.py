@@ -15,7 +15,7 @@ import psycopg
 
 from . import db
 from .authorization import Action, change
-from .identity import Actor
+from .identity import Actor, name_of_label
 from .settings import QUEUE
 
 GLOBAL = "global"
@@ -28,8 +28,10 @@ class LimitError(ValueError):
 
 def initiator_of(trigger: Mapping[str, Any]) -> str:
     """Who a run's initiator cap counts it against: its trigger's caller (the person or token
-    of a manual run, a webhook's caller), else how it started ("schedule", "event", ...)."""
-    return str(trigger.get("caller") or trigger.get("kind") or "manual")
+    of a manual run, a webhook's caller), else how it started ("schedule", "event", ...). A
+    caller kept as a label ("root for bob", from a rerun --as) counts against its actor."""
+    caller = trigger.get("caller")
+    return name_of_label(str(caller)) if caller else str(trigger.get("kind") or "manual")
 
 
 def parse_scope(scope: str) -> tuple[str, str]:

@@ -66,6 +66,22 @@ def test_an_initiator_cap_queues_only_that_initiators_runs(conn, apply, procs, d
     assert "Starting: a place is free." in thread(conn, second)
 
 
+def test_a_rerun_for_someone_else_counts_against_whoever_ran_it(conn, apply, procs, db_url):
+    """`rerun --as bob` records bob, but the run is alice's: her cap holds it, not a new
+    "alice for bob" initiator with a cap of its own."""
+    from engine_adapter.reruns import rerun
+
+    apply(GATED)
+    run_limits.set_limit(conn, "initiator:alice", 1, ADMIN)
+    procs.start("conductor")
+    first = by(conn, "alice")
+    harness.wait_for_state(db_url, first, "waiting")
+    again = rerun(conn, first, "ok", Actor("alice", "cli", on_behalf_of="bob")).run_id
+    assert state(conn, again) == "queued"
+    listed = {lim["scope"]: lim for lim in run_limits.list_limits(conn)}
+    assert (listed["initiator:alice"]["active"], listed["initiator:alice"]["queued"]) == (1, 1)
+
+
 def test_a_global_cap_counts_every_initiator_and_removing_it_starts_the_line(
     conn, apply, procs, db_url
 ):

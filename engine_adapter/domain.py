@@ -155,21 +155,32 @@ class StepResult:
 
     def view(self) -> dict[str, Any]:
         """The step as expressions and placeholders see it (`steps.<id>.status`, ...)."""
-        output = self.output
-        if isinstance(output, str):  # as the shell's $(...) does: no final newlines
-            output = output.rstrip("\n")
-        return {
-            "status": self.status,
-            "output": output,
-            "exit_code": self.exit_code,
-            "skipped": self.status == SKIPPED,
-            "reason": self.reason,
-            **{
-                k: v
-                for k, v in self.extra.items()
-                if k in ("decision", "event", "outputs", "tokens")
-            },
-        }
+        return step_view(self.to_dict())
+
+
+# The fields of a result that later steps may read besides status, output, exit code and reason.
+_VIEWED = ("decision", "event", "outputs", "tokens")
+
+
+def step_value(output: Any) -> Any:
+    """A step's output as a value, wherever one is read (a condition, a placeholder, a named or
+    declared output): as the shell's $(...) does, without its final newlines."""
+    return output.rstrip("\n") if isinstance(output, str) else output
+
+
+def step_view(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The one view of a step's result (a StepResult's dict) that conditions, placeholders and
+    outputs read as `steps.<id>.<field>`. A rerun hands its carried steps on with the views its
+    original computed here, so both runs read the same values."""
+    status = result.get("status", COMPLETED)
+    return {
+        "status": status,
+        "output": step_value(result.get("output", "")),
+        "exit_code": result.get("exit_code"),
+        "skipped": status == SKIPPED,
+        "reason": result.get("reason"),
+        **{k: v for k, v in result.items() if k in _VIEWED},
+    }
 
 
 def bot_result(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from . import shell_context
+from .domain import step_value
 from .recipes import PLACEHOLDER
 
 # Linux caps one environment string ("NAME=value" and its NUL) at 32 pages (MAX_ARG_STRLEN), and
@@ -129,14 +130,12 @@ def resolve(
         named = scope.get("outputs") or {}
         if parts[1] not in named:
             raise RenderError(f"{{{{{path}}}}}: no step has named its output {parts[1]!r} yet")
-        value = _walk(path, parts, named, "the named outputs")
-        return value.rstrip("\n") if isinstance(value, str) else value
+        return step_value(_walk(path, parts, named, "the named outputs"))
     if parts[0] == "steps" and len(parts) == 3 and parts[2] == "output":
         if parts[1] not in outputs:
             raise RenderError(f"{{{{{path}}}}}: step {parts[1]} has no output yet")
-        output = outputs[parts[1]]
         # As the shell's $(...) does: "echo hi" outputs "hi\n", and the newline is not part of it.
-        return output.rstrip("\n") if isinstance(output, str) else output
+        return step_value(outputs[parts[1]])
     if parts[0] == "steps" and len(parts) == 3 and parts[1] in (scope.get("steps") or {}):
         view = scope["steps"][parts[1]]
         if parts[2] not in view:

@@ -5,6 +5,7 @@ optionally with an edited payload. The two runs' threads link to each other.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ from .commands import CommandRefused
 from .identity import Actor
 from .read_model import run_facts
 from .recipes import find_step_doc, step_docs
+from .run_handler import RunHandler
 from .spawn import Snapshot, Spawned, spawn
 
 # A carried-over step must have finished in the original run in one of these ways.
@@ -47,7 +49,6 @@ def rerun(
             raise CommandRefused(f"run {run_id} has no step {from_step!r} ({', '.join(top)})")
         before = top[: top.index(from_step)]
         tree = step_tree.steps_tree(run_facts(conn, run))
-        views: dict[str, dict[str, Any]] = {}
         for node in tree[: len(before)]:
             doc = find_step_doc(run["recipe"], node["id"]) or {}
             continued = node["status"] == domain.FAILED and doc.get("on_failure") == "continue"
@@ -56,14 +57,7 @@ def rerun(
                     f"step {node['id']} is {node['status']} in run {run_id}: only steps that "
                     f"finished can be carried over (rerun from {node['id']} or earlier)"
                 )
-            for _, n in step_tree.flatten([node]):
-                if n["kind"] not in ("branch", "iteration"):
-                    views[n["id"]] = _view(n)
-        named = {
-            s["output"]: views[s["id"]]["output"]
-            for _, s in step_docs(run["recipe"]["steps"])
-            if s.get("output") and s["id"] in views
-        }
+        views, named = handed_on(conn, run, len(before))
         carried = {
             "run_id": run_id,
             "from": from_step,
@@ -93,15 +87,82 @@ def rerun(
     return spawned
 
 
-def _view(node: dict[str, Any]) -> dict[str, Any]:
-    status = domain.COMPLETED if node["status"] == domain.CARRIED_OVER else node["status"]
-    return {
-        "status": status,
-        "output": node.get("output"),
-        "exit_code": node.get("exit_code"),
-        "skipped": status == domain.SKIPPED,
-        "reason": node.get("reason"),
+class _Unrecorded(Exception):
+    """The journal holds no checkpoint of this name: the run never got this far."""
+
+
+class _Journal:
+    """The handler's context over a run's journal, for a replay that only reads: each checkpoint
+    is the one the run wrote (named as Absurd names repeats), nothing is written or awaited."""
+
+    def __init__(self, run_id: str, checkpoints: dict[str, Any]) -> None:
+        self.task_id = run_id
+        self.checkpoints = checkpoints
+        self.used: dict[str, int] = {}
+
+    def read(self, name: str) -> Any:
+        self.used[name] = self.used.get(name, 0) + 1
+        key = name if self.used[name] == 1 else f"{name}#{self.used[name]}"
+        if key not in self.checkpoints:
+            raise _Unrecorded(key)
+        return self.checkpoints[key]
+
+    def begin_step(self, name: str) -> SimpleNamespace:
+        return SimpleNamespace(done=True, state=self.read(name))
+
+    def complete_step(self, handle: SimpleNamespace, value: Any) -> Any:
+        return handle.state
+
+    def step(self, name: str, fn: Any) -> Any:
+        return self.read(name)
+
+    def await_event(self, event: str, name: str | None = None, timeout: Any = None) -> Any:
+        return self.read(name or f"$awaitEvent:{event}")
+
+    def sleep_until(self, name: str, wake_at: Any) -> None:
+        self.read(name)
+
+
+def handed_on(
+    conn: psycopg.Connection[Any], run: dict[str, Any], count: int
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """What the run's first `count` top-level steps handed on to the steps after them: each
+    step's view (domain.step_view) and the named outputs. Read by replaying the run's own handler
+    over its journal, so they are the very values its later steps read, however the step ran
+    (loops, branches, the winner of an `any` group, a step carried over from a run before)."""
+    run_id = str(run["run_id"])
+    rows = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
+    journal = _Journal(run_id, {r["checkpoint_name"]: r["state"] for r in rows})
+    params: dict[str, Any] = {"payload": run["payload"], "recipe": run["recipe"]}
+    carried = _carried_before(run, journal.checkpoints)
+    if carried:
+        params["carried"] = carried
+    handler = RunHandler(conn, journal, params)
+    try:
+        handler.run_list(handler.steps[:count], "")
+    except _Unrecorded as missing:
+        raise CommandRefused(
+            f"run {run_id} has no record of {missing} in its journal: rerun from an earlier step"
+        ) from None
+    return handler.views, handler.named
+
+
+def _carried_before(run: dict[str, Any], checkpoints: dict[str, Any]) -> dict[str, Any] | None:
+    """A rerun's own carried steps, as its replay needs them: their checkpoints hold what they
+    handed on (one written before they did holds the step's own view only)."""
+    steps = [
+        s["id"]
+        for s in run["recipe"]["steps"]
+        if names.checkpoint(names.CARRIED, s["id"]) in checkpoints
+    ]
+    if not steps:
+        return None
+    states = {sid: checkpoints[names.checkpoint(names.CARRIED, sid)] for sid in steps}
+    views = {
+        sid: {k: v for k, v in state.items() if k not in ("from", "carried")}
+        for sid, state in states.items()
     }
+    return {"run_id": states[steps[0]].get("from"), "steps": steps, "views": views, "named": {}}
 
 
 def _enclosing(recipe: dict[str, Any], step_id: str) -> str | None:

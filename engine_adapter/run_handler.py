@@ -37,6 +37,7 @@ from . import (
 )
 from .domain import StepResult
 from .recipe_values import parse_duration
+from . import step_report
 from .recipes import RecipeError, Step, check_wake, load_recipe_text
 from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
@@ -122,10 +123,12 @@ class RunHandler:
             result = self.run_with_tries(step, path, scope)
             self.record(step, result)
             if not scope:
-                self.last_output = _trimmed(result.output)
+                self.last_output = domain.step_value(result.output)
 
     def carry(self, step: Step, path: str) -> None:
-        """A rerun takes this step's results over from its original run, running nothing."""
+        """A rerun takes this step's results over from its original run, running nothing: the
+        views and named outputs the original handed on (reruns.py), kept in the checkpoint so
+        that a rerun of this run finds them in its journal."""
         carried = self.carried or {}
         views = carried.get("views") or {}
 
@@ -136,14 +139,26 @@ class RunHandler:
                     None,
                     f"carried:{path}",
                 )
-            return {"from": carried.get("run_id"), **(views.get(step.id) or {})}
+            inner = {s.id: views[s.id] for s in step.walk() if s.id in views}
+            named = {
+                s.output_name: carried["named"][s.output_name]
+                for s in step.walk()
+                if s.output_name in (carried.get("named") or {})
+            }
+            return {
+                "from": carried.get("run_id"),
+                **(views.get(step.id) or {}),
+                "carried": {"steps": inner, "outputs": named},
+            }
 
-        self.ctx.step(names.checkpoint(names.CARRIED, path), note)
+        # A checkpoint from before it held "carried": the rerun's params still do.
+        state = self.ctx.step(names.checkpoint(names.CARRIED, path), note)
+        taken = state.get("carried") or {"steps": views, "outputs": carried.get("named") or {}}
         for inner in step.walk():
-            if inner.id in views:
-                self.views[inner.id] = views[inner.id]
-                self.outputs[inner.id] = views[inner.id].get("output")
-        for name, value in (carried.get("named") or {}).items():
+            if inner.id in taken["steps"]:
+                self.views[inner.id] = taken["steps"][inner.id]
+                self.outputs[inner.id] = taken["steps"][inner.id].get("output")
+        for name, value in taken["outputs"].items():
             self.named.setdefault(name, value)
 
     def run_with_tries(self, step: Step, path: str, scope: str) -> StepResult:
@@ -224,7 +239,7 @@ class RunHandler:
         self.views[step.id] = result.view()
         self.outputs[step.id] = result.output
         if step.output_name:  # read as steps.<id>.output is: without final newlines
-            self.named[step.output_name] = _trimmed(result.output)
+            self.named[step.output_name] = domain.step_value(result.output)
 
     def scope(self) -> dict[str, Any]:
         return {"payload": self.payload, "steps": self.views, "outputs": self.named, **self.loop}
@@ -318,7 +333,7 @@ class RunHandler:
             for i, item in enumerate(items):
                 self.loop = {"item": item, "index": i, "iteration": i + 1}
                 self.run_list(body, names.iteration_path(path, i + 1))
-                collected.append(_trimmed(self.outputs.get(body[-1].id, "")))
+                collected.append(domain.step_value(self.outputs.get(body[-1].id, "")))
         finally:
             self.loop = outer
         return StepResult(domain.COMPLETED, collected, extra={"items": len(items)})
@@ -939,10 +954,10 @@ class RunHandler:
         def mark_failed() -> bool:
             with self.conn.transaction():
                 self.set_state("failed", path, try_no)
-                tail = as_text(result.output)[-500:]
+                tail = step_report.tail(as_text(result.output)) or "(no output)"
                 why = f": {result.reason}" if result.reason else ""
-                self.note(
-                    f"Step {step_id} failed (try {try_no}){why}.\n{tail}\n"
+                self.note(  # the id quoted: a step named "maybe" must not read as a guess
+                    f'Step "{step_id}" failed (try {try_no}){why}.\n{tail}\n'
                     f"Run `threadline retry {self.run_id}` to resume at this step.",
                     key,
                     f"failed:{key}",
@@ -1069,11 +1084,6 @@ def _branch_output(finished: dict[str, Any]) -> Any:
     if outputs.get("declared"):
         return outputs["declared"]
     return outputs.get("last", "")
-
-
-def _trimmed(output: Any) -> Any:
-    """A step's output as a value: as the shell's $(...) does, without its final newlines."""
-    return output.rstrip("\n") if isinstance(output, str) else output
 
 
 def snapshot_step(d: dict[str, Any]) -> Step:

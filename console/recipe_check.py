@@ -16,6 +16,7 @@ import select
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
 
@@ -52,8 +53,8 @@ def check_recipe(text: str, source: str = "editor", timeout_s: float = CHECK_TIM
     reply = json.loads(answer)
     if reply["errors"]:
         return None, reply["errors"]
-    try:  # the canonical form of a recipe that passed: quick to check again
-        return Recipe.from_dict(reply["recipe"], source), []
+    try:  # the canonical form of a recipe that passed (quick to check again), with its text
+        return replace(Recipe.from_dict(reply["recipe"], source), text=text), []
     except RecipeError as err:
         return None, err.errors
 

@@ -24,6 +24,7 @@ from engine_adapter.workflows import (
     get_workflow,
     list_versions,
     list_workflows,
+    version_text,
 )
 
 from engine_adapter.authorization import Action
@@ -102,16 +103,19 @@ class RecipeEditor(Viewer):
             access.current_session(), Action.APPLY_RECIPE, "save, roll back or spawn"
         )
         self.workflow: dict[str, Any] | None = None
+        self.current: dict[str, Any] | None = None  # the current version, with its text
         self.versions: list[dict[str, Any]] = []
         self.schedule: dict[str, Any] | None = None
         if slug:
             with data.connection() as conn:
                 self.workflow = get_workflow(conn, slug)  # WorkflowNotFound goes to the caller
+                self.current = get_version(conn, slug, self.workflow["version"])
                 self.versions = list_versions(conn, slug)
                 self.schedule = next(
                     (s for s in schedule_list(conn) if s["workflow"] == slug), None
                 )
-        text = state.recipe_yaml(self.workflow["recipe"]) if self.workflow else NEW_RECIPE
+        # As its author wrote it: comments, key order and durations as typed.
+        text = version_text(self.current) if self.current else NEW_RECIPE
         self.editor = pn.widgets.CodeEditor(
             value=text, language="yaml", sizing_mode="stretch_width", height=380, name="recipe"
         )
@@ -266,13 +270,13 @@ class RecipeEditor(Viewer):
         )
 
     def _show_diff(self) -> None:
-        if not self.versions or self.version_pick.value is None or self.workflow is None:
+        if not self.versions or self.version_pick.value is None or self.current is None:
             return
         with data.connection() as conn:
             old = get_version(conn, self.slug or "", self.version_pick.value)
         text = state.version_diff(
-            old["recipe"],
-            self.workflow["recipe"],
+            version_text(old),
+            version_text(self.current),
             f"v{old['version']}",
             f"v{self.workflow['version']} (current)",
         )

@@ -285,7 +285,10 @@ def recipe_yaml(recipe: dict[str, Any]) -> str:
     return recipe_text.recipe_yaml(recipe)
 
 
-def version_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
+def version_diff(
+    old: dict[str, Any] | str, new: dict[str, Any] | str, old_label: str, new_label: str
+) -> str:
+    """Two versions as texts (as written) or documents (rendered); "(no difference)" if alike."""
     return recipe_text.recipe_diff(old, new, old_label, new_label) or "(no difference)"
 
 

@@ -322,17 +322,17 @@ def cmd_bot_list(args: argparse.Namespace) -> int:
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:
-    from .recipe_text import recipe_yaml
-    from .workflows import get_workflow, list_versions
+    from .workflows import get_workflow, list_versions, written_text
 
     with _conn() as conn:
         wf = get_workflow(conn, args.slug)
         wf["versions"] = list_versions(conn, args.slug)
+        wf["text"] = written_text(conn, args.slug, wf["version"])  # as its author wrote it
     _print(
         args,
         wf,
         lambda w: (
-            recipe_yaml(w["recipe"]).rstrip()
+            w["text"].rstrip("\n")
             + f"\n# v{w['version']} · {w['hash'][:12]} · {len(w['versions'])} versions"
         ),
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -209,7 +209,7 @@ def propose(
 ) -> dict[str, Any]:
     """A new open proposal; ProposalError when the workflow does not take proposals, the base
     is not its current version, or the proposal changes nothing."""
-    from .workflows import WorkflowNotFound, get_workflow
+    from .workflows import WorkflowNotFound, get_workflow, written_text
 
     if not summary.strip():
         raise ProposalError("invalid", "summary: say what the change is for")
@@ -245,12 +245,19 @@ def propose(
                 proposed=Jsonb(doc),
                 proposed_hash=proposed.canonical_hash,
                 summary=summary.strip(),
-                diff=recipe_diff(current["recipe"], doc, f"{workflow} (current)", "proposed"),
+                # As written on both sides: the current version's text, the proposal's own.
+                diff=recipe_diff(
+                    written_text(conn, workflow, current["version"]),
+                    doc if proposed.text is None else proposed.text,
+                    f"{workflow} (current)",
+                    "proposed",
+                ),
                 risk=risk.level,
                 risk_reasons=list(risk.reasons),
                 proposed_by=actor.label,
                 proposed_via=actor.via,
                 run_id=run_id,
+                proposed_text=proposed.text,
             ),
         )
 
@@ -336,7 +343,8 @@ def apply(conn: psycopg.Connection[Any], proposal_id: int, actor: Actor) -> int:
                 f"(base sha256:{row['base_hash'][:12]}…, now sha256:{current['hash'][:12]}…)",
             )
         if problem is None:
-            applied = apply_recipe(conn, Recipe.from_dict(row["proposed"]), source="proposal")
+            proposed = replace(Recipe.from_dict(row["proposed"]), text=row["proposed_text"])
+            applied = apply_recipe(conn, proposed, source="proposal")
             conn.execute(db.q("proposal_applied"), dict(id=proposal_id, version=applied.version))
             version = applied.version
     if problem is not None:

@@ -1,6 +1,6 @@
-"""A stored recipe as a person reads it: YAML in the order a recipe is written (the database
-keeps a document's keys sorted), and the unified diff of two recipes. The console, the CLI,
-versions and proposals all show recipes through here."""
+"""A stored recipe as a person reads it: the text its author wrote where it was kept, else YAML in
+the order a recipe is written (the database keeps a document's keys sorted); and the unified diff
+of two recipes. The console, the CLI, versions and proposals all show recipes through here."""
 
 from __future__ import annotations
 
@@ -34,13 +34,26 @@ def recipe_yaml(recipe: dict[str, Any]) -> str:
     return yaml.dump(doc, Dumper=_RecipeDumper, sort_keys=False, allow_unicode=True, width=100)
 
 
-def recipe_diff(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> str:
-    """A unified diff of two recipes as YAML; "" when they read the same."""
+def shown_text(recipe: dict[str, Any], text: str | None) -> str:
+    """A stored recipe as shown: the text it was written as (comments, key order, `24h` kept),
+    or, where none was kept (applied as a document, or before texts were), rendered."""
+    return recipe_yaml(recipe) if text is None else text
+
+
+def recipe_diff(
+    old: dict[str, Any] | str, new: dict[str, Any] | str, old_label: str, new_label: str
+) -> str:
+    """A unified diff of two recipes, each a text as shown or a document (rendered); "" when they
+    read the same."""
     lines = difflib.unified_diff(
-        recipe_yaml(old).splitlines(),
-        recipe_yaml(new).splitlines(),
+        _shown(old).splitlines(),
+        _shown(new).splitlines(),
         old_label,
         new_label,
         lineterm="",
     )
     return "\n".join(lines)
+
+
+def _shown(recipe: dict[str, Any] | str) -> str:
+    return recipe if isinstance(recipe, str) else recipe_yaml(recipe)

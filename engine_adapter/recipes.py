@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -820,6 +820,9 @@ class Recipe:
     timeout_s: float | None = None  # a run still going after this is cancelled (the conductor)
     max_steps: int | None = None  # a run that would start more step tries is cancelled
     retention: dict[str, str] | None = None  # runs / output: how long finished runs keep them
+    # The text it was parsed from (None for a document), set only together with what it parses
+    # to: stored beside the recipe to be shown as written; no part of its equality or hash.
+    text: str | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical normalized document: defaults filled in, None (and empty env) omitted.
@@ -1060,7 +1063,7 @@ def load_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
         doc = recipe_doc.parse_text(text)
     except recipe_doc.DocumentError as err:
         raise RecipeError([f"{source}: {err}"], source) from None
-    return _build_recipe(doc, source)
+    return replace(_build_recipe(doc, source), text=text)
 
 
 def load_recipe_file(path: str | Path) -> Recipe:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 from . import authorization, db, proposals
 from .authorization import Action
 from .identity import Actor
-from .recipe_text import recipe_diff
+from .recipe_text import recipe_diff, shown_text
 from .recipes import Recipe, RecipeError, sub_workflows
 from .settings import QUEUE
 
@@ -31,7 +31,7 @@ class ProtectedChange(RecipeError):
 class Applied:
     slug: str
     version: int
-    changed: bool  # False when the recipe's hash equals the current version's
+    changed: bool  # False when the recipe's hash and its text equal the current version's
 
 
 def apply_recipe(
@@ -42,7 +42,9 @@ def apply_recipe(
     actor: Actor | None = None,
 ) -> Applied:
     """Create the workflow or add a version; an unchanged recipe writes nothing (but a person's
-    allowed apply, audited). Every door that
+    allowed apply, audited). The recipe's text is stored with its version, to be shown as written;
+    a changed text of the same recipe (a comment, the key order) is a new version with the same
+    hash, and a recipe with no text (a document) changes nothing the hash does not. Every door that
     changes a recipe comes here (the CLI's apply and rollback, the console's editor, the API, a
     run request that carries its workflow): a high-risk change to a protected workflow is
     refused (ProtectedChange, nothing written) unless source is "proposal", which only
@@ -68,6 +70,7 @@ def _apply(
     actor: Actor | None,
 ) -> Applied:
     doc = recipe.to_dict()
+    text = recipe.text  # the text this recipe was parsed from, where there is one
     fields = dict(
         slug=recipe.slug,
         name=recipe.name,
@@ -85,7 +88,10 @@ def _apply(
         if current is None:
             conn.execute(db.q("insert_workflow"), fields)
             version, source = 1, "create"
-        elif current["hash"] == recipe.canonical_hash:
+        elif current["hash"] == recipe.canonical_hash and text in (
+            None,
+            get_version(conn, recipe.slug, current["version"])["source_text"],
+        ):
             return Applied(recipe.slug, current["version"], changed=False)
         elif source != "proposal" and (why := proposals.refuse_direct(current["recipe"], doc)):
             raise ProtectedChange([why])
@@ -102,6 +108,7 @@ def _apply(
                 recipe=Jsonb(doc),
                 source=source,
                 rolled_back_from=rolled_back_from,
+                source_text=text,
             ),
         )
     return Applied(recipe.slug, version, changed=True)
@@ -166,6 +173,16 @@ def get_version(conn: psycopg.Connection[Any], slug: str, version: int) -> dict[
     if row is None:
         raise WorkflowNotFound(f"workflow {slug!r} has no version {version}")
     return row
+
+
+def version_text(row: dict[str, Any]) -> str:
+    """A stored version as shown: its text as written, else its recipe rendered."""
+    return shown_text(row["recipe"], row["source_text"])
+
+
+def written_text(conn: psycopg.Connection[Any], slug: str, version: int) -> str:
+    """Version `version` of slug as its author wrote it (rendered where no text was kept)."""
+    return version_text(get_version(conn, slug, version))
 
 
 def _refuse_workflow_cycles(conn: psycopg.Connection[Any], recipe: Recipe) -> None:
@@ -241,8 +258,8 @@ def resolve_version(conn: psycopg.Connection[Any], slug: str, ref: str) -> dict[
 def diff_versions(conn: psycopg.Connection[Any], slug: str, a: str, b: str) -> str:
     va, vb = resolve_version(conn, slug, a), resolve_version(conn, slug, b)
     return recipe_diff(
-        va["recipe"],
-        vb["recipe"],
+        version_text(va),
+        version_text(vb),
         f"{slug} version {va['version']}",
         f"{slug} version {vb['version']}",
     )
@@ -257,14 +274,19 @@ def rollback(
     with authorization.transaction(conn, actor, Action.ROLLBACK, **target):
         target = resolve_version(conn, slug, ref)
         current = get_workflow(conn, slug)
-        if target["hash"] == current["hash"]:
+        now = get_version(conn, slug, current["version"])
+        if target["hash"] == current["hash"] and target["source_text"] in (
+            None,
+            now["source_text"],
+        ):
             raise AlreadyCurrent(
                 f"workflow {slug!r} is at version {target['version']}'s recipe already "
                 f"(version {current['version']}); nothing to roll back"
             )
+        restored = Recipe.from_dict(target["recipe"], f"{slug} version {target['version']}")
         return apply_recipe(
             conn,
-            Recipe.from_dict(target["recipe"], f"{slug} version {target['version']}"),
+            replace(restored, text=target["source_text"]),
             source="rollback",
             rolled_back_from=target["version"],
         )

@@ -199,6 +199,6 @@ select max(last_beat_at) as last_beat_at,
   from threadline.workers where kind = 'conductor'
 
 -- workflow_version --
--- One stored version of a workflow's recipe.
-select slug, version, hash, source, recipe, rolled_back_from, created_at
+-- One stored version of a workflow's recipe, with the text it was written as (null: none kept).
+select slug, version, hash, source, recipe, rolled_back_from, created_at, source_text
   from threadline.workflow_versions where slug = %(slug)s and version = %(version)s

@@ -1,8 +1,10 @@
 -- insert_proposal --
 insert into threadline.proposals (workflow, base_hash, proposed, proposed_hash, summary, diff,
-                                  risk, risk_reasons, proposed_by, proposed_via, run_id)
+                                  risk, risk_reasons, proposed_by, proposed_via, run_id,
+                                  proposed_text)
 values (%(workflow)s, %(base_hash)s, %(proposed)s, %(proposed_hash)s, %(summary)s, %(diff)s,
-        %(risk)s, %(risk_reasons)s, %(proposed_by)s, %(proposed_via)s, %(run_id)s)
+        %(risk)s, %(risk_reasons)s, %(proposed_by)s, %(proposed_via)s, %(run_id)s,
+        %(proposed_text)s)
 returning *
 
 -- lock_proposal --

@@ -83,8 +83,10 @@ returning version
 
 -- insert_workflow_version --
 -- An immutable snapshot of one version.
-insert into threadline.workflow_versions (slug, version, hash, recipe, source, rolled_back_from)
-values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s, %(rolled_back_from)s)
+insert into threadline.workflow_versions (slug, version, hash, recipe, source, rolled_back_from,
+                                          source_text)
+values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s, %(rolled_back_from)s,
+        %(source_text)s)
 
 -- list_workflow_versions --
 -- A workflow's versions, newest first.

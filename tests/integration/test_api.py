@@ -180,7 +180,7 @@ def test_history_diff_and_rollback_through_the_api(db_url, conn, apply, api):
     apply(GATED.replace("echo shipped", "echo shipped again"))
     viewer, operator = token(db_url, "v", "viewer"), token(db_url, "o", "operator")
     status, diff, _ = call(api, "GET", "/workflows/gated/diff?a=1&b=2", viewer)
-    assert status == 200 and "+  run_command: echo shipped again" in diff["diff"]
+    assert status == 200 and "+    run_command: echo shipped again" in diff["diff"]
     assert call(api, "GET", "/workflows/gated/diff?a=1", viewer)[0] == 400
     assert call(api, "POST", "/workflows/gated/rollback", viewer, {"to": "1"})[0] == 403
     status, back, _ = call(api, "POST", "/workflows/gated/rollback", operator, {"to": "1"})

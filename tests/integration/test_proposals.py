@@ -48,7 +48,7 @@ def test_propose_review_apply_and_a_stale_proposal(db_url, conn, apply):
     assert code == 0 and made["status"] == "proposal_created"
     risky = made["proposal"]
     assert risky["risk"] == "high" and "step test runs a new command" in risky["risk_reasons"]
-    assert "+  run_command: echo testing && echo deploying" in risky["diff"]
+    assert "+    run_command: echo testing && echo deploying" in risky["diff"]  # as written
     made, _ = propose(
         db_url,
         {"workflow": "nightly", "base_hash": base, "proposed_workflow": CLEARER, "summary": "ask"},

@@ -49,7 +49,7 @@ def test_history_diff_and_rollback(db_url, conn, apply, procs):
     text = harness.run_cli(db_url, "recipe", "history", "shipit").stdout
     assert f"v1    sha256:{v1_hash[:12]}  create" in text
     diff = harness.run_cli(db_url, "recipe", "diff", "shipit", "1", "2").stdout
-    assert "-  run_command: echo one" in diff and "+  run_command: echo two" in diff
+    assert "-    run_command: echo one" in diff and "+    run_command: echo two" in diff
     same = harness.run_cli(db_url, "recipe", "diff", "shipit", v1_hash[:8], "1").stdout
     assert same.strip() == "(no difference)"
 

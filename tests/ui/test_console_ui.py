@@ -552,7 +552,7 @@ def test_proposals_page_shows_the_diff_and_approves_then_applies(page, stack):
         page.goto(stack.base + "/proposals")
         shown = f".tl-proposal[data-id='{made['id']}']"
         page.locator(shown, has_text="step s runs a new command").wait_for()
-        assert "+  run_command: echo b" in page.locator(f"{shown} .tl-diff").inner_text()
+        assert "+    run_command: echo b" in page.locator(f"{shown} .tl-diff").inner_text()
         card = page.locator(".tl-gate-card", has=page.locator(shown))
         card.locator("button:has-text('Approve')").click()
         page.locator(f".tl-ok:has-text('Approved proposal #{made['id']}')").wait_for()
@@ -569,7 +569,7 @@ def test_the_recipe_page_rolls_back_to_an_earlier_version(page, stack):
         harness_apply(conn, one.replace("echo one", "echo two"))
         page.goto(stack.base + "/recipe?slug=ui-versions")
         # The page compares the current version with the one before it, v1, at once.
-        page.locator("pre:has-text('-  run_command: echo one')").wait_for()
+        page.locator("pre:has-text('-    run_command: echo one')").wait_for()
         page.locator("button:has-text('Roll back to this version')").click()
         page.locator(".tl-ok:has-text('rolled back: now v3 (a copy of v1)')").wait_for()
         rows = conn.execute(

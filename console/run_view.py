@@ -71,6 +71,8 @@ class RunView(Viewer):
             layout="fit_data_stretch",
             name="stepper",
         )
+        # Why each failed step failed, and each agent step's tool calls (state.step_details_html).
+        self.details = html_pane("", sizing_mode="stretch_width")
         self.thread = pn.Column(sizing_mode="stretch_width", css_classes=["tl-thread"])
         self.earlier = pn.widgets.Button(
             name="Load earlier entries", visible=False, button_type="light"
@@ -172,6 +174,7 @@ class RunView(Viewer):
             self.related,
             pn.pane.Markdown("### Steps"),
             self.stepper,
+            self.details,
             thread,
             actions,
             self.debug,
@@ -210,6 +213,9 @@ class RunView(Viewer):
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
+        details = state.step_details_html(run)
+        if self.details.object != details:  # a countdown's tick changes nothing here
+            self.details.object = details
         # A live refresh (the rerun's own spawn triggers one) keeps the link to a rerun just made.
         self.related.object = state.related_runs_html(run) + self._rerun_link
         waiting = run.event_wait

@@ -4,13 +4,14 @@ read model's dicts. Tested without a browser."""
 from __future__ import annotations
 
 import html
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 
-from engine_adapter import domain, recipe_text, step_tree
+from engine_adapter import domain, recipe_text, step_report, step_tree
 from engine_adapter.names import short_run_id
 from engine_adapter.read_model import RunView
 from engine_adapter.render import as_text
@@ -172,6 +173,8 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
             detail = " · ".join(d for d in (detail, tokens_text(step["tokens"])) if d)
         output = step.get("output")
         preview = "" if output is None else as_text(output).strip().splitlines()[-1:] or [""]
+        if status == "failed" and step["kind"] in domain.BOT_KINDS and not step.get("tail"):
+            preview = "(no output)"
         indent = "\u2003" * depth  # em spaces: nesting reads as indentation in any font
         rows.append(
             {
@@ -183,11 +186,77 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
                 if status == "skipped"
                 else step.get("attempts")
                 or (step.get("tries", 0) if step["kind"] in domain.BOT_KINDS else 0),
-                "duration": duration_text(step.get("started_at"), step.get("finished_at"), now),
+                "duration": _duration(step, now),
                 "output": (preview[0][:120] if isinstance(preview, list) else preview),
             }
         )
     return rows
+
+
+def _duration(step: dict[str, Any], now: datetime) -> str:
+    """A bot step: each attempt's own time (a retry's wait, or a failed run parked until
+    `retry`, is no attempt's); any other step: from its start to its end."""
+    attempts = step.get("attempt_list") or []
+    if attempts and attempts[-1]["finished_at"] is None:
+        return duration_text(attempts[-1]["started_at"], None, now)
+    if len(attempts) == 1:
+        return step_report.duration_text(attempts[0]["duration_s"])
+    if attempts:
+        return step_report.attempts_brief(attempts)
+    return duration_text(step.get("started_at"), step.get("finished_at"), now)
+
+
+def step_details_html(run: RunView) -> str:
+    """Under the step table: why each failed step failed (its exit, timeout or limit, the last
+    lines of its output, each attempt's time) and each agent step's tool calls, with their
+    arguments and results (folded: a click opens one)."""
+    parts = []
+    for _, step in step_tree.flatten(run.steps):
+        name = html.escape(step["id"])
+        if step.get("status") == "failed" and step["kind"] in domain.BOT_KINDS:
+            tail = step.get("tail") or "(the step wrote no output)"
+            took = step_report.attempts_text(step.get("attempt_list") or [])
+            parts.append(
+                f'<div class="tl-why" data-step="{name}" style="{_WHY_STYLE}">'
+                f"<b>Step {name} failed: "
+                f"{html.escape(step.get('why') or 'no reason given')}</b>"
+                + (f' <span class="tl-muted">· took {html.escape(took)}</span>' if took else "")
+                + f'<div class="tl-muted">last lines of output</div><pre class="tl-tail">'
+                f"{html.escape(tail)}</pre></div>"
+            )
+        calls = step.get("tool_calls") or []
+        if calls:
+            items = "".join(_call_html(call) for call in calls)
+            parts.append(
+                f'<div class="tl-calls" data-step="{name}" style="{_CALLS_STYLE}"><b>Step {name}: '
+                f"{len(calls)} tool call{'s' if len(calls) != 1 else ''}</b>{items}</div>"
+            )
+    return f'<div id="tl-step-details">{"".join(parts)}</div>' if parts else ""
+
+
+# Marked as the thread marks a failure and a bot's entries, whatever the page's theme.
+_WHY_STYLE = "border-left: 3px solid #c0392b; padding: 2px 10px; margin: 6px 0"
+_CALLS_STYLE = "border-left: 3px solid #2471a3; padding: 2px 10px; margin: 6px 0"
+
+
+def _call_html(call: dict[str, Any]) -> str:
+    arguments = call["arguments"]
+    shown = (
+        arguments
+        if isinstance(arguments, str)
+        else json.dumps(arguments, indent=2, ensure_ascii=False)
+    )
+    result = call.get("result")
+    more = call.get("result_chars", 0) - len(result or "")
+    return (
+        f'<details class="tl-call"><summary><code>{html.escape(step_report.call_text(call))}'
+        f'</code></summary><div class="tl-muted">arguments</div>'
+        f'<pre class="tl-call-args">{html.escape(shown)}</pre>'
+        f'<div class="tl-muted">result</div><pre class="tl-call-result">'
+        f"{html.escape('(no result yet)' if result is None else result)}"
+        + (f"\n… {more} more characters" if more > 0 else "")
+        + "</pre></details>"
+    )
 
 
 # -- the thread ------------------------------------------------------------------------------------

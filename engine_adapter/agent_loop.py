@@ -25,9 +25,10 @@ from .agent_tools import FINISH, Call, ToolError, check_start, declarations, par
 from .bot_config import BotConfig
 from .domain import ASK_HUMAN, COMPLETED, FAILED, PAUSED, PAUSING_TOOLS, PROPOSE_CHANGE
 from .workers import crash_point
+from . import step_report
 
 ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
-_SUMMARY_CHARS = 200
+_SUMMARY_CHARS = 1000  # a tool result in the thread (the console folds it to a few lines)
 MODEL_RETRIES = 6  # transient model errors, retried with backoff (about a minute in all)
 
 
@@ -247,10 +248,9 @@ class AgentLoop:
         if cost is not None:
             usage["cost_usd"] = cost
         self.add_usage(usage)
-        names = [c.name for c in _calls(message)]
         text = message["content"] or ""
-        if names:
-            text = (text + "\n" if text else "") + "calls " + ", ".join(names)
+        if message.get("tool_calls"):  # each call with its arguments (cut when long)
+            text = (text + "\n" if text else "") + step_report.calls_line(message["tool_calls"])
         text += f"\n[tokens: {usage['in']} in, {usage['out']} out"
         text += f" · ${cost:.6f}]" if cost is not None else "]"
         self.record(ASSISTANT, text, f"{turn}:assistant", turn, message, self.seen, usage)

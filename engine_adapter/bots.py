@@ -30,6 +30,7 @@ from . import (
     step_fit,
     step_guard,
     step_limits,
+    step_report,
     thread_entries,
     workdirs,
 )
@@ -255,7 +256,14 @@ class BotSlot:
             self.close_claim(claim, "cancelled")
             return
         status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
-        self.report(claim, status, self.summarise(result, timeout_s), result)
+        why = step_report.failure_why(result.exit_code, result.timed_out, timeout_s, None)
+        self.report(
+            claim,
+            status,
+            self.summarise(result, timeout_s),
+            result,
+            reason=why if status == "failed" else None,
+        )
 
     def run_command(
         self, claim: Claim, workdir: StepDir, command: str, stdin_text: str | None, timeout_s: float
@@ -479,12 +487,16 @@ class BotSlot:
         policy = claim.instruction.retry
         retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
         backoff = note = None
+        why = reason or step_report.exit_text(exit_code) or "no exit code"
         if status == "failed" and retry and claim.failures < retries:
             backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
+            took = step_report.duration_text(result.duration_s if result else duration_s)
             note = (
-                f"Attempt {claim.attempt} failed (exit {exit_code}); retrying in {backoff:g}s "
+                f"Attempt {claim.attempt} failed ({why}) after {took}; retrying in {backoff:g}s "
                 f"({retries - claim.failures} retries left)."
             )
+            if last_lines := step_report.tail(output):
+                note += "\nLast lines of output:\n" + last_lines
         payload = bot_result(
             status,
             output if value is None else value,
@@ -514,7 +526,7 @@ class BotSlot:
                 terminal_kind=f"signal.dispatch.{outcome}",
                 terminal_text=f"step {step_id} paused: {value['tool']}"
                 if status == PAUSED
-                else f"step {step_id} {status}",
+                else f"step {step_id} {status}" + (f": {why}" if status == "failed" else ""),
                 payload=Jsonb(payload),
                 exit_code=exit_code,
             ),

@@ -726,7 +726,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from . import step_tree
+    from . import step_report, step_tree
     from .read_model import show_run
 
     with _conn() as conn:
@@ -742,6 +742,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             if s.get("reason"):
                 line += f" ({s['reason']})"
             lines.append(line.rstrip())
+            lines += step_report.detail_lines(s, " " * (13 + 2 * depth))
         if r.get("outputs"):
             lines += ["", "outputs:"] + [
                 f"  {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in r["outputs"].items()

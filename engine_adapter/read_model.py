@@ -39,6 +39,7 @@ def run_facts(conn: psycopg.Connection[Any], run: dict[str, Any]) -> step_tree.R
         written_at={r["checkpoint_name"]: r["updated_at"] for r in rows},
         claims=db.fetch_all(conn, "run_claims", dict(run_id=run_id)),
         child=child,
+        reports=db.fetch_all(conn, "step_reports", dict(run_id=run_id)),
     )
 
 

@@ -37,6 +37,7 @@ from . import (
 )
 from .domain import StepResult
 from .recipe_values import parse_duration
+from . import step_report
 from .recipes import RecipeError, Step, check_wake, load_recipe_text
 from .recipes import PLACEHOLDER
 from .render import RenderError, as_text, render, render_command, resolve
@@ -953,10 +954,10 @@ class RunHandler:
         def mark_failed() -> bool:
             with self.conn.transaction():
                 self.set_state("failed", path, try_no)
-                tail = as_text(result.output)[-500:]
+                tail = step_report.tail(as_text(result.output)) or "(no output)"
                 why = f": {result.reason}" if result.reason else ""
-                self.note(
-                    f"Step {step_id} failed (try {try_no}){why}.\n{tail}\n"
+                self.note(  # the id quoted: a step named "maybe" must not read as a guess
+                    f'Step "{step_id}" failed (try {try_no}){why}.\n{tail}\n'
                     f"Run `threadline retry {self.run_id}` to resume at this step.",
                     key,
                     f"failed:{key}",

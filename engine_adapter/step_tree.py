@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable
 
-from . import domain, names
+from . import domain, names, step_report
 from .recipes import branches_of
 
 MAX_DEPTH = 4  # child runs of child runs...: deeper ones are linked, not drawn
@@ -32,11 +32,20 @@ class RunFacts:
     claims: list[dict[str, Any]]
     # Runs started by this run's steps: run_id -> facts, loaded on demand (None: not loaded).
     child: Callable[[str], RunFacts | None] = field(default=lambda _: None)
+    # The bots' reports and agents' journals (sql step_reports): each attempt's exit code, each
+    # tool call.
+    reports: list[dict[str, Any]] = field(default_factory=list)
     tries: dict[str, int] = field(init=False)
     iterations: dict[str, int] = field(init=False)
+    exits: dict[tuple[str, int], int | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.tries, self.iterations = {}, {}
+        self.exits = {
+            (r["step_key"], r["data"]["attempt"]): r["data"].get("exit_code")
+            for r in self.reports
+            if r["kind"] in ("progress", "message") and r["data"].get("attempt") is not None
+        }
         for name in self.checkpoints:
             parsed = names.parse_checkpoint(name)
             if parsed is None:
@@ -191,6 +200,28 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
         finished = datetime.fromisoformat(node["output"])  # a sleep ends at its wake time
     if finished and node["status"] in (domain.COMPLETED, domain.FAILED):
         node["finished_at"] = finished.isoformat()
+    if kind in domain.BOT_KINDS:
+        _why(facts, node, path, last)
+
+
+def _why(facts: RunFacts, node: dict, path: str, last: int) -> None:
+    """A bot step's own attempts (each with its own duration), why it failed in words with the
+    last lines of its output, and an agent's tool calls."""
+    attempts = step_report.attempts_of(facts.claims, facts.exits, path)
+    node["attempt_list"] = attempts
+    # The last attempt's own time: not the first try's start to the last one's end, which
+    # counts retry waits and the time a failed run sat parked.
+    node["duration_s"] = attempts[-1]["duration_s"] if attempts else None
+    failed = node["status"] == domain.FAILED
+    if failed and not node["reason"]:
+        node["reason"] = step_report.exit_text(node["exit_code"])
+    if failed and attempts and attempts[-1]["status"] == domain.FAILED:
+        attempts[-1]["why"] = node["reason"] or attempts[-1]["why"]
+    node["why"] = node["reason"] if failed else None
+    node["tail"] = step_report.tail(node["output"]) if failed else ""
+    if node["kind"] == domain.DISPATCH_TASK and last:
+        key = names.step_key(str(facts.run["run_id"]), path, last)
+        node["tool_calls"] = step_report.tool_calls(facts.reports, key)
 
 
 def _block(

@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from engine_adapter import commands, harness
 from engine_adapter.identity import Actor
+from engine_adapter.sandbox import detect
 from engine_adapter.spawn import spawn
 
 RECIPE = """
@@ -90,3 +93,29 @@ def _show(url: str, run_id: str) -> dict:
     shown = harness.run_cli(url, "show", run_id, "--json")
     assert shown.returncode == 0, shown.stderr
     return json.loads(shown.stdout)
+
+
+def test_a_step_ended_by_its_limit_names_the_limit_everywhere(conn, apply, procs):
+    """The limit step_guard reports is the step's why in show --json, show and the thread."""
+    if detect().bwrap is None:
+        pytest.skip("per-step limits need bubblewrap (apt-get install bubblewrap)")
+    apply("""
+slug: spins
+steps:
+  - id: spin
+    run_command: |
+      echo warming up >&2; python3 -c 'while True: pass'
+    limits: {cpu: 1s}
+    timeout: 60s
+""")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "spins").run_id
+    harness.wait_for_state(procs.url, run_id, "failed", timeout=90)
+    step = _show(procs.url, run_id)["steps"][0]
+    assert step["why"] == "cpu limit 1s reached", step
+    assert step["attempt_list"][-1]["why"] == "cpu limit 1s reached"
+    assert step["tail"].startswith("warming up")
+    out = harness.run_cli(procs.url, "show", run_id).stdout
+    assert "why: cpu limit 1s reached" in out and "| warming up" in out
+    assert "step spin failed: cpu limit 1s reached" in out

@@ -17,7 +17,7 @@ from .recipes import branches_of
 
 MAX_DEPTH = 4  # child runs of child runs...: deeper ones are linked, not drawn
 # A fan-out's first children are drawn with their steps; the rest by their status alone, so a
-# run page over a foreach of 1,000 items stays a few queries (each drawn child costs four).
+# run page over a foreach of 1,000 items stays a few queries (each drawn child costs five).
 MAX_CHILDREN_DRAWN = 25
 
 

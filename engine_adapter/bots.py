@@ -487,7 +487,7 @@ class BotSlot:
         policy = claim.instruction.retry
         retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
         backoff = note = None
-        why = reason or step_report.exit_text(exit_code) or "no exit code"
+        why = step_report.said_why(reason, exit_code, output)
         if status == "failed" and retry and claim.failures < retries:
             backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
             took = step_report.duration_text(result.duration_s if result else duration_s)

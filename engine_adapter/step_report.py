@@ -49,6 +49,17 @@ def failure_why(
     return exit_text(exit_code) if exit_code else None
 
 
+def said_why(reason: str | None, exit_code: int | None, output: Any) -> str:
+    """A failure's why in a few words: its reason, else its exit, else its message's first line
+    (a step that could not start says why in its output)."""
+    first = next((line for line in as_lines(output) if line.strip()), "")
+    return reason or exit_text(exit_code) or one_line(first, 200) or "no reason given"
+
+
+def as_lines(text: Any) -> list[str]:
+    return text.splitlines() if isinstance(text, str) else []
+
+
 def tail(text: Any, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
     """The last lines of a step's output (its stderr and stdout, as the command wrote them),
     bounded both ways; '' for none."""

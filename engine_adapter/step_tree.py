@@ -213,8 +213,8 @@ def _why(facts: RunFacts, node: dict, path: str, last: int) -> None:
     # counts retry waits and the time a failed run sat parked.
     node["duration_s"] = attempts[-1]["duration_s"] if attempts else None
     failed = node["status"] == domain.FAILED
-    if failed and not node["reason"]:
-        node["reason"] = step_report.exit_text(node["exit_code"])
+    if failed:
+        node["reason"] = step_report.said_why(node["reason"], node["exit_code"], node["output"])
     if failed and attempts and attempts[-1]["status"] == domain.FAILED:
         attempts[-1]["why"] = node["reason"] or attempts[-1]["why"]
     node["why"] = node["reason"] if failed else None

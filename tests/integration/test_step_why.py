@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine_adapter import commands, harness
+from engine_adapter import commands, harness, step_report
 from engine_adapter.identity import Actor
 from engine_adapter.sandbox import detect
 from engine_adapter.spawn import spawn
@@ -119,3 +119,19 @@ steps:
     out = harness.run_cli(procs.url, "show", run_id).stdout
     assert "why: cpu limit 1s reached" in out and "| warming up" in out
     assert "step spin failed: cpu limit 1s reached" in out
+
+
+def test_a_step_that_could_not_start_says_why_in_its_own_words(conn, apply, procs):
+    """No exit code: the bot's message (here, a bot with no model and no command) is the why."""
+    apply("slug: no-agent\nbot: nobody\nsteps:\n  - id: ask\n    dispatch_task: look around\n")
+    procs.start("conductor")
+    procs.start("bots")
+    run_id = spawn(conn, "no-agent").run_id
+    harness.wait_for_state(procs.url, run_id, "failed", timeout=60)
+    view = _show(procs.url, run_id)
+    step = view["steps"][0]
+    first = step["output"].splitlines()[0]
+    assert step["exit_code"] is None and first.startswith("bot 'nobody'")
+    assert step["why"] == step["reason"] == step_report.one_line(first, 200)
+    assert any(e["text"] == f"step ask failed: {step['why']}" for e in view["thread"])
+    assert "why: bot 'nobody'" in harness.run_cli(procs.url, "show", run_id).stdout

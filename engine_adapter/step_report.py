@@ -239,7 +239,7 @@ def detail_lines(node: dict[str, Any], indent: str) -> list[str]:
     its output's last lines, and an agent's tool calls."""
     lines: list[str] = []
     attempts = node.get("attempt_list") or []
-    if attempts:
+    if attempts and (len(attempts) > 1 or attempts[0]["duration_s"] is not None):
         lines.append(f"{indent}took {attempts_text(attempts)}")
     if node.get("status") == "failed":
         if node.get("why"):

@@ -526,7 +526,11 @@ class BotSlot:
                 terminal_kind=f"signal.dispatch.{outcome}",
                 terminal_text=f"step {step_id} paused: {value['tool']}"
                 if status == PAUSED
-                else f"step {step_id} {status}" + (f": {why}" if status == "failed" else ""),
+                else (
+                    f'step "{step_id}" failed: {why}'
+                    if status == "failed"
+                    else f"step {step_id} {status}"
+                ),
                 payload=Jsonb(payload),
                 exit_code=exit_code,
             ),

@@ -78,7 +78,7 @@ def test_a_failed_step_says_why_in_show_json_thread_and_cli(conn, apply, procs):
     assert "disk is full" in parked[0]
     retried = [t for t in texts if t.startswith("Attempt 1 failed (exit 3)")]
     assert retried and "retrying in" in retried[0] and "disk is full" in retried[0]
-    assert any(t == "step maybe failed: exit 3" for t in texts)
+    assert any(t == 'step "maybe" failed: exit 3' for t in texts)
 
     shown = harness.run_cli(procs.url, "show", run_id)
     assert shown.returncode == 0, shown.stderr
@@ -118,7 +118,7 @@ steps:
     assert step["tail"].startswith("warming up")
     out = harness.run_cli(procs.url, "show", run_id).stdout
     assert "why: cpu limit 1s reached" in out and "| warming up" in out
-    assert "step spin failed: cpu limit 1s reached" in out
+    assert 'step "spin" failed: cpu limit 1s reached' in out
 
 
 def test_a_step_that_could_not_start_says_why_in_its_own_words(conn, apply, procs):
@@ -133,5 +133,5 @@ def test_a_step_that_could_not_start_says_why_in_its_own_words(conn, apply, proc
     first = step["output"].splitlines()[0]
     assert step["exit_code"] is None and first.startswith("bot 'nobody'")
     assert step["why"] == step["reason"] == step_report.one_line(first, 200)
-    assert any(e["text"] == f"step ask failed: {step['why']}" for e in view["thread"])
+    assert any(e["text"] == f'step "ask" failed: {step["why"]}' for e in view["thread"])
     assert "why: bot 'nobody'" in harness.run_cli(procs.url, "show", run_id).stdout

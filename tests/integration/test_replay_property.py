@@ -4,9 +4,13 @@ outputs), so a rerun with the same payload decides and computes what the origina
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, Callable
 
 import psycopg
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine_adapter import harness, step_tree
 from engine_adapter.identity import Actor
@@ -70,3 +74,182 @@ def test_a_rerun_hands_carried_steps_on_as_the_original_did(conn, apply, procs):
     }
     assert handed_on(conn, again) == handed_on(conn, first)
     assert view["outputs"] == {"said": "go", "word": "go", "quiet": ""}
+
+
+# -- the property ---------------------------------------------------------------------------------
+# Generated recipes: command steps (each names its output), conditions over earlier steps' outputs
+# and the payload, if/then/else, parallel groups (all, and any with a sure winner), foreach (in
+# the run and as child runs), repeat, a sub-workflow, and declared outputs over every step.
+CHILD = """
+slug: replay-child
+outputs:
+  said: steps.hello.output
+steps:
+  - id: hello
+    run_command: echo "child {{payload.w}}"
+"""
+PAYLOAD = {"w": "x", "flag": True, "items": ["p", "q"]}
+CHANGED = {"w": "y", "flag": False, "items": ["p", "q", "r"]}
+KINDS = ("command", "command", "choice", "all", "any", "foreach", "repeat", "sub")
+_slugs = itertools.count(1)
+
+
+def _command(draw: st.DrawFn, sid: str, earlier: list[str]) -> dict[str, Any]:
+    """A command whose output later conditions can match: "<w>-<id>" (with a final newline, or
+    two), or an earlier step's output passed on."""
+    text = draw(
+        st.sampled_from(
+            [
+                f'echo "{{{{payload.w}}}}-{sid}"',
+                f"printf '%s\\n\\n' \"{{{{payload.w}}}}-{sid}\"",
+                *[f'echo "{{{{steps.{e}.output}}}}"' for e in earlier],
+                *[f'echo "{{{{outputs.n_{e}}}}}-{sid}"' for e in earlier],
+            ]
+        )
+    )
+    return {"id": sid, "run_command": text}
+
+
+def _condition(draw: st.DrawFn, earlier: list[str]) -> str:
+    atoms = ["payload.flag", "not payload.flag"]
+    for e in earlier:
+        for w in ("x", "y"):
+            atoms += [f'steps.{e}.output == "{w}-{e}"', f'outputs.n_{e} == "{w}-{e}"']
+        atoms += [f"steps.{e}.skipped", f'steps.{e}.status == "completed"']
+    parts = draw(st.lists(st.sampled_from(atoms), min_size=1, max_size=2))
+    return f" {draw(st.sampled_from(['and', 'or']))} ".join(parts)
+
+
+@st.composite
+def replay_recipes(draw: st.DrawFn) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    earlier: list[str] = []  # top-level commands: always finished (run or skipped), named n_<id>
+    for i in range(draw(st.integers(min_value=2, max_value=4))):
+        sid, kind = f"s{i}", draw(st.sampled_from(KINDS))
+        guard = draw(st.booleans())
+        if kind == "command":
+            step = {**_command(draw, sid, earlier), "output": f"n_{sid}"}
+        elif kind == "choice":
+            step = {
+                "id": sid,
+                "if": _condition(draw, earlier),
+                "then": [_command(draw, f"{sid}t", earlier)],
+                "else": [_command(draw, f"{sid}e", earlier)],
+            }
+            guard = False
+        elif kind in ("all", "any"):
+            inner = _command(draw, f"{sid}a", earlier)
+            if earlier and draw(st.booleans()):
+                inner["if"] = _condition(draw, earlier)
+            slow = {"id": f"{sid}b", "run_command": f'sleep 4; echo "{sid} late"'}
+            if kind == "all":
+                slow = _command(draw, f"{sid}b", earlier)
+            step = {"id": sid, "parallel": {"a": [inner], "b": [slow]}}
+            if kind == "any":
+                step["completion"] = "any"
+        elif kind == "foreach":
+            step = {
+                "id": sid,
+                "foreach": "payload.items",
+                "max_parallel": draw(st.sampled_from([1, 2])),
+                "steps": [{"id": f"{sid}i", "run_command": 'echo "{{item}}-{{payload.w}}"'}],
+            }
+        elif kind == "repeat":
+            step = {
+                "id": sid,
+                "repeat": [_command(draw, f"{sid}r", earlier)],
+                "until": "iteration >= 2",
+                "max_iterations": 3,
+            }
+        else:
+            step = {"id": sid, "workflow": "replay-child", "payload": {"w": "{{payload.w}}"}}
+        if guard and earlier:
+            step["if"] = _condition(draw, earlier)
+        steps.append(step)
+        if kind == "command":
+            earlier.append(sid)
+    outputs = {f"o_{s['id']}": f"steps.{s['id']}.output" for s in steps}
+    outputs.update({f"n_{e}": f"outputs.n_{e}" for e in earlier})
+    return {"outputs": outputs, "steps": steps}
+
+
+def nested_ids(step: dict[str, Any]) -> list[str]:
+    """A step's id and every id nested in it."""
+    ids = [step["id"]]
+    for key in ("then", "else", "steps", "repeat"):
+        for inner in step.get(key) or []:
+            ids += nested_ids(inner)
+    for branch in (step.get("parallel") or {}).values():
+        for inner in branch:
+            ids += nested_ids(inner)
+    return ids
+
+
+def drawn(nodes: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
+    """Each step, branch and iteration as drawn (child runs' steps too): what ran, was skipped or
+    taken, in order."""
+    return [(depth, n["id"], n["kind"], n["status"]) for depth, n in step_tree.flatten(nodes)]
+
+
+def finished(url: str, run_id: str) -> dict[str, Any]:
+    return harness.wait_for_state(url, run_id, "completed", timeout=120)
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(recipe=replay_recipes())
+def test_a_rerun_from_any_step_decides_and_computes_as_its_original(conn, apply, procs, recipe):
+    """Rerun from every top-level step with the same payload: the rerun hands on exactly what
+    the original did (every step's status, skip, branch and output, named and declared
+    outputs), and the steps after the rerun point decide as the original did. With a changed
+    payload, what the carried steps hand on is still the original's. A rerun of a rerun too."""
+    if not procs.procs:
+        apply(CHILD)
+        procs.start("conductor")
+    # A bots process per example: the examples share nothing but the conductor and the database.
+    bots = procs.start("bots", args=["--concurrency", "8"])
+    try:
+        _replays_faithfully(conn, procs, apply, recipe)
+    finally:
+        harness.kill(bots)
+
+
+def _replays_faithfully(
+    conn: psycopg.Connection[Any],
+    procs: harness.ProcessSet,
+    apply: Callable[[str], str],
+    recipe: dict[str, Any],
+) -> None:
+    slug = f"replay-{next(_slugs)}"
+    apply(yaml.safe_dump({"slug": slug, **recipe}, sort_keys=False))
+    first = spawn(conn, slug, PAYLOAD).run_id
+    tree, base = finished(procs.url, first), handed_on(conn, first)
+    top = [s["id"] for s in recipe["steps"]]
+    same = {sid: rerun(conn, first, sid, OPERATOR).run_id for sid in top}
+    changed = {sid: rerun(conn, first, sid, OPERATOR, CHANGED).run_id for sid in top[1:]}
+
+    for k, sid in enumerate(top):
+        view = finished(procs.url, same[sid])
+        assert handed_on(conn, same[sid]) == base, f"rerun from {sid}"
+        assert [n["status"] for n in view["steps"][:k]] == ["carried_over"] * k
+        assert drawn(view["steps"][k:]) == drawn(tree["steps"][k:]), f"rerun from {sid}"
+
+    for k, sid in enumerate(top[1:], start=1):
+        finished(procs.url, changed[sid])
+        got = handed_on(conn, changed[sid])
+        carried = {i for s in recipe["steps"][:k] for i in nested_ids(s)}
+        assert {i: v for i, v in got["steps"].items() if i in carried} == {
+            i: v for i, v in base["steps"].items() if i in carried
+        }, f"rerun from {sid} with another payload"
+        named = {f"n_{i}" for i in carried}
+        assert {n: v for n, v in got["outputs"].items() if n in named} == {
+            n: v for n, v in base["outputs"].items() if n in named
+        }
+
+    # A rerun of a rerun replays the carried steps of the rerun: still the original's values.
+    again = rerun(conn, same[top[-1]], top[-1], OPERATOR).run_id
+    finished(procs.url, again)
+    assert handed_on(conn, again) == base

@@ -140,9 +140,12 @@ def handed_on(
     handler = RunHandler(conn, journal, params)
     try:
         handler.run_list(handler.steps[:count], "")
-    except _Unrecorded as missing:
+    except _Unrecorded as missing:  # its journal lost a record (none of ours removes one)
+        parsed = names.parse_checkpoint(str(missing))
+        step = names.step_id_of(parsed[1].split("/", 1)[0]) if parsed else "?"
         raise CommandRefused(
-            f"run {run_id} has no record of {missing} in its journal: rerun from an earlier step"
+            f"run {run_id} no longer holds all that step {step} handed on: rerun from step "
+            f"{step} or earlier"
         ) from None
     return handler.views, handler.named
 

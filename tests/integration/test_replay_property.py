@@ -8,6 +8,7 @@ import itertools
 from typing import Any, Callable
 
 import psycopg
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -253,3 +254,44 @@ def _replays_faithfully(
     again = rerun(conn, same[top[-1]], top[-1], OPERATOR).run_id
     finished(procs.url, again)
     assert handed_on(conn, again) == base
+
+
+RETRIED = """
+slug: replay-retried
+steps:
+  - id: flaky
+    run_command: test -e {{payload.dir}}/again || { touch {{payload.dir}}/again; exit 1; }; echo ok
+  - id: after
+    run_command: echo after
+"""
+
+
+def test_a_rerun_whose_original_lost_a_record_is_refused_saying_which_step(
+    conn, apply, procs, tmp_path
+):
+    """What a carried step handed on is read back from its run's journal; a journal missing a
+    record it needs (here the retry of flaky's first try) refuses the rerun in one line, and
+    nothing is written."""
+    from engine_adapter import commands
+
+    apply(RETRIED)
+    procs.start("conductor")
+    procs.start("bots")
+    first = spawn(conn, "replay-retried", {"dir": str(tmp_path)}).run_id
+    harness.wait_for_state(procs.url, first, "failed", timeout=60)
+    commands.retry_run(conn, first, OPERATOR)
+    harness.wait_for_state(procs.url, first, "completed", timeout=60)
+    conn.execute(
+        "delete from threadline.run_journal where run_id = %s and name = 'retry:flaky:1'",
+        (first,),
+    )
+    conn.commit()
+    runs = conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"]
+    with pytest.raises(commands.CommandRefused) as refused:
+        rerun(conn, first, "after", OPERATOR)
+    assert str(refused.value) == (
+        f"run {first} no longer holds all that step flaky handed on: rerun from step flaky or "
+        "earlier"
+    )
+    conn.rollback()
+    assert conn.execute("select count(*) as n from threadline.run_threads").fetchone()["n"] == runs

@@ -491,12 +491,8 @@ class BotSlot:
         if status == "failed" and retry and claim.failures < retries:
             backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
             took = step_report.duration_text(result.duration_s if result else duration_s)
-            note = (
-                f"Attempt {claim.attempt} failed ({why}) after {took}; retrying in {backoff:g}s "
-                f"({retries - claim.failures} retries left)."
-            )
-            if last_lines := step_report.tail(output):
-                note += "\nLast lines of output:\n" + last_lines
+            left = retries - claim.failures
+            note = step_report.retry_note(claim.attempt, why, took, backoff, left, output)
         payload = bot_result(
             status,
             output if value is None else value,

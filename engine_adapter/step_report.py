@@ -8,6 +8,7 @@ step (`show --json`), and the CLI and the console draw them from there.
 from __future__ import annotations
 
 import json
+import re
 import signal
 from typing import Any, Iterable
 
@@ -60,6 +61,25 @@ def as_lines(text: Any) -> list[str]:
     return text.splitlines() if isinstance(text, str) else []
 
 
+def retry_note(attempt: int, why: str, took: str, backoff_s: float, left: int, output: str) -> str:
+    """The thread's line for a failed attempt that is tried again, with its last lines."""
+    note = (
+        f"Attempt {attempt} failed ({why}) after {took}; retrying in {backoff_s:g}s "
+        f"({left} retries left)."
+    )
+    last_lines = tail(output)
+    return note + ("\nLast lines of output:\n" + last_lines if last_lines else "")
+
+
+_RETRY_NOTE = re.compile(r"Attempt \d+ failed \((.*)\) after ")
+
+
+def note_why(line: str | None) -> str | None:
+    """The why a retry note's first line gives (read back for that attempt)."""
+    found = _RETRY_NOTE.match(line or "")
+    return found.group(1) if found else None
+
+
 def tail(text: Any, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
     """The last lines of a step's output (its stderr and stdout, as the command wrote them),
     bounded both ways; '' for none."""
@@ -91,7 +111,10 @@ def one_line(text: str, limit: int = LINE_CHARS) -> str:
 
 # -- attempts ------------------------------------------------------------------------------------
 def attempts_of(
-    claims: Iterable[dict[str, Any]], exits: dict[tuple[str, int], int | None], path: str
+    claims: Iterable[dict[str, Any]],
+    exits: dict[tuple[str, int], int | None],
+    path: str,
+    whys: dict[tuple[str, int], str] | None = None,
 ) -> list[dict[str, Any]]:
     """A bot step's attempts over all its tries, each with its own duration (a retry's wait
     and the time a failed run sat parked are no attempt's). `exits`: (step key, attempt) -> the
@@ -104,13 +127,14 @@ def attempts_of(
             continue  # a later round's first attempt is the step's attempt going on
         started, finished = claim["started_at"], claim["finished_at"]
         exit_code = exits.get((key, claim["attempt"]))
+        why = (whys or {}).get((key, claim["attempt"])) or exit_text(exit_code)
         out.append(
             {
                 "try": try_no,
                 "attempt": claim["attempt"],
                 "status": claim["outcome"] or "running",
                 "exit_code": exit_code,
-                "why": exit_text(exit_code) if claim["outcome"] == "failed" else None,
+                "why": why if claim["outcome"] == "failed" else None,
                 "started_at": started.isoformat(),
                 "finished_at": finished.isoformat() if finished else None,
                 "duration_s": round((finished - started).total_seconds(), 3) if finished else None,

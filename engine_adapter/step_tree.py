@@ -38,6 +38,7 @@ class RunFacts:
     tries: dict[str, int] = field(init=False)
     iterations: dict[str, int] = field(init=False)
     exits: dict[tuple[str, int], int | None] = field(init=False)
+    whys: dict[tuple[str, int], str] = field(init=False)  # a retried attempt's, from its note
 
     def __post_init__(self) -> None:
         self.tries, self.iterations = {}, {}
@@ -45,6 +46,11 @@ class RunFacts:
             (r["step_key"], r["data"]["attempt"]): r["data"].get("exit_code")
             for r in self.reports
             if r["kind"] in ("progress", "message") and r["data"].get("attempt") is not None
+        }
+        self.whys = {
+            (r["step_key"], r["data"]["attempt"]): why
+            for r in self.reports
+            if r["kind"] == "progress" and (why := step_report.note_why(r.get("line")))
         }
         for name in self.checkpoints:
             parsed = names.parse_checkpoint(name)
@@ -207,7 +213,7 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
 def _why(facts: RunFacts, node: dict, path: str, last: int) -> None:
     """A bot step's own attempts (each with its own duration), why it failed in words with the
     last lines of its output, and an agent's tool calls."""
-    attempts = step_report.attempts_of(facts.claims, facts.exits, path)
+    attempts = step_report.attempts_of(facts.claims, facts.exits, path, facts.whys)
     node["attempt_list"] = attempts
     # The last attempt's own time: not the first try's start to the last one's end, which
     # counts retry waits and the time a failed run sat parked.

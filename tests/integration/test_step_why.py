@@ -22,6 +22,8 @@ steps:
   - id: slow
     run_command: sleep 30
     timeout: 1s
+    retries: 1
+    backoff: {initial: 1s, max: 1s}
     on_failure: continue
   - id: maybe
     run_command: |
@@ -56,6 +58,8 @@ def test_a_failed_step_says_why_in_show_json_thread_and_cli(conn, apply, procs):
     assert killed["status"] == "failed"
     assert killed["why"] in ("killed by SIGKILL", "exit 137 (SIGKILL)"), killed["why"]
     assert slow["why"] == "timed out after 1s"
+    # The retried attempt's why too (read back from its note), not the signal that ended it.
+    assert [a["why"] for a in slow["attempt_list"]] == ["timed out after 1s"] * 2
     assert maybe["why"] == "exit 3" and maybe["exit_code"] == 3
     # The last lines of its output, bounded: stderr's last line in, its first lines out.
     assert maybe["tail"].endswith("disk is full")

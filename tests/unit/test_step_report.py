@@ -26,6 +26,17 @@ def test_a_failure_names_its_limit_then_its_timeout_then_its_exit():
     assert step_report.failure_why(0, False, 5, None) is None
 
 
+def test_a_retry_note_gives_back_the_why_it_was_written_with():
+    note = step_report.retry_note(2, "exit 137 (SIGKILL)", "12 ms", 1.5, 1, "a\nb\n")
+    assert note == (
+        "Attempt 2 failed (exit 137 (SIGKILL)) after 12 ms; retrying in 1.5s (1 retries left)."
+        "\nLast lines of output:\na\nb"
+    )
+    assert step_report.note_why(note.splitlines()[0]) == "exit 137 (SIGKILL)"
+    assert step_report.note_why("Attempt 2 of step x starting.") is None
+    assert step_report.note_why(None) is None
+
+
 def test_the_tail_is_the_last_lines_bounded_both_ways():
     assert step_report.tail("") == "" and step_report.tail(None) == ""
     text = "\n".join(f"line {i}" for i in range(1, 31)) + "\n"

@@ -79,8 +79,9 @@ def test_a_rerun_hands_carried_steps_on_as_the_original_did(conn, apply, procs):
 
 # -- the property ---------------------------------------------------------------------------------
 # Generated recipes: command steps (each names its output), conditions over earlier steps' outputs
-# and the payload, if/then/else, parallel groups (all, and any with a sure winner), foreach (in
-# the run and as child runs), repeat, a sub-workflow, and declared outputs over every step.
+# and the payload, if/then/else, parallel groups (all, and any whose slow branch never wins: a
+# loser is cancelled, so its sleep costs nothing), foreach (in the run and as child runs), repeat,
+# a sub-workflow, and declared outputs over every step.
 CHILD = """
 slug: replay-child
 outputs:
@@ -142,7 +143,7 @@ def replay_recipes(draw: st.DrawFn) -> dict[str, Any]:
             inner = _command(draw, f"{sid}a", earlier)
             if earlier and draw(st.booleans()):
                 inner["if"] = _condition(draw, earlier)
-            slow = {"id": f"{sid}b", "run_command": f'sleep 4; echo "{sid} late"'}
+            slow = {"id": f"{sid}b", "run_command": f'sleep 30; echo "{sid} late"'}
             if kind == "all":
                 slow = _command(draw, f"{sid}b", earlier)
             step = {"id": sid, "parallel": {"a": [inner], "b": [slow]}}

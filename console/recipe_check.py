@@ -12,12 +12,12 @@ import asyncio
 import json
 import os
 import resource
-import select
 import subprocess
 import sys
 import threading
 from dataclasses import replace
 
+from engine_adapter.readable import readable
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
 
 CHECK_TIMEOUT_S = 10.0
@@ -38,7 +38,7 @@ def check_recipe(text: str, source: str = "editor", timeout_s: float = CHECK_TIM
         assert worker.stdin is not None and worker.stdout is not None
         worker.stdin.write(json.dumps({"text": text, "source": source}) + "\n")
         worker.stdin.flush()
-        if not select.select([worker.stdout], [], [], timeout_s)[0]:
+        if not readable(worker.stdout, timeout_s):
             _stop(worker)
             return None, [f"{source}: validation took longer than {timeout_s:g} s and was stopped"]
         answer = worker.stdout.readline()

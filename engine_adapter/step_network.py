@@ -21,7 +21,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from .afterwards import later
+from .readable import readable
 from .sandbox import Sandbox, SandboxError
 
 SLIRP = "slirp4netns"
@@ -225,7 +225,7 @@ def _gone(pid: int) -> bool:
 
 def _ended(fd: int) -> bool:
     """Whether a pipe's writers have all closed it."""
-    return bool(select.select([fd], [], [], 0)[0]) and not os.read(fd, 1)
+    return readable(fd, 0) and not os.read(fd, 1)
 
 
 def _read_all(fd: int, timeout_s: float, want: int | None = None) -> bytes:
@@ -234,7 +234,7 @@ def _read_all(fd: int, timeout_s: float, want: int | None = None) -> bytes:
     deadline = time.monotonic() + timeout_s
     while want is None or len(out) < want:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not readable(fd, left):
             break
         chunk = os.read(fd, 65536)
         if not chunk:

@@ -120,7 +120,7 @@ class Attachment:
             raise NetworkError(f"bubblewrap did not say where the step runs ({info[:200]!r})")
         try:
             self._connect(child)
-            os.write(self.fds.pop("block_w"), b"1")  # the command starts
+            os.write(self.fds["block_w"], b"1")  # the command starts (close() closes it)
         except OSError as err:
             # Its namespaces go before it ends, and a process that ended has none left.
             if not (isinstance(err, FileNotFoundError) or _gone(child)):

@@ -252,6 +252,26 @@ def test_slirp4netns_ends_with_the_step_and_with_its_bot(needs_slirp, conn, appl
     harness.wait_for(gone, timeout=10, what="slirp4netns to end with its bot")
 
 
+def test_a_networked_step_leaves_no_descriptor_behind_in_its_bot(needs_slirp, conn, apply, procs):
+    """Each networked step once left a pipe open in the bots process: after some thousand steps
+    it ran out, or past 1024 where select could no longer wait on one."""
+    apply(recipe("net", True, ["echo ok"]))
+    procs.start("conductor")
+    bots = procs.start("bots", wait=True)
+
+    def open_fds() -> int:
+        return len(os.listdir(f"/proc/{bots.pid}/fd"))
+
+    def batch(n: int) -> None:
+        for run_id in [spawn(conn, "net").run_id for _ in range(n)]:
+            assert output(procs, run_id).strip() == "ok"
+
+    batch(3)  # the bot's own connections and files are open by now
+    before = open_fds()
+    batch(12)
+    assert open_fds() <= before + 2, f"{before} descriptors before twelve steps, {open_fds()} after"
+
+
 def zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,6 +42,7 @@ from engine_adapter.authorization import Action
 from engine_adapter.hooks import parse_body
 from engine_adapter.identity import Actor
 from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.run_ids import RunIdError, digits, resolve_run_id
 from engine_adapter.spawn import SpawnError, manual_key, spawn
 from engine_adapter.thread_entries import RunNotFound
 
@@ -380,6 +380,8 @@ class ApiHandler(RequestHandler):
         def call() -> tuple[int, Any]:
             with data.connection() as conn:
                 try:
+                    if "run_id" in params:  # the id, or a unique prefix of it (run_ids.py)
+                        params["run_id"] = resolve_run_id(conn, params["run_id"])
                     return 200, route.call(conn, actor, body, query, **params)
                 except ApiError:
                     raise
@@ -464,9 +466,9 @@ def check_params(params: dict[str, str], query: dict[str, str]) -> None:
     run_id = params.get("run_id")
     if run_id is not None:
         try:
-            uuid.UUID(run_id)
-        except ValueError:
-            raise ApiError(400, f"run_id: {run_id[:40]!r} is not a run id (a UUID)") from None
+            digits(run_id)  # the id, or a prefix of it: resolved once a connection is open
+        except RunIdError as err:
+            raise ApiError(400, f"run_id: {err}") from None
 
 
 class OpenApiHandler(RequestHandler):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_INVALID = 10  # recipe validate: the recipe is invalid
+EXIT_DATABASE = 3  # the database refused or failed (one line, no traceback)
 AS_HELP = (
     "record this as done for NAME; you stay the actor (your OS account), and it never "
     "satisfies a gate's approvers"
@@ -84,6 +85,13 @@ def _actor(args: argparse.Namespace) -> Any:
     from .identity import cli_actor
 
     return cli_actor(getattr(args, "as_", None))
+
+
+def _run_id(conn: Any, args: argparse.Namespace) -> str:
+    """The full id of the run args.run_id names: the id, or a unique prefix of 8+ characters."""
+    from .run_ids import resolve_run_id
+
+    return resolve_run_id(conn, args.run_id)
 
 
 def _caller(args: argparse.Namespace) -> dict[str, str]:
@@ -730,7 +738,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .read_model import show_run
 
     with _conn() as conn:
-        run = show_run(conn, args.run_id)
+        run = show_run(conn, _run_id(conn, args))
 
     def text(r: dict[str, Any]) -> str:
         lines = [f"run {r['run_id']} · {r['workflow']} v{r['workflow_version']} · {r['state']}", ""]
@@ -761,7 +769,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
     from .gates import reply
 
     with _conn() as conn:
-        outcome = reply(conn, args.run_id, args.text, _actor(args))
+        outcome = reply(conn, _run_id(conn, args), args.text, _actor(args))
     _print(
         args,
         outcome.__dict__,
@@ -778,7 +786,8 @@ def cmd_decide(args: argparse.Namespace) -> int:
     from .gates import decide
 
     with _conn() as conn:
-        key = decide(conn, args.run_id, args.command, _actor(args), args.reason, gate_key=args.gate)
+        run_id = _run_id(conn, args)
+        key = decide(conn, run_id, args.command, _actor(args), args.reason, gate_key=args.gate)
     print(f"{args.command}d gate {key}" if args.command == "approve" else f"denied gate {key}")
     return 0
 
@@ -787,8 +796,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from .commands import cancel_run
 
     with _conn() as conn:
-        cancel_run(conn, args.run_id, _actor(args), args.reason)
-    print(f"cancelled {args.run_id}")
+        run_id = _run_id(conn, args)
+        cancel_run(conn, run_id, _actor(args), args.reason)
+    print(f"cancelled {run_id}")
     return 0
 
 
@@ -796,7 +806,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     from .commands import retry_run
 
     with _conn() as conn:
-        key = retry_run(conn, args.run_id, _actor(args))
+        key = retry_run(conn, _run_id(conn, args), _actor(args))
     print(f"retrying {key}")
     return 0
 
@@ -806,10 +816,11 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
     payload = _payload(args) if args.payload is not None else None
     with _conn() as conn:
-        spawned = rerun(conn, args.run_id, args.from_step, _actor(args), payload)
+        original = _run_id(conn, args)
+        spawned = rerun(conn, original, args.from_step, _actor(args), payload)
     _print(
         args,
-        {"run_id": spawned.run_id, "rerun_of": args.run_id, "from": args.from_step},
+        {"run_id": spawned.run_id, "rerun_of": original, "from": args.from_step},
         lambda v: f"{v['run_id']}  (rerun of {v['rerun_of']} from step {v['from']})",
     )
     return 0
@@ -1229,7 +1240,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def database_error_line(err: Exception) -> str:
+    """A database error in one line: its first line, its kind and SQLSTATE."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    state = getattr(err, "sqlstate", None)
+    kind = type(err).__name__ + (f" {state}" if state else "")
+    return f"database error ({kind}): {first or 'no message'}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    import psycopg
+
     args = build_parser().parse_args(argv)
     # Each process names itself to Postgres (pg_stat_activity, the server's log): libpq reads it.
     from .settings import NotConfigured, application_name
@@ -1255,6 +1276,11 @@ def main(argv: list[str] | None = None) -> int:
     except known as err:
         print(f"threadline: {err}", file=sys.stderr)
         return 2
+    except psycopg.Error as err:
+        # The database refused or failed: one line naming it (its class keeps a bug of ours
+        # recognisable); anything else that is not ours to explain still shows its traceback.
+        print(f"threadline: {database_error_line(err)}", file=sys.stderr)
+        return EXIT_DATABASE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -384,8 +384,13 @@ def resume(
 ) -> tuple[dict[str, Any], int]:
     """Decide the gate the token is bound to (as the token's subject), then follow the run on."""
     from .gates import DecisionRefused
+    from .run_ids import RunIdError, resolve_run_id
+    from .thread_entries import RunNotFound
 
-    run_id = request["run_id"]
+    try:
+        run_id = resolve_run_id(conn, request["run_id"])
+    except (RunIdError, RunNotFound) as err:
+        raise ContractError(EXIT_CONTRACT, "resume_refused", str(err)) from None
     decision = request.get("decision", "approve")
     try:
         redeemed = resume_tokens.redeem(

@@ -17,6 +17,7 @@ import psycopg
 from . import db, domain, names, step_tree, thread_entries
 from .read_model import run_view
 from .render import as_text
+from .run_ids import takes_run_id
 from .workers import list_workers
 
 STEP_COLUMNS = ["id", "kind", "status", "attempts", "tries", "output"]
@@ -37,6 +38,7 @@ BEAT_WINDOW = timedelta(seconds=5)
 MARGIN = timedelta(seconds=1)
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def steps_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """One row per step of the recipe, as the read model shows it (its fields beyond these too)."""
     steps = run_view(conn, run_id).steps
@@ -44,6 +46,7 @@ def steps_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     return pd.DataFrame(steps, columns=STEP_COLUMNS + extra)
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def tree_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The run's step tree in drawing order (step_tree.flatten): one row per step, and a heading
     row per branch (of an if, or a parallel group's child run) and per iteration, with its depth.
@@ -90,6 +93,7 @@ def tree_text(tree: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The run thread in order, one row per entry."""
     frame = pd.DataFrame([asdict(e) for e in run_view(conn, run_id).thread])
@@ -100,6 +104,7 @@ def thread_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     return frame[THREAD_COLUMNS]
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Each step try: sent_at (its first thread entry), and when and how it ended: the step's final
     result from the bot, the gate decision, or for a sleep its planned wake-up time once that has
@@ -137,6 +142,7 @@ def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame
     return pd.DataFrame(rows, columns=TRY_COLUMNS)
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def attempts_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Every bot attempt (claim) of the run, oldest first."""
     frame = pd.DataFrame(
@@ -156,6 +162,7 @@ def attempts_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     return frame
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def events_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The run's step done events with the time the engine stored them (first write wins), oldest
     first; an event only awaited so far is not among them."""
@@ -178,6 +185,7 @@ def events_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     return frame
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Conductor and bot processes alive at some point during the run (or just before it), oldest
     first; `alive` is their liveness lock."""
@@ -194,6 +202,7 @@ def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["id", "kind", "pid", "started_at", "last_beat_at", "alive"])
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def engine_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """The engine's own rows for the run (one per conductor attempt): state, lease holder, wake-up
     (available_at; empty while the run awaits an event, which the engine stores as infinity)."""
@@ -226,6 +235,7 @@ def schedule_slots_frame(conn: psycopg.Connection[Any], workflow: str) -> pd.Dat
     )
 
 
+@takes_run_id  # the id, or a unique prefix of it
 def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Bars for a timeline: process liveness (start to last heartbeat, or now while alive), step
     tries (sent to ended) and bot attempts (claimed to finished). Open bars end at now."""

@@ -36,6 +36,7 @@ from . import db, harness, roles, schema
 from .domain import FINISHED
 from .read_model import show_run
 from .recipes import load_recipe_text
+from .run_ids import resolve_run_id
 from .settings import DATABASE_URL_ENV, HOME_ENV
 from .spawn import spawn
 from .workflows import apply_recipe
@@ -194,10 +195,11 @@ class NotebookEnv:
     ) -> dict[str, Any]:
         """Until the run is in one of states; returns the run view (raises with the thread if
         not)."""
-        return harness.wait_for_state(self.url, run_id, states, timeout)
+        return harness.wait_for_state(self.url, resolve_run_id(self.conn, run_id), states, timeout)
 
     def show(self, run_id: str) -> dict[str, Any]:
-        return show_run(self.conn, run_id)
+        """A run's view; run_id is the id or a unique prefix of it."""
+        return show_run(self.conn, resolve_run_id(self.conn, run_id))
 
     def follow(
         self, run_id: str, timeout: float = 60.0, interval: float = 0.1

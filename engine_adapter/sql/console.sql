@@ -85,6 +85,7 @@ select workflow, coalesce(current_step, '(before any step)') as step, count(*)::
   from threadline.run_threads
  where state = 'failed' and created_at >= %(since)s
    and (%(workflow)s::text is null or workflow = %(workflow)s)
+   and (parent_run_id is null or trigger ->> 'what' = 'sub-workflow')  -- branches: in their parent
  group by 1, 2
  order by 3 desc
  limit 20

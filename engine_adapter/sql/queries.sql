@@ -57,9 +57,11 @@ select absurd.current_time() as now
 select * from threadline.workflows where slug = %(slug)s
 
 -- list_workflows --
--- Every workflow, with its run count.
+-- Every workflow, with its run count: the runs its runs page lists (branches are in their parent),
+-- from the counts kept with them (migrations 026, 037).
 select w.slug, w.name, w.description, w.bot, w.schedule, w.timezone, w.enabled, w.version, w.hash,
-       w.updated_at, (select count(*) from threadline.run_threads r where r.workflow = w.slug) as runs
+       w.updated_at, (select coalesce(sum(c.runs), 0)::int from threadline.run_counts c
+                       where c.workflow = w.slug) as runs
   from threadline.workflows w
  order by w.slug
 

@@ -233,8 +233,20 @@ class AgentLoop:
             raise AgentFailed(
                 f"the model refused turn {turn} ({err.status_code}): {_error_message(err)}"
             ) from None
+        except openai.APIConnectionError as err:  # unreachable or silent, after the retries
+            raise AgentFailed(
+                f"bot {self.config.name!r} could not reach its model at {self.config.base_url} "
+                f"(turn {turn}): {err} Check the URL (`threadline bot list`), fix it with "
+                "`threadline bot apply`, then `threadline retry` (a retry takes the bot's "
+                "settings as they are then)",
+                True,
+            ) from None
         except openai.OpenAIError as err:  # still failing after the client's retries
-            raise AgentFailed(f"the model call of turn {turn} failed: {err}", True) from None
+            raise AgentFailed(
+                f"the model call of turn {turn} (bot {self.config.name!r}, "
+                f"{self.config.base_url}) failed: {err}",
+                True,
+            ) from None
         if not self.still_current():  # cancelled, or superseded while the model thought
             raise Stopped
         if not response.choices:

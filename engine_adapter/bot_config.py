@@ -48,7 +48,7 @@ MAX_RUN_TOKENS = 1_000_000_000
 @dataclass(frozen=True)
 class BotConfig:
     """A bot's settings; a run keeps them as its spawn found them (threadline.agent_snapshot,
-    migration 032, writes these fields)."""
+    migration 032, writes these fields), and takes them again when it is retried."""
 
     name: str
     base_url: str
@@ -75,6 +75,26 @@ class BotConfig:
     def from_dict(cls, d: dict[str, Any]) -> BotConfig:
         """From a run's snapshot or a row of threadline.bots."""
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+
+
+def settings_change(
+    bot: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> str | None:
+    """What changed in a run's bot settings since it took them, as one sentence for its thread
+    (None: nothing). A retry takes the settings in force now, so `threadline bot apply` after a
+    failure is the fix its message promises."""
+    if before == after:
+        return None
+    if after is None:
+        return f"bot {bot!r} has no agent settings any more (its command backend runs the step)"
+    if before is None:
+        return f"bot {bot!r} is now an agent bot (model {after['model']} at {after['base_url']})"
+    changed = [
+        f"{key} {quote(before.get(key))} → {quote(after.get(key))}"
+        for key in BotConfig.__dataclass_fields__
+        if before.get(key) != after.get(key)
+    ]
+    return f"bot {bot!r} changed {'; '.join(changed)}"
 
 
 def _int(value: Any, path: str, low: int, high: int, errors: list[str]) -> int | None:
@@ -168,7 +188,8 @@ def load_bots_file(path: Path) -> list[BotConfig]:
 def apply_bots(
     conn: psycopg.Connection[Any], bots: list[BotConfig], actor: Actor | None = None
 ) -> None:
-    """Create or replace each bot's settings; runs already spawned keep their snapshot. A
+    """Create or replace each bot's settings; runs already spawned keep their snapshot until
+    they are retried. A
     person's door passes its actor (the authorization layer decides and audits)."""
     target = dict(detail={"bots": [bot.name for bot in bots]})
     with transaction(conn, actor, Action.CONFIGURE_BOTS, **target):

@@ -8,7 +8,16 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from . import authorization, child_runs, db, names, run_limits, run_state, thread_entries
+from . import (
+    authorization,
+    bot_config,
+    child_runs,
+    db,
+    names,
+    run_limits,
+    run_state,
+    thread_entries,
+)
 from .domain import ENDED, FINISHED
 from .identity import Actor
 from .settings import QUEUE
@@ -51,21 +60,23 @@ def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: st
 
 
 def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
-    """Resume a failed run at its failed step with a new try; completed steps are not re-run."""
+    """Resume a failed run at its failed step with a new try, under its bot's settings as they
+    are now (the thread says which changed); completed steps are not re-run."""
     with authorization.change(conn, actor, authorization.Action.RETRY, run_id=run_id):
         run = run_state.lock_run(conn, run_id)
         task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
         if task and task["state"] == "failed":
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
+            changed = _retake_bot_settings(conn, run_id)
             thread_entries.append(
                 conn,
                 run_id,
                 "human",
                 actor.label,
                 "decision",
-                f"Retry requested by {actor.label} (engine retry).",
-                data=actor.as_record(),
+                f"Retry requested by {actor.label} (engine retry)." + _then(changed),
+                data={**actor.as_record(), "bot_settings_changed": changed},
             )
             db.notify(conn, run_id, "retry")
             return f"{run_id}:engine"
@@ -84,6 +95,7 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
         )
         run_state.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
+        changed = _retake_bot_settings(conn, run_id)
         thread_entries.append(
             conn,
             run_id,
@@ -91,11 +103,23 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             actor.label,
             "decision",
             f"Retry requested by {actor.label}: step {run['current_step']} gets try "
-            f"{run['current_try'] + 1}.",
-            data={"decision": "retry", **actor.as_record()},
+            f"{run['current_try'] + 1}." + _then(changed),
+            data={"decision": "retry", **actor.as_record(), "bot_settings_changed": changed},
         )
         db.notify(conn, run_id, "retry")
         return key
+
+
+def _retake_bot_settings(conn: psycopg.Connection[Any], run_id: str) -> str | None:
+    """The retried run takes its bot's settings as they are now, not as its spawn found them: a
+    failure that says "configure the bot, then retry" is fixed by `threadline bot apply`. Returns
+    what changed, in a sentence (None: nothing)."""
+    row = db.fetch_one(conn, "retake_run_agent", dict(run_id=run_id))
+    return bot_config.settings_change(row["bot"], row["before"], row["after"]) if row else None
+
+
+def _then(changed: str | None) -> str:
+    return f" It takes its bot's settings as they are now: {changed}." if changed else ""
 
 
 def _check_room(conn: psycopg.Connection[Any], run_id: str, workflow: str) -> None:

@@ -165,7 +165,11 @@ def test_cancel_reaches_a_running_command(conn, apply, procs, tmp_path):
 slug: sleeper
 steps:
   - id: wait
-    run_command: cd {{payload.dir}} && (flock {{payload.dir}}/child.lock sleep 300 & wait)
+    run_command: |
+      cd {{payload.dir}}
+      trap 'echo TERM > terminated; exit 143' TERM
+      flock {{payload.dir}}/child.lock sleep 300 &
+      wait
   - id: never
     run_command: touch {{payload.dir}}/never
 """)
@@ -192,6 +196,8 @@ steps:
         what="claim closed",
     )
     assert not (tmp_path / "never").exists()
+    # It was asked to stop first (SIGTERM, which its trap saw), not killed outright.
+    assert (tmp_path / "terminated").read_text() == "TERM\n"
     # The step it stopped shows cancelled; the one never reached, skipped.
     assert [s["status"] for s in view["steps"]] == ["cancelled", "skipped"]
     assert view["thread"][-1]["text"] == "Run cancelled by tester: changed my mind"

@@ -347,6 +347,24 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recipe_hash(args: argparse.Namespace) -> int:
+    """The hash `threadline run` pins (workflow_hash): of SLUG's current version, or of FILE."""
+    from .contract import current_hash
+    from .recipes import RecipeError, load_recipe_file
+
+    if args.workflow.endswith((".yaml", ".yml", ".json")) or os.sep in args.workflow:
+        try:
+            digest = f"sha256:{load_recipe_file(Path(args.workflow)).canonical_hash}"
+        except RecipeError as err:
+            print(str(err), file=sys.stderr)
+            return EXIT_INVALID
+    else:
+        with _conn() as conn:
+            digest = current_hash(conn, args.workflow)
+    print(digest)
+    return 0
+
+
 def cmd_recipe_history(args: argparse.Namespace) -> int:
     from . import workflows
 
@@ -1035,6 +1053,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("slug")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_recipe_show)
+    sp = rp.add_parser(
+        "hash",
+        help="the hash of SLUG's current version (or of a recipe FILE), as `threadline run` "
+        "pins it in workflow_hash",
+    )
+    sp.add_argument("workflow", metavar="SLUG|FILE")
+    sp.set_defaults(fn=cmd_recipe_hash)
     sp = rp.add_parser("history", help="a workflow's versions: number, hash, source, time")
     sp.add_argument("slug")
     sp.add_argument("--json", action="store_true")

@@ -26,6 +26,7 @@ from referencing import Registry, Resource
 from . import db, domain, resume_tokens
 from .identity import Actor
 from .read_model import show_run
+from .recipes import _SLUG as SLUG
 from .recipes import Recipe, RecipeError, load_recipe_text, walk_steps
 
 SCHEMAS = Path(__file__).with_name("schemas")
@@ -38,6 +39,14 @@ STATUS = {  # run state -> envelope status, where the run has stopped
 }
 
 Emit = Callable[[dict[str, Any]], None]
+# A step in one of these has started; one in these has ended, said as this event.
+STARTED = frozenset({domain.ACTIVE, domain.SLEEPING, domain.GATE, domain.WAITING})
+ENDED = {
+    domain.COMPLETED: "step.completed",
+    domain.FAILED: "step.failed",
+    domain.CANCELLED: "step.cancelled",
+    domain.SKIPPED: "step.skipped",
+}
 
 
 class ContractError(Exception):
@@ -101,18 +110,48 @@ def error_envelope(err: ContractError, run_id: str | None = None) -> dict[str, A
 
 
 # -- validate ----------------------------------------------------------------------------------
-def validate(request: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def names_a_workflow(workflow: Any) -> bool:
+    """A slug, as `run` takes it (a recipe's text holds more than a slug's characters)."""
+    return isinstance(workflow, str) and SLUG.fullmatch(workflow.strip()) is not None
+
+
+def validate(
+    request: dict[str, Any], conn: psycopg.Connection[Any] | None = None
+) -> tuple[dict[str, Any], int]:
+    """Check what `run` would run: a recipe (object or text), or a workflow's current version by
+    its slug (conn: where to look it up), whose hash the answer gives for pinning."""
+    from .workflows import WorkflowNotFound
+
+    workflow = request["workflow"]
     try:
-        recipe = _recipe_of(request["workflow"])
+        if names_a_workflow(workflow):
+            assert conn is not None, "a slug is looked up in the database"
+            digest = current_hash(conn, workflow.strip())
+        else:
+            digest = _hash(_recipe_of(workflow).canonical_hash)
     except RecipeError as err:
-        envelope = {"ok": False, "status": "invalid", "workflow_hash": None, "errors": err.errors}
-        return envelope, EXIT_INVALID
-    return {
-        "ok": True,
-        "status": "valid",
-        "workflow_hash": _hash(recipe.canonical_hash),
-        "errors": [],
-    }, EXIT_OK
+        return _invalid(err.errors), EXIT_INVALID
+    except WorkflowNotFound as err:
+        return _invalid([str(err)]), EXIT_INVALID
+    return {"ok": True, "status": "valid", "workflow_hash": digest, "errors": []}, EXIT_OK
+
+
+def _invalid(errors: list[str]) -> dict[str, Any]:
+    return {"ok": False, "status": "invalid", "workflow_hash": None, "errors": errors}
+
+
+def current_hash(conn: psycopg.Connection[Any], slug: str) -> str:
+    """The hash `run` checks a pinned workflow_hash against: the current version's, its recipe
+    checked again (WorkflowNotFound when there is none)."""
+    from .workflows import get_workflow
+
+    current = get_workflow(conn, slug)
+    Recipe.from_dict(current["recipe"], slug)
+    return _hash(current["hash"])
+
+
+def hash_hint(slug: str) -> str:
+    return f"`threadline recipe hash {slug}` prints it"
 
 
 def _recipe_of(workflow: Any) -> Recipe:
@@ -185,6 +224,7 @@ class Follower:
     run_id: str
     emit: Emit
     seen: dict[str, str] = field(default_factory=dict)  # step path -> last status said
+    started: dict[str, int] = field(default_factory=dict)  # step path -> last attempt started
     gate: str | None = None
 
     def follow(self, deadline: float | None) -> dict[str, Any]:
@@ -199,23 +239,30 @@ class Follower:
 
     def say(self, view: dict[str, Any]) -> None:
         for node in view["steps"]:
+            self.say_started(node)
             status = node["status"]
             if self.seen.get(node["path"]) == status:
                 continue
             self.seen[node["path"]] = status
-            event = {
-                domain.ACTIVE: "step.started",
-                domain.COMPLETED: "step.completed",
-                domain.FAILED: "step.failed",
-                domain.CANCELLED: "step.cancelled",
-                domain.SKIPPED: "step.skipped",
-            }.get(status)
+            event = ENDED.get(status)
             if event:
                 self.emit(self.event(event, step=node["id"], attempt=node["attempts"]))
         gate = (view["gate"] or {}).get("key")
         if gate and gate != self.gate:
             self.emit(self.event("approval.required", step=view["gate"]["step"]))
         self.gate = gate
+
+    def say_started(self, node: dict[str, Any]) -> None:
+        """step.started once per attempt of a step that ran, before how it ended: a step that
+        starts and ends between two looks is still said to have started."""
+        status = node["status"]
+        ran = status in STARTED or (
+            status in ENDED and status != domain.SKIPPED and node["started_at"] is not None
+        )
+        attempt = max(node["attempts"] or 0, 1)
+        if ran and self.started.get(node["path"], 0) < attempt:
+            self.started[node["path"]] = attempt
+            self.emit(self.event("step.started", step=node["id"], attempt=attempt))
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "run_id": self.run_id, **fields, "ts": _now()}
@@ -252,7 +299,14 @@ def run(
         raise ContractError(
             EXIT_CONTRACT,
             "workflow_hash_mismatch",
-            f"workflow {slug} is at {_hash(current['hash'])}, not the pinned {pinned}",
+            f"workflow {slug} is at {_hash(current['hash'])}, not the pinned {pinned} "
+            f"({hash_hint(slug)})",
+        )
+    warnings = []
+    if pinned is None and isinstance(workflow, str):  # a whole recipe pins itself
+        warnings.append(
+            f"no workflow_hash pinned: ran workflow {slug} v{current['version']} as it is now, "
+            f"{_hash(current['hash'])}; pin it to run only that version ({hash_hint(slug)})"
         )
     policy.check(Recipe.from_dict(current["recipe"], slug))
     key = request.get("idempotency_key") or str(uuid.uuid4())
@@ -281,7 +335,10 @@ def run(
                 "payload",
             )
     emit(Follower(conn, run_id, emit).event("run.started", workflow=slug, created=spawned.created))
-    return _follow(conn, run_id, actor, emit, policy, started)
+    envelope, code = _follow(conn, run_id, actor, emit, policy, started)
+    if warnings:
+        envelope["warnings"] = warnings
+    return envelope, code
 
 
 def _follow(

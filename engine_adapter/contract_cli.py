@@ -33,7 +33,10 @@ def cmd_contract(args: argparse.Namespace) -> int:
         request = contract.read_request(sys.stdin.read(), args.request)
         run_id = request.get("run_id")
         if args.request == "validate":
-            return _answer(*contract.validate(request))
+            if not contract.names_a_workflow(request["workflow"]):
+                return _answer(*contract.validate(request))
+            with _conn() as conn:  # a slug: its current version, as `run` would run it
+                return _answer(*contract.validate(request, conn))
         with _conn() as conn:
             do = {"run": contract.run, "resume": contract.resume, "propose": contract.propose}
             return _answer(*do[args.request](conn, request, _actor(args), _emit))
@@ -59,7 +62,11 @@ def add_commands(sub: Any) -> None:
     for name, help in (
         ("run", "start a run from a JSON request on stdin; print one JSON envelope"),
         ("resume", "decide a paused run's gate with its resume token; print one JSON envelope"),
-        ("validate", "check a workflow given in a JSON request on stdin; print one envelope"),
+        (
+            "validate",
+            "check a workflow (a slug or a recipe, as run takes it) given in a JSON request on "
+            "stdin; print one envelope",
+        ),
         ("propose", "propose a change to a workflow (JSON on stdin); print one envelope"),
     ):
         sp = sub.add_parser(name, help=help, description=help + " (see README, Runtime contract)")

@@ -7,6 +7,7 @@ that `canonical_hash` is computed from.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -382,12 +383,34 @@ def _bounded_int(
     return value
 
 
+def _closest(key: Any, known: Iterable[str]) -> str | None:
+    """The known key a misspelt one is close to (run_comand: run_command), if any."""
+    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def did_you_mean(key: Any, known: Iterable[str]) -> str:
+    """ "; did you mean X?" for a misspelt key close to a known one, else ""."""
+    close = _closest(key, known)
+    return f"; did you mean {close}?" if close else ""
+
+
+def _unknown(path: str, key: Any, known: Iterable[str]) -> str:
+    return f"{path}: unknown field{did_you_mean(key, known)}"
+
+
 def _step_kind(d: dict, path: str, errors: list[str]) -> str | None:
     kinds = [k for k in domain.KEYED_KINDS if k in d]
     if not kinds and "then" in d:
         return domain.CONDITIONAL
     if len(kinds) != 1:
         found = ", ".join(kinds) or "none"
+        if not kinds:  # a misspelt kind (run_comand) is the usual reason
+            found += "".join(
+                f"; did you mean {close}, not {k}?"
+                for k in d
+                if k not in _ALL_STEP_KEYS and (close := _closest(k, domain.KEYED_KINDS))
+            )
         errors.append(
             f"{path}: needs exactly one of {', '.join(domain.KEYED_KINDS)}, or if/then/else "
             f"(found {found})"
@@ -439,7 +462,7 @@ def _parse_step(
     kind = _step_kind(d, path, errors)
     for key in d:
         if key not in _ALL_STEP_KEYS:
-            errors.append(f"{path}.{key}: unknown field")
+            errors.append(_unknown(f"{path}.{key}", key, _ALL_STEP_KEYS))
         elif kind and key not in (*_COMMON_STEP_KEYS, kind) and key not in _STEP_KEYS[kind]:
             where = ", ".join(k for k in KINDS if key in _STEP_KEYS[k])
             errors.append(f"{path}.{key}: not allowed on a {kind} step (only on {where})")
@@ -894,7 +917,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
         raise RecipeError(
             [f"{source}: top level must be a mapping of fields, got {_q(d)[:60]}"], source
         )
-    errors: list[str] = [f"{k}: unknown field" for k in d if k not in TOP_KEYS]
+    errors: list[str] = [_unknown(str(k), k, TOP_KEYS) for k in d if k not in TOP_KEYS]
 
     slug = d.get("slug")
     if slug is None:

@@ -36,7 +36,8 @@ def test_a_valid_recipe_comes_back_and_an_invalid_one_names_its_paths():
     recipe, errors = check_recipe(
         "slug: x\nsteps:\n  - id: a\n    run_comand: ls\n", source="editor"
     )
-    assert recipe is None and "steps[0].run_comand: unknown field" in errors
+    assert recipe is None
+    assert "steps[0].run_comand: unknown field; did you mean run_command?" in errors
     recipe, errors = check_recipe('{"slug": "x", "d": "\\ud800", "e": "\\u0000", "steps": []}')
     assert errors == [
         "d: contains a lone surrogate, which is not valid Unicode",

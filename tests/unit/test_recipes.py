@@ -313,6 +313,19 @@ def test_step_errors_collected_at_once() -> None:
     ]
 
 
+def test_a_misspelt_key_is_told_the_key_it_is_close_to() -> None:
+    errs = errors_of(one_step(run_comand="ls", retires=2))
+    assert errs == [
+        "steps[0]: needs exactly one of run_command, dispatch_task, sleep, sleep_until, "
+        "human_gate, wait_for_event, workflow, parallel, foreach, repeat, or if/then/else "
+        "(found none; did you mean run_command, not run_comand?)",
+        "steps[0].run_comand: unknown field; did you mean run_command?",
+        "steps[0].retires: unknown field; did you mean retries?",
+    ]
+    assert "stpes: unknown field; did you mean steps?" in errors_of({"slug": "t", "stpes": []})
+    assert errors_of(one_step(run_command="ls", zzz=1)) == ["steps[0].zzz: unknown field"]
+
+
 def test_step_unknown_and_misplaced_keys() -> None:
     errs = errors_of(one_step(run_command="ls", accept="decision", bogus=1))
     assert errs == [

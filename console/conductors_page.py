@@ -167,7 +167,11 @@ class ConductorsPage(Viewer):
                         "kind": w["kind"],
                         "host": w["host"],
                         "pid": str(w["pid"]),
-                        "alive": "● live" if w["alive"] else "✗ gone",
+                        "alive": "● live"
+                        if w["alive"]
+                        else "■ stopped"
+                        if w.get("stopped_at")
+                        else "✗ gone",
                         "started": w["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
                         "last beat": state.age_text(w["last_beat_age_s"]) + " ago",
                         "in hand": f"{w['in_hand']} "

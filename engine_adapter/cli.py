@@ -745,7 +745,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
             f"{r.created_at:%Y-%m-%d %H:%M:%S}"
             for r in rows
         ]
-        return "\n".join(lines if rows else lines + ["no runs yet: `threadline spawn SLUG`"])
+        if rows:
+            return "\n".join(lines)
+        if filters.state or filters.workflow:  # runs there may be, none of them matches
+            wanted = ", ".join(
+                f"{k} {v}" for k, v in (("workflow", args.workflow), ("state", args.state)) if v
+            )
+            return "\n".join([*lines, f"no run matches the filter ({wanted})"])
+        return "\n".join([*lines, "no runs yet: `threadline spawn SLUG`"])
 
     _print(args, value, text)
     return 0
@@ -855,9 +862,9 @@ def cmd_health(args: argparse.Namespace) -> int:
         lines = [f"status: {v['status']}  (runnable unclaimed: {v['runnable_unclaimed']})"]
         for kind in ("conductors", "bots"):
             for w in v[kind]:
+                said = "alive" if w["alive"] else "stopped" if w["stopped"] else "DEAD"
                 lines.append(
-                    f"  {kind[:-1]:<9} {'alive' if w['alive'] else 'DEAD ':<5} {w['id']}  "
-                    f"beat {w['last_beat_age_s']}s ago"
+                    f"  {kind[:-1]:<9} {said:<7} {w['id']}  beat {w['last_beat_age_s']}s ago"
                 )
                 if kind == "bots" and w["alive"] and w["sandbox"]:
                     lines.append(f"            steps run {w['sandbox']}")

@@ -163,6 +163,8 @@ def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 "pid": w["pid"],
                 "last_beat_age_s": round(w["last_beat_age_s"], 1),
                 "alive": w["alive"],
+                # Stopped cleanly (it said so as it closed), not dead: nothing to look into.
+                "stopped": not w["alive"] and w.get("stopped_at") is not None,
                 "sandbox": w.get("sandbox"),
             }
             for w in workers

@@ -60,8 +60,13 @@ class Worker:
                 return
 
     def close(self) -> None:
+        """A clean stop, which it records so that health says "stopped" rather than "DEAD"."""
         self._stop.set()
         self._thread.join(timeout=5)
+        try:
+            self._conn.execute(db.q("stop_worker"), dict(id=self.id))
+        except psycopg.Error:  # its connection is gone: then it reads as dead, as it may be
+            pass
         self._conn.close()
 
 

@@ -170,7 +170,7 @@ select to_jsonb(t) - 'params' as task from absurd.t_threadline t where task_id =
 
 -- workers_in_hand --
 -- Each live worker with what it holds: engine runs for a conductor, open attempts for a bot host.
-select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.sandbox,
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.sandbox, w.stopped_at,
        extract(epoch from now() - w.last_beat_at)::float8 as last_beat_age_s,
        (w.id in (select id from threadline.live_workers)) as alive,
        case w.kind

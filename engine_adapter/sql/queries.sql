@@ -149,10 +149,14 @@ returning lock_key
 -- The process is still beating.
 update threadline.workers set last_beat_at = now() where id = %(id)s
 
+-- stop_worker --
+-- A process stopping cleanly: health reads it as stopped, not dead (migration 040).
+update threadline.workers set stopped_at = now() where id = %(id)s
+
 -- list_workers --
 -- Every known process, newest first, with liveness from its advisory lock.
 select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version, w.sandbox,
-       extract(epoch from (now() - w.last_beat_at))::float8 as last_beat_age_s,
+       w.stopped_at, extract(epoch from (now() - w.last_beat_at))::float8 as last_beat_age_s,
        exists (select 1 from threadline.live_workers l where l.id = w.id) as alive
   from threadline.workers w
  order by w.started_at desc

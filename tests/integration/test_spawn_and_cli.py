@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,8 @@ def test_cli_end_to_end(db_url, procs, tmp_path):
     }
     runs = json.loads(cli(db_url, "runs", "--json", "--workflow", "hello").stdout)
     assert runs["health"] == "ok" and runs["runs"][0]["run_id"] == out["run_id"]
+    none = cli(db_url, "runs", "--state", "waiting").stdout.splitlines()
+    assert none[-1] == "no run matches the filter (state waiting)"  # runs there are
     bad = cli(db_url, "runs", "--state", "bogus")
     assert bad.returncode == 2 and "state: 'bogus' is not a run state" in bad.stderr
     refused = cli(db_url, "approve", out["run_id"])
@@ -144,6 +147,20 @@ def test_health_turns_down_the_moment_the_conductor_is_killed(conn, procs):
         lambda: (h := health(conn))["status"] == "down" and h, timeout=1.0, what="health down"
     )
     assert not any(c["alive"] for c in h["conductors"])
+
+
+def test_health_says_stopped_for_a_clean_stop_and_dead_for_a_kill(conn, procs, db_url):
+    conductor = procs.start("conductor")
+    bots = procs.start("bots")
+    procs.wait_alive("conductor")
+    procs.wait_alive("bots")
+    harness.kill(bots, signal.SIGTERM)  # a clean stop
+    harness.kill(conductor)  # SIGKILL: it vanishes without a word
+    h = health(conn)
+    assert [(b["alive"], b["stopped"]) for b in h["bots"]] == [(False, True)]
+    assert [(c["alive"], c["stopped"]) for c in h["conductors"]] == [(False, False)]
+    lines = cli(db_url, "health").stdout.splitlines()
+    assert [line.split()[:2] for line in lines[1:3]] == [["conductor", "DEAD"], ["bot", "stopped"]]
 
 
 def test_on_a_fresh_home_commands_start_the_embedded_server_themselves(tmp_path):

@@ -104,9 +104,23 @@ def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
         ).fetchone()["n"]
         page.goto(stack.base + "/?workflow=ui-gate")
         page.wait_for_selector(f".tl-counts :text('all {before}')")
+        # Pushed, not polled: with the run list's change feed silenced, a new run does not show,
+        # so nothing re-reads the list on a timer (6 s: past the liveness beat and the charts)...
+        feed = "alter table threadline.run_threads {} trigger run_threads_announce"
+        conn.execute(feed.format("disable"))
+        try:
+            unseen = spawn(conn, "ui-gate", {"batch": 0}).run_id
+            page.wait_for_timeout(6000)
+            assert page.locator(f"a[href='/run?id={unseen}']").count() == 0
+        finally:
+            conn.execute(feed.format("enable"))
+        # ...and with it on, the next run shows within a moment, without a reload.
         run_id = spawn(conn, "ui-gate", {"batch": 1}).run_id
-        page.wait_for_selector(f"a[href='/run?id={run_id}']")  # appeared without a reload
-        page.wait_for_selector(f".tl-counts :text('all {before + 1}')")
+        page.wait_for_selector(f"a[href='/run?id={run_id}']", timeout=3000)
+        page.wait_for_selector(f"a[href='/run?id={unseen}']", timeout=1000)
+        page.wait_for_selector(f".tl-counts :text('all {before + 2}')")
+        harness.wait_for_state(stack.url, unseen, "waiting")
+        gates.decide(conn, unseen, "deny", Actor("tester", "console"))
         harness.wait_for_state(stack.url, run_id, "waiting")
         page.wait_for_selector(".tl-counts :text('waiting')")
         page.locator("select").nth(1).select_option("waiting")
@@ -168,8 +182,13 @@ def test_debug_pane_shows_the_engine_side_of_a_run(page, stack):
         page.wait_for_selector("#tl-run-state:text-is('waiting')")
         page.click("text=Debug: engine internals (Absurd)")
         page.wait_for_selector(f"text=threadline.step.done:{run_id}:ask:1")
-        body = page.locator(".tl-debug").first.inner_text()
-        assert "awaited" in page.content() or body
+        # The run's current await is its gate's done event, and that event is awaited, not
+        # emitted yet.
+        event = f"threadline.step.done:{run_id}:ask:1"
+        awaits = page.locator("h6:has-text('Current await') + table").inner_text()
+        assert event in awaits and "no timeout" not in awaits  # the gate's 1h deadline
+        row = page.locator(f"tr:has(code:text-is('{event}'))").inner_text()
+        assert "awaited, not emitted yet" in row, row
         assert page.locator("summary:has-text('send:ask:1')").count() == 1
         page.click("button:has-text('Approve')")
         page.wait_for_selector("#tl-run-state:text-is('completed')")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from panel.viewable import Viewer
 
 from engine_adapter import commands, events, gates, read_model, reruns
 from engine_adapter.engine_debug import run_debug
+from engine_adapter.run_ids import RunIdError, resolve_run_id
 from engine_adapter.spawn import SpawnError, describe_trigger
 from engine_adapter.thread_entries import RunNotFound
 
@@ -31,14 +31,6 @@ from .live_panel import Throttle, on_change, patch_table
 from .style import html_pane
 
 THREAD_TAIL = 200
-
-
-def _is_run_id(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
 
 
 class RunView(Viewer):
@@ -132,11 +124,24 @@ class RunView(Viewer):
         # Short: it only folds a burst (a bot streaming progress); a longer one held back a change
         # that came right after another (measured: +110 ms to the next thread entry).
         self._reload = Throttle(self._catch_up, min_interval=0.03)
-        self.found = _is_run_id(run_id) and self.refresh()
+        self.missing = ""  # why the id names no run, when it does not
+        self.found = self._resolve() and self.refresh()
         self._unsubscribe = lambda: None
         if self.found:
             self._append_entries(self._fetch_tail())
             self._unsubscribe = on_change(self._on_change, catch_up=self._catch_up)
+
+    def _resolve(self) -> bool:
+        """The id given (the full id, or a unique head or tail of it: run_ids.py) made full."""
+        try:
+            with data.connection() as conn:
+                self.run_id = resolve_run_id(conn, self.run_id)
+        except RunIdError as err:
+            self.missing = err.reason
+            return False
+        except RunNotFound:
+            return False
+        return True
 
     def close(self) -> None:
         """Stop following the run (a page closing does this by itself; a notebook may call it)."""
@@ -145,9 +150,10 @@ class RunView(Viewer):
     # -- layout ----------------------------------------------------------------------------------
     def __panel__(self) -> pn.viewable.Viewable:
         if not self.found:
+            why = self.missing or "not a run of this database"
             return html_pane(
                 f'<div class="tl-error">No run {html.escape(self.run_id)} '
-                "(not a run id, or a run of another database).</div>"
+                f"({html.escape(why)}).</div>"
             )
         gate_row = pn.Row(self.approve, self.deny, self.reason, sizing_mode="stretch_width")
         thread = pn.Column(

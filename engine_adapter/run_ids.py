@@ -26,7 +26,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RunIdError(ValueError):
-    """A run id that names no single run by its form: malformed, too short or ambiguous."""
+    """A run id that names no single run by its form: malformed, too short or ambiguous. Its
+    reason says why without the value (for a page that shows the value already)."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__(f"{text[:40]!r} is {reason}")
+        self.reason = reason
 
 
 def digits(text: str) -> str:
@@ -35,13 +40,15 @@ def digits(text: str) -> str:
     hexes = raw.replace("-", "")
     if not hexes or not set(hexes) <= _HEX or len(hexes) > FULL:
         raise RunIdError(
-            f"{text[:40]!r} is not a run id: give the id, or at least {MIN_PREFIX} of its hex "
-            "characters (its first or its last, as the console shows them)"
+            text,
+            f"not a run id: give the id, or at least {MIN_PREFIX} of its hex characters (its "
+            "first or its last, as the console shows them)",
         )
     if len(hexes) < MIN_PREFIX:
         raise RunIdError(
-            f"{text!r} is too short for a run id: give at least {MIN_PREFIX} of its hex "
-            "characters (its first or its last)"
+            text,
+            f"too short for a run id: give at least {MIN_PREFIX} of its hex characters (its "
+            "first or its last)",
         )
     return hexes
 
@@ -64,9 +71,7 @@ def resolve_run_id(conn: psycopg.Connection[Any], text: str) -> str:
     if len(rows) > 1:
         names = ", ".join(str(r["run_id"]) for r in rows[:SHOWN])
         more = ", ..." if len(rows) > SHOWN else ""
-        raise RunIdError(
-            f"{text!r} is ambiguous: runs {names}{more} match it; give more characters"
-        )
+        raise RunIdError(text, f"ambiguous: runs {names}{more} match it; give more characters")
     return str(rows[0]["run_id"])
 
 

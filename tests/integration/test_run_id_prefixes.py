@@ -6,6 +6,8 @@ database error reaches the user as a traceback."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -172,3 +174,45 @@ def test_the_api_takes_a_short_id_in_its_paths(db_url, runs, procs):
     assert status == 400 and "is not a run id" in body["error"], body
     status, body, _ = test_api.call(base, "GET", "/runs/000000000000", viewer)
     assert status == 404 and MISSING_RUN in body["error"], body
+
+
+RUN_PAGE = """
+import json, sys
+from console.run_view import RunView
+view = RunView(sys.argv[1], database_url=sys.argv[2])
+print(json.dumps([view.found, view.run_id, view.missing]))
+view.close()
+"""
+
+
+def test_the_console_run_page_takes_a_short_id(logins, runs):
+    named, lone, twin_id = runs
+
+    def page(run: str) -> list:
+        done = subprocess.run(
+            [sys.executable, "-c", RUN_PAGE, run, logins["console"]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    assert page(short_run_id(named)) == [True, named, ""]
+    found, _, missing = page(short_run_id(lone))
+    assert not found and "ambiguous" in missing and twin_id in missing
+    # The page names the value itself: the reason follows it ("No run nope (not a run id: ...)").
+    found, _, missing = page("nope")
+    assert not found and missing.startswith("not a run id")
+    assert page("0" * 12)[0] is False
+
+
+def test_the_notebook_frames_take_a_short_id(conn, runs):
+    from engine_adapter import frames
+    from engine_adapter.run_ids import RunIdError
+
+    named, lone, _ = runs
+    assert list(frames.steps_frame(conn, short_run_id(named))["id"]) == ["first", "ship"]
+    assert frames.thread_frame(conn, named[:19]).equals(frames.thread_frame(conn, named))
+    with pytest.raises(RunIdError, match="ambiguous"):
+        frames.tree_frame(conn, short_run_id(lone))

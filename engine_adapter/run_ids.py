@@ -20,6 +20,7 @@ from .thread_entries import RunNotFound
 MIN_PREFIX = 8
 FULL = 32  # hex digits in a uuid
 SHOWN = 10  # candidates named in an ambiguity
+LAYOUT = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # a uuid's text: where its dashes are
 _HEX = frozenset(string.hexdigits.lower())
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,6 +54,22 @@ def digits(text: str) -> str:
     return hexes
 
 
+def reversed_tail(hexes: str) -> str:
+    """The last len(hexes) characters of an id ending with these digits, dashes where a uuid's
+    text has them, reversed (as migration 038's index holds ids)."""
+    out, digits = [], iter(reversed(hexes))
+    left = len(hexes)
+    for slot in reversed(LAYOUT):
+        if not left:
+            break
+        if slot == "-":
+            out.append("-")
+        else:
+            out.append(next(digits))
+            left -= 1
+    return "".join(out)
+
+
 def resolve_run_id(conn: psycopg.Connection[Any], text: str) -> str:
     """The full id of the one run whose id is `text`, starts with it or ends with it. RunIdError
     when `text` is malformed or matches several runs (naming them); RunNotFound when it matches
@@ -64,7 +81,9 @@ def resolve_run_id(conn: psycopg.Connection[Any], text: str) -> str:
     # A prefix is a range of the primary key: from the prefix padded with 0s to it padded with fs.
     low, high = (str(uuid.UUID(hexes.ljust(FULL, pad))) for pad in "0f")
     rows = db.fetch_all(
-        conn, "run_ids_matching", dict(low=low, high=high, digits=hexes, n=SHOWN + 1)
+        conn,
+        "run_ids_matching",
+        dict(low=low, high=high, reversed_tail=reversed_tail(hexes), n=SHOWN + 1),
     )
     if not rows:
         raise RunNotFound(f"no run has an id starting or ending with {hexes}")

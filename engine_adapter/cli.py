@@ -238,9 +238,27 @@ def _known_database() -> Any:
         return None
 
 
+def _slug_given(arg: str | Path) -> str | None:
+    """The workflow a SLUG|FILE argument names by its slug: one that is no file here."""
+    from .contract import names_a_workflow
+
+    return str(arg) if names_a_workflow(str(arg)) and not Path(arg).exists() else None
+
+
 def cmd_recipe_validate(args: argparse.Namespace) -> int:
+    from .contract import current_hash
     from .recipes import RecipeError, load_recipe_file
 
+    slug = _slug_given(args.file)
+    if slug:  # as `threadline run` takes it: the workflow's current version
+        with _conn() as conn:
+            digest = current_hash(conn, slug).removeprefix("sha256:")
+        _print(
+            args,
+            {"valid": True, "slug": slug, "hash": digest},
+            lambda v: f"{slug}: valid ({digest[:12]})",
+        )
+        return 0
     try:
         recipe = load_recipe_file(args.file)
     except RecipeError as err:
@@ -352,15 +370,16 @@ def cmd_recipe_hash(args: argparse.Namespace) -> int:
     from .contract import current_hash
     from .recipes import RecipeError, load_recipe_file
 
-    if args.workflow.endswith((".yaml", ".yml", ".json")) or os.sep in args.workflow:
+    slug = _slug_given(args.workflow)
+    if slug:
+        with _conn() as conn:
+            digest = current_hash(conn, slug)
+    else:
         try:
             digest = f"sha256:{load_recipe_file(Path(args.workflow)).canonical_hash}"
         except RecipeError as err:
             print(str(err), file=sys.stderr)
             return EXIT_INVALID
-    else:
-        with _conn() as conn:
-            digest = current_hash(conn, args.workflow)
     print(digest)
     return 0
 
@@ -1037,7 +1056,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, fn, hlp in (
         ("apply", cmd_recipe_apply, "create or update a workflow from FILE"),
-        ("validate", cmd_recipe_validate, "check FILE; exit 10 with the errors when invalid"),
+        (
+            "validate",
+            cmd_recipe_validate,
+            "check FILE (or SLUG's current version); exit 10 with the errors when invalid",
+        ),
     ):
         sp = rp.add_parser(name, help=hlp)
         sp.add_argument("file", type=Path)

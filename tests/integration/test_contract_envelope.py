@@ -86,6 +86,13 @@ def test_recipe_hash_validate_of_a_slug_and_a_stale_pin(db_url, apply, running, 
     assert code == 10 and unknown["status"] == "invalid" and "no-such-flow" in unknown["errors"][0]
     missing = harness.run_cli(db_url, "recipe", "hash", "no-such-flow")
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    unread = harness.run_cli(db_url, "recipe", "hash", "gone.yaml")
+    assert unread.returncode == 10 and "gone.yaml: cannot read" in unread.stderr
+    # So does the CLI's validate: a slug that is no file here is the workflow's current version.
+    checked = harness.run_cli(db_url, "recipe", "validate", "two")
+    assert checked.returncode == 0 and checked.stdout == f"two: valid ({digest[7:19]})\n"
+    unknown_cli = harness.run_cli(db_url, "recipe", "validate", "no-such-flow")
+    assert unknown_cli.returncode == 2 and "no-such-flow" in unknown_cli.stderr
     # A stale pin says what the hash is now and where to get it.
     stale = "sha256:" + "0" * 64
     refused, _, code = call(db_url, "run", {"workflow": "two", "workflow_hash": stale})

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 OUTPUT_CAP = 64 * 1024
 TERM_GRACE_S = 5.0
@@ -47,10 +47,16 @@ def die_with_parent() -> None:
 
 
 def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
-    """SIGTERM the group, then SIGKILL after the grace period; returns when the group is gone."""
+    """SIGTERM the group, then SIGKILL after the grace period; returns when the group is gone.
+    The SIGTERM spares bubblewrap's own processes: the outer one would die of it and take the
+    sandbox down at once (its init gets SIGKILL with --die-with-parent), so the command inside
+    would get no grace at all."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
         try:
-            os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                _term_all_but_sandboxes(pgid)
+            else:
+                os.killpg(pgid, sig)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
@@ -58,6 +64,21 @@ def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
             if not group_exists(pgid):
                 return
             time.sleep(0.05)
+
+
+def _term_all_but_sandboxes(pgid: int) -> None:
+    """SIGTERM each running process of the group but bubblewrap's (all of it where there is
+    none). ProcessLookupError: the group is gone."""
+    members = list(_members(pgid))
+    if not any(command == b"bwrap" for _, command in members):
+        os.killpg(pgid, signal.SIGTERM)
+        return
+    for pid, command in members:
+        if command != b"bwrap":
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
 
 def group_exists(pgid: int) -> bool:
@@ -69,6 +90,11 @@ def group_exists(pgid: int) -> bool:
         return False
     except PermissionError:
         pass
+    return next(_members(pgid), None) is not None
+
+
+def _members(pgid: int) -> Iterator[tuple[int, bytes]]:
+    """(pid, command name) of each running process of the group, read from /proc."""
     # Reading every process's stat costs milliseconds of CPU (it was a third of a bots process's
     # time): plain scandir and bytes, no pathlib, and a group member's stat is usually early.
     group = str(pgid).encode()
@@ -79,12 +105,12 @@ def group_exists(pgid: int) -> bool:
             with open(f"/proc/{entry.name}/stat", "rb") as f:
                 # The command name may hold spaces and parentheses: fields start after the last
                 # ')'.
-                fields = f.read().rsplit(b")", 1)[1].split(maxsplit=4)
-        except (OSError, IndexError):
+                head, tail = f.read().rsplit(b")", 1)
+                fields = tail.split(maxsplit=4)
+        except (OSError, ValueError):
             continue  # the process ended while we looked
-        if fields[2] == group and fields[0] != b"Z":
-            return True
-    return False
+        if len(fields) > 2 and fields[2] == group and fields[0] != b"Z":
+            yield int(entry.name), head.split(b"(", 1)[-1]
 
 
 def _feed(pipe: IO[bytes], text: str) -> None:

@@ -167,7 +167,7 @@ steps:
   - id: wait
     run_command: |
       cd {{payload.dir}}
-      trap 'echo TERM > terminated; exit 143' TERM
+      trap 'sleep 0.5; echo TERM > terminated; exit 143' TERM
       flock {{payload.dir}}/child.lock sleep 300 &
       wait
   - id: never
@@ -196,7 +196,8 @@ steps:
         what="claim closed",
     )
     assert not (tmp_path / "never").exists()
-    # It was asked to stop first (SIGTERM, which its trap saw), not killed outright.
+    # It was asked to stop first (SIGTERM, which its trap saw), and given time to (the trap
+    # takes half a second): not killed outright, nor with its sandbox at once.
     assert (tmp_path / "terminated").read_text() == "TERM\n"
     # The step it stopped shows cancelled; the one never reached, skipped.
     assert [s["status"] for s in view["steps"]] == ["cancelled", "skipped"]

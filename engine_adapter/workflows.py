@@ -88,9 +88,8 @@ def _apply(
         if current is None:
             conn.execute(db.q("insert_workflow"), fields)
             version, source = 1, "create"
-        elif current["hash"] == recipe.canonical_hash and text in (
-            None,
-            get_version(conn, recipe.slug, current["version"])["source_text"],
+        elif current["hash"] == recipe.canonical_hash and same_text(
+            get_version(conn, recipe.slug, current["version"])["source_text"], text
         ):
             return Applied(recipe.slug, current["version"], changed=False)
         elif source != "proposal" and (why := proposals.refuse_direct(current["recipe"], doc)):
@@ -173,6 +172,18 @@ def get_version(conn: psycopg.Connection[Any], slug: str, version: int) -> dict[
     if row is None:
         raise WorkflowNotFound(f"workflow {slug!r} has no version {version}")
     return row
+
+
+def same_text(kept: str | None, given: str | None) -> bool:
+    """Whether a recipe's text, given again, says nothing new beside the kept one: none given
+    (a document), or the same lines but for whitespace at their ends and blank lines around."""
+    if given is None:
+        return True
+    return kept is not None and _lines(kept) == _lines(given)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").splitlines()]
 
 
 def version_text(row: dict[str, Any]) -> str:
@@ -275,9 +286,8 @@ def rollback(
         target = resolve_version(conn, slug, ref)
         current = get_workflow(conn, slug)
         now = get_version(conn, slug, current["version"])
-        if target["hash"] == current["hash"] and target["source_text"] in (
-            None,
-            now["source_text"],
+        if target["hash"] == current["hash"] and same_text(
+            now["source_text"], target["source_text"]
         ):
             raise AlreadyCurrent(
                 f"workflow {slug!r} is at version {target['version']}'s recipe already "

@@ -57,12 +57,15 @@ def _start_embedded() -> str:
     """Start (initialise, the first time) the embedded server of THREADLINE_HOME, migrate it and
     give the process roles their logins; returns the owner's URL."""
     from . import db, schema
+    from .embedded import home_lock
     from .roles import ensure_logins
+    from .settings import threadline_home
 
-    url = _start_embedded_server()
-    with db.connect(url) as conn:
-        schema.migrate(conn)
-        ensure_logins(conn)
+    with home_lock(threadline_home()):  # concurrent first starts: one sets up, the rest wait
+        url = _start_embedded_server()
+        with db.connect(url) as conn:
+            schema.migrate(conn)
+            ensure_logins(conn)
     return url
 
 
@@ -192,8 +195,16 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     from .schema import migrate
     from .settings import DATABASE_URL_ENV
 
+    from contextlib import nullcontext
+
+    from .embedded import home_lock
+    from .settings import threadline_home
+
     url = None if os.environ.get(DATABASE_URL_ENV) else _start_embedded_server()
-    with db.connect(url) as conn:  # the owner: the one process that may change the schema
+    with (
+        home_lock(threadline_home()) if url else nullcontext(),
+        db.connect(url) as conn,  # the owner: the one process that may change the schema
+    ):
         applied = migrate(conn)
         ensure_logins(conn)
     print("applied: " + ", ".join(applied) if applied else "up to date")
@@ -922,13 +933,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = add("up", cmd_up, "run everything: embedded Postgres, conductor, bots, console")
     sp.add_argument("--no-console", action="store_true")
-    sp.add_argument("--port", type=int, default=5006, help="console port (default 5006)")
+    sp.add_argument(
+        "--port", type=int, help="console port (default $THREADLINE_CONSOLE_PORT, else 5006)"
+    )
     sp.add_argument("--no-hooks", action="store_true", help="do not start the webhook ingress")
     sp.add_argument(
         "--hooks-port",
         type=int,
         default=None,
-        help=f"webhook ingress port (default {DEFAULT_PORT}, or a free one if taken)",
+        help=f"webhook ingress port (default $THREADLINE_HOOKS_PORT, else {DEFAULT_PORT} or a free "
+        "one if taken)",
     )
     sp.add_argument(
         "--no-auth",
@@ -1290,8 +1304,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--reason", help="said to whoever tries to start a run")
     add("unpause", cmd_pause, "start new runs again")
     from .contract_cli import add_commands
+    from .reset import add_reset
 
     add_commands(sub)
+    add_reset(sub)
     return p
 
 

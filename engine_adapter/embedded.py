@@ -6,6 +6,7 @@ We drive initdb/pg_ctl ourselves (not the package's PostgresServer) so that noth
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -16,18 +17,89 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 
 from engine_adapter.roles import url_with
-from engine_adapter.settings import credentials_path, read_credentials, write_credentials
+from engine_adapter.settings import (
+    PG_PORT_ENV,
+    credentials_path,
+    pg_port_wanted,
+    read_credentials,
+    write_credentials,
+)
 
 SERVICE_USER = "threadline-pg"
 DB_USER = "threadline"
 DATABASE = "threadline"
 VAR_LIB = Path("/var/lib/threadline")  # root-only fallback for data and binaries
+LOCK_NAME = "start.lock"  # in the home: held while its server is made, started and set up
+OWNER_NAME = "home"  # in a /var/lib data dir: the home it belongs to
+
+# Homes whose lock this process holds, with how deep: the lock is reentrant within a process
+# (flock on a second descriptor of the same file would wait for ourselves).
+_held: dict[Path, list[int]] = {}
+_said_waiting = False
+
+
+def _lock_fd(home: Path) -> int:
+    """An open descriptor of home's lock file, exclusively locked. Waits (saying so, once) while
+    another process holds it; a lock file removed meanwhile (`reset`, rm -rf) is locked anew."""
+    global _said_waiting
+    while True:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(home / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not _said_waiting:
+                _said_waiting = True
+                print(
+                    f"threadline: waiting for the first start of {home} "
+                    "(another threadline command is starting its database) ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # the file we locked must still be the one at the path
+            if os.stat(home / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+@contextmanager
+def home_lock(home: Path) -> Iterator[None]:
+    """Hold home's exclusive start lock: one process at a time makes, starts, migrates and gives
+    logins to a home's embedded server; the others wait, then find it made."""
+    home = Path(home).expanduser().absolute()
+    if home in _held:
+        _held[home][1] += 1
+        try:
+            yield
+        finally:
+            _held[home][1] -= 1
+        return
+    fd = _lock_fd(home)
+    _held[home] = [fd, 1]
+    try:
+        yield
+    finally:
+        del _held[home]
+        os.close(fd)  # releases the lock
+
+
+def var_lib_base(home: Path) -> Path:
+    """Where root keeps the data of a home its service user cannot traverse."""
+    home = Path(home).expanduser().absolute()
+    return VAR_LIB / hashlib.sha256(str(home).encode()).hexdigest()[:16]
 
 
 def _package_dir() -> Path:
@@ -208,31 +280,79 @@ class EmbeddedPostgres:
         return (self.data_dir / "PG_VERSION").exists()
 
     def ensure_initialised(self) -> None:
-        """Create the cluster (once) with password auth, a random password and a free port."""
-        if self.is_initialised():
-            if not self.credentials_file.exists():
-                raise RuntimeError(
-                    f"{self.data_dir} exists but {self.credentials_file} is "
-                    "missing; the database password cannot be recovered"
-                )
+        """Create the cluster (once) with password auth, a random password and a port (a free one,
+        or THREADLINE_PG_PORT). Under the home's lock, so concurrent first starts make one."""
+        with home_lock(self.home):
+            self._set_aside_orphans()
+            if not self.is_initialised():
+                self._initialise()
+
+    def _set_aside_orphans(self) -> None:
+        """Data no credentials unlock (its home was removed, or a start before this lock existed
+        died half-way) is moved aside, never deleted, so the home can start afresh."""
+        if self.credentials_file.exists():
             return
+        base = var_lib_base(self.home)
+        if self.as_service and (base / "pgdata").exists():
+            owner = base / OWNER_NAME
+            if owner.exists() and (other := owner.read_text().strip()) != str(self.home):
+                raise RuntimeError(f"{base} holds the data of {other}, not of {self.home}")
+            self._stop_dir(base / "pgdata")  # a server left running when its home was removed
+            self._move_aside(base)
+        if (self.home / "pgdata").exists():
+            self._stop_dir(self.home / "pgdata")
+            self._move_aside(self.home / "pgdata")
+        if self.location_file.exists():
+            self.location_file.unlink()
+
+    def _stop_dir(self, data: Path) -> None:
+        if (data / "postmaster.pid").exists():
+            self._run(
+                [str(self.bin_dir / "pg_ctl"), "stop", "-D", str(data), "-m", "fast", "-w"],
+                timeout=120,
+            )
+
+    @staticmethod
+    def _move_aside(path: Path) -> None:
+        aside = path.with_name(f"{path.name}.orphaned-{time.strftime('%Y%m%dT%H%M%S')}")
+        while aside.exists():
+            aside = aside.with_name(aside.name + "-")
+        path.rename(aside)
+        print(
+            f"threadline: {path} held a database whose credentials are gone (its home was "
+            f"removed); moved it aside to {aside} and starting afresh",
+            file=sys.stderr,
+        )
+
+    def _data_location(self) -> Path:
+        """Where the data dir goes: home/pgdata, or (root, private home) under /var/lib."""
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data = self.home / "pgdata"
         # The service user must traverse every parent of the data dir; we never loosen the home's
         # permissions, so if it cannot, keep the data under /var/lib/threadline instead.
         if self.as_service and not self._service_can("-x", self.home):
-            base = VAR_LIB / hashlib.sha256(str(self.home).encode()).hexdigest()[:16]
+            base = var_lib_base(self.home)
             self._make_var_lib(VAR_LIB)
             self._make_var_lib(base)
+            (base / OWNER_NAME).write_text(f"{self.home}\n")  # whose data this is
             data = base / "pgdata"
             self.location_file.write_text(f"{data}\n")
             link = self.home / "postgres.log"  # so the log is still found at its usual place
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(base / "postgres.log")
-        elif self.location_file.exists():
+            return data
+        if self.location_file.exists():
             self.location_file.unlink()
-        data.mkdir(exist_ok=True)
-        self._give_to_service(data, 0o700)
+        return self.home / "pgdata"
+
+    def _initialise(self) -> None:
+        """initdb into a fresh temp dir beside the data dir, write the credentials, then rename:
+        a data dir at its place is always complete and always has its credentials."""
+        port = pg_port_wanted() or free_port()  # a bad THREADLINE_PG_PORT refused before initdb
+        data = self._data_location()
+        for leftover in data.parent.glob(f"{data.name}.init-*"):  # a start that died half-way
+            shutil.rmtree(leftover, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(dir=data.parent, prefix=f"{data.name}.init-"))
+        self._give_to_service(tmp, 0o700)
         password = secrets.token_urlsafe(24)
         fd, pwfile = tempfile.mkstemp(prefix="threadline-pw-")
         try:
@@ -243,7 +363,7 @@ class EmbeddedPostgres:
                 [
                     str(self.bin_dir / "initdb"),
                     "-D",
-                    str(data),
+                    str(tmp),
                     f"--username={DB_USER}",
                     f"--pwfile={pwfile}",
                     "--auth=scram-sha-256",
@@ -255,9 +375,10 @@ class EmbeddedPostgres:
         finally:
             os.unlink(pwfile)
         if proc.returncode != 0:
-            shutil.rmtree(data, ignore_errors=True)  # so the next attempt starts clean
+            shutil.rmtree(tmp, ignore_errors=True)  # so the next attempt starts clean
             raise RuntimeError(f"initdb failed for {data}:\n{proc.stdout}")
-        self._write_credentials(password, free_port())
+        self._write_credentials(password, port)
+        tmp.rename(data)
 
     def _postmaster(self) -> tuple[int, int] | None:
         """(pid, port) from postmaster.pid if that process is alive; stale pid files give None."""
@@ -293,14 +414,16 @@ class EmbeddedPostgres:
             return f"(no log: {e})"
 
     def start(self, timeout: float = 30) -> str:
-        """Start the server if it is not running; return its URL."""
-        self.ensure_initialised()
+        """Start the server if it is not running; return its URL. Under the home's lock."""
+        with home_lock(self.home):
+            self.ensure_initialised()
+            return self._start(timeout)
+
+    def _start(self, timeout: float) -> str:
         creds = self.credentials()
         port = self._running_port()
         if port is None:
-            port = creds["port"]
-            if not _port_free(port):
-                port = free_port()
+            port = self._port_to_use(creds["port"])
             if not self.log_file.exists():
                 self.log_file.touch()
             self._give_to_service(self.log_file, 0o600)
@@ -336,6 +459,16 @@ class EmbeddedPostgres:
         self._ensure_database(creds["password"], port)
         return url
 
+    @staticmethod
+    def _port_to_use(recorded: int) -> int:
+        """THREADLINE_PG_PORT (refused when taken), else the recorded port, else a free one."""
+        wanted = pg_port_wanted()
+        if wanted:
+            if not _port_free(wanted):
+                raise RuntimeError(f"{PG_PORT_ENV}={wanted}: port {wanted} on 127.0.0.1 is in use")
+            return wanted
+        return recorded if _port_free(recorded) else free_port()
+
     def _ensure_database(self, password: str, port: int) -> None:
         with psycopg.connect(
             host="127.0.0.1",
@@ -367,6 +500,24 @@ class EmbeddedPostgres:
 
 def ensure_started(home: Path) -> str:
     """Initialise (once) and start the embedded server for `home`; return its URL."""
+    return EmbeddedPostgres(home).start()
+
+
+def remove_home(home: Path) -> list[Path]:
+    """Stop home's server and remove the home and wherever its data lived (/var/lib/threadline/
+    <hash> as root); returns what was removed. Under the lock, so no start runs meanwhile."""
     pg = EmbeddedPostgres(home)
-    pg.ensure_initialised()
-    return pg.start()
+    removed = []
+    with home_lock(pg.home):
+        bases = {pg.data_dir.parent, var_lib_base(pg.home)}
+        try:
+            pg.stop()
+        except RuntimeError:
+            pg._stop_dir(pg.data_dir)
+        for base in sorted(bases):
+            if base.is_relative_to(VAR_LIB) and base != VAR_LIB and base.exists():
+                shutil.rmtree(base)
+                removed.append(base)
+        shutil.rmtree(pg.home)  # the lock file goes with it; a waiter then locks a new one
+        removed.insert(0, pg.home)
+    return removed

@@ -9,6 +9,7 @@ from typing import Any
 
 DATABASE_URL_ENV = "THREADLINE_DATABASE_URL"
 HOME_ENV = "THREADLINE_HOME"
+PG_PORT_ENV = "THREADLINE_PG_PORT"  # the embedded server's port (default: a free one, kept)
 QUEUE = "threadline"
 HANDLER_NAME = "threadline.run"
 HANDLER_VERSION = 1
@@ -25,6 +26,20 @@ class NotConfigured(RuntimeError):
 
 def threadline_home() -> Path:
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".threadline").expanduser()
+
+
+def port_from_env(name: str) -> int | None:
+    """The TCP port environment variable `name` asks for; None when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ValueError(f"{name}={value!r}: not a port (a number from 1 to 65535)")
+    return int(value)
+
+
+def pg_port_wanted() -> int | None:
+    return port_from_env(PG_PORT_ENV)
 
 
 def credentials_path(home: Path | None = None) -> Path:
@@ -62,6 +77,13 @@ def database_url(role: str | None = None) -> str:
     creds = read_credentials()
     if role and role in creds.get("roles", {}):
         return creds["roles"][role]
+    if role and "url" in creds and "roles" not in creds:
+        # The server is made but not yet set up (migrated, logins given): a process role waits
+        # for its first start to finish instead of reaching a half-made schema as the owner.
+        raise NotConfigured(
+            f"the embedded database of {credentials_path().parent} has no process logins yet "
+            "(its first start has not finished): run `threadline db migrate` or `threadline up`"
+        )
     if "url" in creds:
         return creds["url"]
     raise NotConfigured(

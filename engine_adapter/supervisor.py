@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,10 +23,13 @@ from .bot_backends import bots_without_backend, missing_line
 from .recipes import load_recipe_file
 from .roles import ensure_logins
 from .sandbox import SandboxError, detect
-from .settings import DATABASE_URL_ENV, threadline_home
+from .settings import DATABASE_URL_ENV, port_from_env, threadline_home
 from .workflows import apply_recipe
 
 log = logging.getLogger("threadline.up")
+CONSOLE_PORT_ENV = "THREADLINE_CONSOLE_PORT"  # `up --port`'s default
+HOOKS_PORT_ENV = "THREADLINE_HOOKS_PORT"  # `up --hooks-port`'s default
+DEFAULT_CONSOLE_PORT = 5006
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "assets" / "recipes"
 
 
@@ -84,6 +88,20 @@ def pick_hooks_port(requested: int | None) -> int:
         return probe.getsockname()[1]
 
 
+def answers_http(port: int) -> bool:
+    """Whether something answers HTTP on 127.0.0.1:port now (any status: it is serving)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
 def announce_console(home: Path, port: int, no_auth: bool) -> None:
     """The console's address: with a one-time sign-in link, or a warning when sign-in is off."""
     from console import tokens
@@ -111,16 +129,17 @@ def announce_console(home: Path, port: int, no_auth: bool) -> None:
 def up(
     *,
     console: bool = True,
-    port: int = 5006,
+    port: int | None = None,
     hooks: bool = True,
     hooks_port: int | None = None,
     no_auth: bool = False,
 ) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s up %(levelname)s %(message)s")
+    port = port or port_from_env(CONSOLE_PORT_ENV) or DEFAULT_CONSOLE_PORT
     if console:
         ensure_port_free(port)
     if hooks:
-        hooks_port = pick_hooks_port(hooks_port)
+        hooks_port = pick_hooks_port(hooks_port or port_from_env(HOOKS_PORT_ENV))
     home = threadline_home()
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     if home.stat().st_mode & 0o077 and home.stat().st_uid == os.geteuid():
@@ -131,25 +150,26 @@ def up(
         steps = detect()
     except SandboxError as err:
         raise ValueError(str(err)) from None
+    from .embedded import EmbeddedPostgres, home_lock
+
     embedded = None
     url = os.environ.get(DATABASE_URL_ENV)
-    if url:
-        log.info("using the database named by %s", DATABASE_URL_ENV)
-    else:
-        from .embedded import EmbeddedPostgres
-
-        embedded = EmbeddedPostgres(home)
-        embedded.ensure_initialised()
-        url = embedded.start()
-        log.info("embedded PostgreSQL running (data in %s)", embedded.data_dir)
-    with db.connect(url) as conn:
-        applied = schema.migrate(conn)
-        logins = ensure_logins(conn)  # each child connects as its own kind's role
-    if applied:
-        log.info("migrations applied: %s", ", ".join(applied))
-    examples = install_examples(url, home)
-    if examples:
-        log.info("example workflows installed: %s", ", ".join(examples))
+    # Made, started and set up under the home's lock: a command started meanwhile waits for it.
+    with nullcontext() if url else home_lock(home):
+        if url:
+            log.info("using the database named by %s", DATABASE_URL_ENV)
+        else:
+            embedded = EmbeddedPostgres(home)
+            url = embedded.start()
+            log.info("embedded PostgreSQL running (data in %s)", embedded.data_dir)
+        with db.connect(url) as conn:
+            applied = schema.migrate(conn)
+            logins = ensure_logins(conn)  # each child connects as its own kind's role
+        if applied:
+            log.info("migrations applied: %s", ", ".join(applied))
+        examples = install_examples(url, home)
+        if examples:
+            log.info("example workflows installed: %s", ", ".join(examples))
     # Playground: the console offers to SIGKILL the conductor, since `up` restarts it.
     env = dict(os.environ, THREADLINE_PLAYGROUND="1")
     with db.connect(url) as conn:  # the bots process gets env: its backends are these
@@ -183,15 +203,20 @@ def up(
     signal.signal(signal.SIGTERM, request_stop)
     for child in children:
         child.start(env)
-    if console:
-        announce_console(home, port, no_auth)
     if hooks:
         log.info("webhooks: http://127.0.0.1:%d/hooks/<path>", hooks_port)
     (log.info if steps.isolated else log.warning)("steps run %s", steps.describe())
-    log.info("Threadline is up. Ctrl-C stops everything.")
+    # The sign-in link is printed once the console answers, so it works when it is clicked.
+    link_due = console
+    if not console:
+        log.info("Threadline is up. Ctrl-C stops everything.")
     try:
         while not stopping:
             time.sleep(0.5)
+            if link_due and answers_http(port):
+                link_due = False
+                announce_console(home, port, no_auth)
+                log.info("Threadline is up. Ctrl-C stops everything.")
             for child in children:
                 code = child.proc.poll() if child.proc else None
                 if code is not None and not stopping:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One command to run Threadline: install, then start Postgres, conductor, bots and console.
+# One command to run Threadline: install (only when its dependencies changed), then start
+# Postgres, conductor, bots and console.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh

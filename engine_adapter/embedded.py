@@ -297,15 +297,16 @@ class EmbeddedPostgres:
             owner = base / OWNER_NAME
             if owner.exists() and (other := owner.read_text().strip()) != str(self.home):
                 raise RuntimeError(f"{base} holds the data of {other}, not of {self.home}")
-            self._stop_dir(base / "pgdata")  # a server left running when its home was removed
+            self.stop_data_dir(base / "pgdata")  # a server left running when its home was removed
             self._move_aside(base)
         if (self.home / "pgdata").exists():
-            self._stop_dir(self.home / "pgdata")
+            self.stop_data_dir(self.home / "pgdata")
             self._move_aside(self.home / "pgdata")
         if self.location_file.exists():
             self.location_file.unlink()
 
-    def _stop_dir(self, data: Path) -> None:
+    def stop_data_dir(self, data: Path) -> None:
+        """Stop a server running on `data`, which need not be this home's data dir (any more)."""
         if (data / "postmaster.pid").exists():
             self._run(
                 [str(self.bin_dir / "pg_ctl"), "stop", "-D", str(data), "-m", "fast", "-w"],
@@ -320,7 +321,7 @@ class EmbeddedPostgres:
         path.rename(aside)
         print(
             f"threadline: {path} held a database whose credentials are gone (its home was "
-            f"removed); moved it aside to {aside} and starting afresh",
+            f"removed, or its first start cut short); moved it aside to {aside}; starting afresh",
             file=sys.stderr,
         )
 
@@ -510,10 +511,7 @@ def remove_home(home: Path) -> list[Path]:
     removed = []
     with home_lock(pg.home):
         bases = {pg.data_dir.parent, var_lib_base(pg.home)}
-        try:
-            pg.stop()
-        except RuntimeError:
-            pg._stop_dir(pg.data_dir)
+        pg.stop()
         for base in sorted(bases):
             if base.is_relative_to(VAR_LIB) and base != VAR_LIB and base.exists():
                 shutil.rmtree(base)

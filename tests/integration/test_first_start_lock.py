@@ -52,7 +52,7 @@ def homes() -> Iterator[list[Path]]:
             remove_home(home)
         shutil.rmtree(var_lib_base(home), ignore_errors=True)
         for orphan in _orphans(home):
-            EmbeddedPostgres(home)._stop_dir(orphan / "pgdata")
+            EmbeddedPostgres(home).stop_data_dir(orphan / "pgdata")
             shutil.rmtree(orphan, ignore_errors=True)
         shutil.rmtree(home.parent, ignore_errors=True)
 
@@ -129,26 +129,32 @@ def _first_start(home: Path) -> dict:
     return json.loads((home / "credentials.json").read_text())
 
 
-@pytest.mark.parametrize("stopped", [True, False], ids=["stopped", "left-running"])
-def test_removing_the_home_by_hand_then_starting_again(homes: list[Path], stopped: bool) -> None:
+@pytest.mark.parametrize("how", ["stopped", "left-running", "credentials-lost"])
+def test_removing_the_home_by_hand_then_starting_again(homes: list[Path], how: str) -> None:
     home = _new_home(homes, "home")
     first = _first_start(home)
     pg = EmbeddedPostgres(home)
     data = pg.data_dir
-    if stopped:
+    if how != "left-running":  # `health` leaves the server it started running
         pg.stop()
-    shutil.rmtree(home)  # rm -rf ~/.threadline: the data dir may live elsewhere (/var/lib as root)
+    if how == "credentials-lost":  # the state the first start's race left behind
+        (home / "credentials.json").unlink()
+    else:  # rm -rf ~/.threadline: the data may live elsewhere (/var/lib as root)
+        shutil.rmtree(home)
     again = _cli(home, "db", "migrate")
     assert again.returncode == 0, again.stderr
     second = json.loads((home / "credentials.json").read_text())
     assert second["password"] != first["password"]  # a new database, not the lost one
     with psycopg.connect(second["url"]) as conn:
         assert conn.execute("select count(*) from threadline.schema_migrations").fetchone()[0]
+    assert "moved it aside" in again.stderr or how != "credentials-lost"
     if not data.is_relative_to(home):  # root: the old data was set aside, not destroyed
         (aside,) = _orphans(home)
         assert (aside / "pgdata" / "PG_VERSION").exists()
         assert (aside / "home").read_text().strip() == str(home)
         assert "moved it aside" in again.stderr
+    elif how == "credentials-lost":
+        assert [p.name.split("-")[0] for p in home.glob("pgdata.orphaned-*")] == ["pgdata.orphaned"]
 
 
 def test_reset_asks_then_removes_the_home_and_its_data(homes: list[Path]) -> None:

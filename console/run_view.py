@@ -61,6 +61,8 @@ class RunView(Viewer):
             sizing_mode="stretch_width",
             selectable=False,
             layout="fit_data_stretch",
+            # Fitted to the first data, the status column cut a later, longer "✓ completed".
+            widths={"status": 130},
             name="stepper",
         )
         # Why each failed step failed, and each agent step's tool calls (state.step_details_html).
@@ -210,11 +212,11 @@ class RunView(Viewer):
         now = now or datetime.now(UTC)
         trigger = html.escape(describe_trigger(run.trigger or {}))
         self.header.object = (
-            f"<h4>{run.workflow} <small>v{run.workflow_version}</small> "
+            f'<div class="tl-run-header"><h4>{run.workflow} <small>v{run.workflow_version}</small> '
             f'<span class="tl-state tl-state-{run.state}" id="tl-run-state">'
             f"{run.state}</span></h4>"
             f"<div><code>{run.run_id}</code> · {run.created_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
-            f" UTC · started {trigger}</div>"
+            f" UTC · started {trigger}</div></div>"
         )
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))

@@ -30,10 +30,11 @@ from bench.database import add_database_option, session
 from bench.scale_figures import RECIPE, SLUG, STEPS
 from bench.stats import ratio
 from bench.threadline_figures import wait_completed
-from engine_adapter import db, harness
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 Conn = psycopg.Connection[Any]
 SLOTS = "16"

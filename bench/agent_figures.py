@@ -25,11 +25,12 @@ import psycopg
 from bench.database import add_database_option, session
 from bench.stats import Summary
 from bench.threadline_figures import wait_completed
-from engine_adapter import db, harness
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 Conn = psycopg.Connection[Any]

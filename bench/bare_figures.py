@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 from absurd_sdk import Absurd
 
-from engine_adapter import db, harness
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 from .stats import seconds_between
 from .threadline_figures import release_pause

@@ -30,10 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.chaos_report import QUERIES, ChaosReport, collect, figure_lines
 from bench.database import embedded_server, fresh_database
-from engine_adapter import db, harness, roles
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db, roles
+from engine_adapter.testing import harness
 
 SLUG = "bench-chaos"
 EFFECTS_FILE = "side-effects"

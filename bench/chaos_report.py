@@ -17,7 +17,8 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 
 def named_queries(path: Path) -> dict[str, str]:
-    """Named SQL blocks as in engine_adapter/sql: `-- name --`, a comment line, then the query."""
+    """Named SQL blocks as in engine_adapter/store/sql: `-- name --`, a comment line, then the
+    query."""
     parts = _BLOCK.split(path.read_text())
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 

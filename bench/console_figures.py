@@ -20,11 +20,14 @@ import psycopg
 from bench.database import add_database_option, session
 from bench.seed import seed_runs
 from bench.stats import Summary
-from engine_adapter import db, harness, run_list, run_state, thread_entries
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.run_list import Cursor, RunFilters
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.read import run_list
+from engine_adapter.read.run_list import Cursor, RunFilters
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs import run_state, thread_entries
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 CHROMIUM = "/usr/bin/chromium"
 RECIPE = "slug: bench-console\nbot: local\nsteps:\n  - id: ask\n    human_gate: watch me\n"

@@ -13,8 +13,8 @@ from typing import ContextManager, Iterator
 
 import psycopg
 
-from engine_adapter import db, schema
-from engine_adapter.harness import throwaway_server, with_dbname
+from engine_adapter.store import db, schema
+from engine_adapter.testing.harness import throwaway_server, with_dbname
 
 
 def embedded_server() -> ContextManager[str]:

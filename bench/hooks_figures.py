@@ -18,10 +18,11 @@ from pathlib import Path
 
 from bench.database import add_database_option, session
 from bench.stats import Summary
-from engine_adapter import db, harness
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.webhook_auth import DELIVERY_HEADER, signed_headers
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.ingress.webhook_auth import DELIVERY_HEADER, signed_headers
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 SECRET_VAR, SECRET = "TL_BENCH_HOOK_SECRET", "bench-secret"
 RECIPE = (

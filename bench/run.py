@@ -37,8 +37,9 @@ from bench import step_trace as trace
 from bench import threadline_figures as tl
 from bench.database import add_database_option, embedded_server, fresh_database
 from bench.stats import Summary, ratio
-from engine_adapter import db, harness
-from engine_adapter.settings import application_name
+from engine_adapter.model.settings import application_name
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 HEADER = """\
 Threadline benchmark ({mode})

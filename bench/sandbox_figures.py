@@ -1,6 +1,6 @@
 """What starting a step's command costs: bare, through setpriv (the step user and the death
 signal) and inside bubblewrap, the way a bot starts it; a shell line (`bash -c true`), and a plain
-program started through bash and without it (engine_adapter/plain_command.py).
+program started through bash and without it (engine_adapter/sandbox/plain_command.py).
 
     .venv/bin/python -m bench.sandbox_figures [--n 200]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bench.cpu import machine_busy_s
-from engine_adapter.sandbox import Sandbox, detect
+from engine_adapter.sandbox.sandbox import Sandbox, detect
 
 COMMANDS = [
     ("bash -c true", ["bash", "-c", "true"]),

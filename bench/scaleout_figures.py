@@ -30,12 +30,13 @@ from typing import Iterator
 
 from bench.database import fresh_database
 from bench.threadline_figures import wait_completed
-from engine_adapter import db, harness
-from engine_adapter.embedded import EmbeddedPostgres
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.roles import url_with
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.store.embedded import EmbeddedPostgres
+from engine_adapter.store.roles import url_with
+from engine_adapter.testing import harness
 
 SLUG = "bench-scaleout"
 

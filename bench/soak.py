@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chaos import KINDS, SLUG, ChaosSizes, Crew, exit_on_sigterm, run_chaos
 from bench.chaos_report import QUERIES, figure_lines
 from bench.database import embedded_server, fresh_database
-from engine_adapter import db, retention
+from engine_adapter.runs import retention
+from engine_adapter.store import db
 
 SOAK = ChaosSizes(
     runs=10_000,

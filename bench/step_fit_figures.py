@@ -1,7 +1,7 @@
 """What a step's own network and limits add to starting its command, the way a bot starts it
-(engine_adapter/step_fit.py): the sandbox on the host's network (as before), in a network namespace
-with no network (`network: false`), and with slirp4netns (`network: true`), each with the step's
-limits (a /tmp on disk, the rlimits or cgroup, the samples at the end).
+(engine_adapter/sandbox/step_fit.py): the sandbox on the host's network (as before), in a network
+namespace with no network (`network: false`), and with slirp4netns (`network: true`), each
+with the step's limits (a /tmp on disk, the rlimits or cgroup, the samples at the end).
 
     .venv/bin/python -m bench.step_fit_figures [--n 100]
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from bench.cpu import machine_busy_s
 from bench.sandbox_figures import bench_sandbox
-from engine_adapter import afterwards, step_fit, workdirs
-from engine_adapter.process_runner import run_process
-from engine_adapter.sandbox import Sandbox
+from engine_adapter.sandbox import afterwards, step_fit, workdirs
+from engine_adapter.sandbox.process_runner import run_process
+from engine_adapter.sandbox.sandbox import Sandbox
 
 COMMAND = ["/usr/bin/true"]
 

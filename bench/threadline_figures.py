@@ -15,11 +15,13 @@ from typing import Any
 
 import psycopg
 
-from engine_adapter import gates, harness, names
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.model import names
+from engine_adapter.model.identity import Actor
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 from .stats import seconds_between
 

@@ -8,8 +8,9 @@ signing out ends it. `--no-auth` turns sign-in off, on loopback only; actions ar
 to the account running the console.
 
 Every write asks `actor_for` first, server-side: hiding a button is a courtesy, not the check.
-What each write needs is the authorization layer's (engine_adapter/authorization.py): a refusal
-here is audited there, and the domain function the write calls asks the layer again.
+What each write needs is the authorization layer's
+(engine_adapter/access/authorization.py): a refusal here is audited there, and the domain
+function the write calls asks the layer again.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from pathlib import Path
 import psycopg
 from tornado.web import create_signed_value, decode_signed_value
 
-from engine_adapter import authorization
-from engine_adapter.authorization import Action
-from engine_adapter.identity import ROLES, Actor, os_user
-from engine_adapter.settings import threadline_home
+from engine_adapter.access import authorization
+from engine_adapter.access.authorization import Action
+from engine_adapter.model.identity import ROLES, Actor, os_user
+from engine_adapter.model.settings import threadline_home
 
 from . import sessions
 from .sessions import SESSION_DAYS

@@ -4,7 +4,8 @@ a bearer token (`threadline token create ACCOUNT --role R`); the token's account
 (shown as delegated when another account minted it), and its roles decide what it may do (a
 viewer reads; an operator spawns, replies, cancels, retries and applies workflows; an approver
 decides gates): what each route needs is the authorization layer's table
-(engine_adapter/authorization.py), which audits a refusal here and is asked again by the call.
+(engine_adapter/access/authorization.py), which audits a refusal here and is asked again by the
+call.
 
 It lives in the console process, not the webhook ingress: it acts for people with the console's
 database role, which the internet-facing ingress does not hold (only resume links decide there,
@@ -27,24 +28,18 @@ import psycopg
 from tornado.ioloop import IOLoop
 from tornado.web import HTTPError, RequestHandler, stream_request_body
 
-from engine_adapter import (
-    api_tokens,
-    authorization,
-    commands,
-    gates,
-    proposals,
-    recipe_doc,
-    read_model,
-    run_list,
-    workflows,
-)
-from engine_adapter.authorization import Action
-from engine_adapter.hooks import parse_body
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
-from engine_adapter.run_ids import RunIdError, digits, resolve_run_id
-from engine_adapter.spawn import SpawnError, manual_key, spawn
-from engine_adapter.thread_entries import RunNotFound
+from engine_adapter.access import api_tokens, authorization
+from engine_adapter.access.authorization import Action
+from engine_adapter.catalog import proposals, workflows
+from engine_adapter.ingress.hooks import parse_body
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import read_model, run_list
+from engine_adapter.recipes import recipe_doc
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.runs import commands, gates
+from engine_adapter.runs.run_ids import RunIdError, digits, resolve_run_id
+from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
+from engine_adapter.runs.thread_entries import RunNotFound
 
 from . import data
 

@@ -60,7 +60,7 @@ def recipes_page() -> Any:
 
 
 def recipe_page() -> Any:
-    from engine_adapter.workflows import WorkflowNotFound
+    from engine_adapter.catalog.workflows import WorkflowNotFound
 
     from .layout import error_page, page
     from .recipes_page import RecipeEditor
@@ -108,7 +108,7 @@ def serve(
 ) -> None:
     import panel as pn
 
-    from engine_adapter.identity import os_user
+    from engine_adapter.model.identity import os_user
 
     from . import api, tokens
     from .auth import NOT_SERVED, ConsoleAuth, NotServed

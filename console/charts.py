@@ -7,8 +7,8 @@ import pandas as pd
 import panel as pn
 import plotly.graph_objects as go
 
-from engine_adapter import run_list
-from engine_adapter.run_list import RunFilters
+from engine_adapter.read import run_list
+from engine_adapter.read.run_list import RunFilters
 
 from . import data
 

@@ -14,12 +14,12 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter.names import short_run_id
-from engine_adapter import read_model, retention
-from engine_adapter.bot_backends import bots_without_backend
-from engine_adapter.bot_config import list_bots
-
-from engine_adapter.authorization import Action
+from engine_adapter.access.authorization import Action
+from engine_adapter.catalog.bot_backends import bots_without_backend
+from engine_adapter.catalog.bot_config import list_bots
+from engine_adapter.model.names import short_run_id
+from engine_adapter.read import read_model
+from engine_adapter.runs import retention
 
 from . import access, data, state
 from .live import Change

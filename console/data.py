@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from engine_adapter.settings import database_url
+from engine_adapter.model.settings import database_url
 
 STATEMENT_TIMEOUT_MS = 5000
 

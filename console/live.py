@@ -16,8 +16,8 @@ from typing import Any
 
 import psycopg
 
-from engine_adapter import db
-from engine_adapter.read_model import conductor_beat
+from engine_adapter.read.read_model import conductor_beat
+from engine_adapter.store import db
 
 log = logging.getLogger("threadline.console")
 

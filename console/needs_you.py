@@ -9,10 +9,10 @@ from typing import Any
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter.names import short_run_id
-from engine_adapter import gates, read_model, thread_entries
-
-from engine_adapter.authorization import Action
+from engine_adapter.access.authorization import Action
+from engine_adapter.model.names import short_run_id
+from engine_adapter.read import read_model
+from engine_adapter.runs import gates, thread_entries
 
 from . import access, data, state
 from .live import Change

@@ -9,9 +9,8 @@ from typing import Any
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter import proposals
-
-from engine_adapter.authorization import Action
+from engine_adapter.access.authorization import Action
+from engine_adapter.catalog import proposals
 
 from . import access, data
 from .style import html_pane

@@ -17,8 +17,8 @@ import sys
 import threading
 from dataclasses import replace
 
-from engine_adapter.readable import readable
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.sandbox.readable import readable
 
 CHECK_TIMEOUT_S = 10.0
 MEMORY_LIMIT = 1 << 30  # address space of a worker; a recipe needs a small part of it

@@ -13,21 +13,20 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter.recipes import Recipe, RecipeError
-from engine_adapter.schedules import schedule_list
-from engine_adapter.spawn import SpawnError, manual_key, spawn
-from engine_adapter.workflows import (
-    rollback,
+from engine_adapter.access.authorization import Action
+from engine_adapter.catalog.workflows import (
     WorkflowNotFound,
     apply_recipe,
     get_version,
     get_workflow,
     list_versions,
     list_workflows,
+    rollback,
     version_text,
 )
-
-from engine_adapter.authorization import Action
+from engine_adapter.recipes.recipes import Recipe, RecipeError
+from engine_adapter.runs.schedules import schedule_list
+from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
 
 from . import access, data, state
 from .recipe_check import check_recipe_async

@@ -16,13 +16,14 @@ import pandas as pd
 import panel as pn
 from panel.viewable import Viewer
 
-from engine_adapter import commands, events, gates, read_model, reruns
-from engine_adapter.engine_debug import run_debug
-from engine_adapter.run_ids import RunIdError, resolve_run_id
-from engine_adapter.spawn import SpawnError, describe_trigger
-from engine_adapter.thread_entries import RunNotFound
-
-from engine_adapter.authorization import Action
+from engine_adapter.access.authorization import Action
+from engine_adapter.conductor import reruns
+from engine_adapter.read import read_model
+from engine_adapter.read.engine_debug import run_debug
+from engine_adapter.runs import commands, events, gates
+from engine_adapter.runs.run_ids import RunIdError, resolve_run_id
+from engine_adapter.runs.spawn import SpawnError, describe_trigger
+from engine_adapter.runs.thread_entries import RunNotFound
 
 from . import access, data, state
 from .debug_pane import debug_html

@@ -10,11 +10,11 @@ import panel as pn
 import param
 from panel.viewable import Viewer
 
-from engine_adapter.names import short_run_id
-from engine_adapter import run_list
-from engine_adapter.domain import RUN_STATES
-from engine_adapter.run_list import Cursor, FilterError, RunFilters, RunRow
-from engine_adapter.workflows import list_workflows
+from engine_adapter.catalog.workflows import list_workflows
+from engine_adapter.model.domain import RUN_STATES
+from engine_adapter.model.names import short_run_id
+from engine_adapter.read import run_list
+from engine_adapter.read.run_list import Cursor, FilterError, RunFilters, RunRow
 
 from . import charts, data, state
 from .live import Change

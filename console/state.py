@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-
-from engine_adapter import domain, recipe_text, step_report, step_tree
-from engine_adapter.names import short_run_id
-from engine_adapter.read_model import RunView
-from engine_adapter.render import as_text
+from engine_adapter.model import domain
+from engine_adapter.model.names import short_run_id
+from engine_adapter.read import step_report, step_tree
+from engine_adapter.read.read_model import RunView
+from engine_adapter.recipes import recipe_text
+from engine_adapter.recipes.render import as_text
 
 # -- links -----------------------------------------------------------------------------------------
 

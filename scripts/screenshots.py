@@ -18,10 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine_adapter import db, harness, schema  # noqa: E402
-from engine_adapter.recipes import load_recipe_text  # noqa: E402
-from engine_adapter.spawn import spawn  # noqa: E402
-from engine_adapter.workflows import apply_recipe  # noqa: E402
+from engine_adapter.catalog.workflows import apply_recipe  # noqa: E402
+from engine_adapter.recipes.recipes import load_recipe_text  # noqa: E402
+from engine_adapter.runs.spawn import spawn  # noqa: E402
+from engine_adapter.store import db, schema  # noqa: E402
+from engine_adapter.testing import harness  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 

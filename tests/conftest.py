@@ -13,7 +13,8 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from engine_adapter import db, harness, roles, schema
+from engine_adapter.store import db, roles, schema
+from engine_adapter.testing import harness
 
 TEMPLATE = "tl_template"
 
@@ -150,8 +151,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 @pytest.fixture
 def apply(conn: psycopg.Connection):
     """Apply a recipe given as YAML text; returns its slug."""
-    from engine_adapter.recipes import load_recipe_text
-    from engine_adapter.workflows import apply_recipe
+    from engine_adapter.catalog.workflows import apply_recipe
+    from engine_adapter.recipes.recipes import load_recipe_text
 
     def _apply(text: str) -> str:
         return apply_recipe(conn, load_recipe_text(text)).slug

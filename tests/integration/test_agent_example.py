@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from engine_adapter import gates, harness
-from engine_adapter.bot_backends import bots_without_backend, missing_line
-from engine_adapter.bot_config import apply_bots, load_bots_file
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import load_recipe_file
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.bot_backends import bots_without_backend, missing_line
+from engine_adapter.catalog.bot_config import apply_bots, load_bots_file
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.model.identity import Actor
+from engine_adapter.recipes.recipes import load_recipe_file
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -45,7 +46,7 @@ def test_the_shipped_agent_example_runs_end_to_end(conn, procs, tmp_path):
     assert len(model.requests) == 3
     # The runs page's chart of agent use, by workflow: three turns of 10 in, 5 out.
     from console.charts import agent_use_figure
-    from engine_adapter.run_list import RunFilters, chart_data
+    from engine_adapter.read.run_list import RunFilters, chart_data
 
     use = chart_data(conn, RunFilters())["agent_use"]
     assert use == [

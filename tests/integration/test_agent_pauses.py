@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import gates, harness, read_model
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import read_model
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 
@@ -210,7 +212,7 @@ def test_start_workflow_runs_children_and_hands_their_results_back(conn, apply, 
 
 
 def test_an_agent_may_not_start_its_own_workflow(conn, apply):
-    from engine_adapter.recipes import RecipeError
+    from engine_adapter.recipes.recipes import RecipeError
 
     with pytest.raises(RecipeError) as info:
         apply("""

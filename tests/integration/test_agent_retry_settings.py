@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer
 
 

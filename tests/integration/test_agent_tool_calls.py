@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine_adapter import harness
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.spawn import spawn
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 LONG = 5000  # characters a command prints: more than a result keeps

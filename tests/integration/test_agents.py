@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.spawn import spawn
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 
@@ -192,8 +192,8 @@ def test_bot_apply_and_list_and_the_run_snapshot(conn, apply, logins, tmp_path):
 def test_a_person_steers_a_running_agent_through_the_thread(conn, apply, procs, workdir):
     """A message written into the thread while the agent works reaches the model at its next
     turn, as a user message, once; and the thread keeps it where it was written."""
-    from engine_adapter import gates
-    from engine_adapter.identity import Actor
+    from engine_adapter.model.identity import Actor
+    from engine_adapter.runs import gates
 
     script = [
         answer(None, tool_call("c1", "run_command", {"command": "sleep 3; echo looked"})),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.identity import os_user
+from engine_adapter.model.identity import os_user
+from engine_adapter.testing import harness
 
 GATED = """
 slug: gated

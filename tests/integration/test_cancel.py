@@ -8,9 +8,11 @@ import threading
 import psycopg
 import pytest
 
-from engine_adapter import commands, db, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import commands
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 RECIPE = 'slug: cancel-me\nsteps:\n  - {id: s1, run_command: "true"}\n'
 

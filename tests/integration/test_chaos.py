@@ -7,8 +7,8 @@ from pathlib import Path
 
 from bench.chaos import EFFECTS_FILE, SLUG, ChaosSizes, recipe_text, run_chaos
 from bench.chaos_report import collect
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 
 def test_a_side_effect_beyond_the_attempts_shown_is_caught(conn, apply, procs, tmp_path: Path):

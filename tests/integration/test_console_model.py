@@ -8,11 +8,13 @@ from datetime import datetime
 
 from bench.seed import seed_runs
 from console.live import Change, LiveHub
-from engine_adapter.names import short_run_id
-from engine_adapter import engine_debug, gates, harness, read_model, run_list
-from engine_adapter.identity import Actor
-from engine_adapter.run_list import RunFilters
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.model.names import short_run_id
+from engine_adapter.read import engine_debug, read_model, run_list
+from engine_adapter.read.run_list import RunFilters
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 GATED = """
 slug: gated

@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 PAGES = [
     "/",

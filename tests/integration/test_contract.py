@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 import test_webhooks
 
-from engine_adapter import contract, domain, harness
+from engine_adapter.cli import contract
+from engine_adapter.model import domain
+from engine_adapter.testing import harness
 
 TWO_STEPS = """
 slug: two
@@ -303,8 +305,8 @@ def test_a_link_racing_the_gate_timeout_has_one_winner(db_url, conn, apply, runn
 def test_every_doors_decisions_and_refusals_are_audited(db_url, conn, apply, running):
     """Not only tokens: a refused approve on the CLI, a 👍 reply by a non-approver and an
     accepted decision each leave their audit row (who, how, why)."""
-    from engine_adapter import gates
-    from engine_adapter.identity import Actor
+    from engine_adapter.model.identity import Actor
+    from engine_adapter.runs import gates
 
     apply(GATED.replace('human_gate: "Ship it?"', 'human_gate: "Ship it?"\n    approvers: [bob]'))
     paused, _, _ = call(db_url, "run", {"workflow": "gated"})

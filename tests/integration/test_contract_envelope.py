@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from test_contract import TWO_STEPS, call
 
-from engine_adapter import harness
-from engine_adapter.settings import DATABASE_URL_ENV
+from engine_adapter.model.settings import DATABASE_URL_ENV
+from engine_adapter.testing import harness
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDS = ("step.completed", "step.failed", "step.cancelled")

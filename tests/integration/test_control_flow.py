@@ -8,9 +8,12 @@ import json
 import time
 from pathlib import Path
 
-from engine_adapter import commands, db, engine_debug, harness, step_tree
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import engine_debug, step_tree
+from engine_adapter.runs import commands
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 OPERATOR = Actor("tester", "console")
 
@@ -268,7 +271,7 @@ def test_parallel_all_joins_branch_results(conn, apply, procs):
     child = db.fetch_one(conn, "get_run", dict(run_id=tests_branch["run_id"]))
     assert str(child["parent_run_id"]) == run_id and child["parent"]["branch"] == "tests"
     # Branch runs hold no place of their own and are not listed as runs of their own.
-    from engine_adapter.run_list import RunFilters, runs_page
+    from engine_adapter.read.run_list import RunFilters, runs_page
 
     listed = {r.run_id for r in runs_page(conn, RunFilters(workflow="fan")).rows}
     assert listed == {run_id}
@@ -400,7 +403,7 @@ def test_cancelling_a_parent_cancels_its_child(conn, apply, procs):
 def test_sub_workflow_cycles_are_refused_at_apply_and_write_nothing(conn, apply):
     import pytest
 
-    from engine_adapter.recipes import RecipeError
+    from engine_adapter.recipes.recipes import RecipeError
 
     apply("slug: a\nsteps: [{id: call-b, workflow: b}]")  # b need not exist yet
     with pytest.raises(RecipeError) as info:
@@ -431,7 +434,7 @@ steps:
 
 
 def test_wait_for_event_by_key_and_an_early_event_is_not_lost(conn, apply, procs):
-    from engine_adapter.events import emit
+    from engine_adapter.runs.events import emit
 
     apply(WAIT)
     procs.start("conductor")
@@ -571,7 +574,7 @@ steps:
 def test_rerun_from_a_step_carries_over_what_came_before(conn, apply, procs, tmp_path):
     import pytest
 
-    from engine_adapter.reruns import rerun
+    from engine_adapter.conductor.reruns import rerun
 
     apply(RERUN)
     procs.start("conductor")

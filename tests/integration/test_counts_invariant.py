@@ -20,12 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import commands, harness, reruns, retention, run_list
-from engine_adapter.domain import RUN_STATES
-from engine_adapter.identity import Actor
-from engine_adapter.run_list import RunFilters, RunRow
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import list_workflows
+from engine_adapter.catalog.workflows import list_workflows
+from engine_adapter.conductor import reruns
+from engine_adapter.model.domain import RUN_STATES
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import run_list
+from engine_adapter.read.run_list import RunFilters, RunRow
+from engine_adapter.runs import commands, retention
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 OPERATOR = Actor("tester", "console")
 ENDED = ("completed", "failed", "cancelled")

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import db, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 THREE_STEPS = """
 slug: three
@@ -159,7 +160,7 @@ steps:
 
 
 def test_cancel_reaches_a_running_command(conn, apply, procs, tmp_path):
-    from engine_adapter.commands import cancel_run
+    from engine_adapter.runs.commands import cancel_run
 
     apply("""
 slug: sleeper
@@ -206,7 +207,7 @@ steps:
 
 
 def test_retry_resumes_failed_run_at_failed_step(conn, apply, procs, tmp_path):
-    from engine_adapter.commands import CommandRefused, retry_run
+    from engine_adapter.runs.commands import CommandRefused, retry_run
 
     apply("""
 slug: flaky

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from engine_adapter.embedded import SERVICE_USER, VAR_LIB, EmbeddedPostgres, ensure_started
+from engine_adapter.store.embedded import SERVICE_USER, VAR_LIB, EmbeddedPostgres, ensure_started
 
 IS_ROOT = os.geteuid() == 0
 

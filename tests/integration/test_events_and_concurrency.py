@@ -13,15 +13,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import db, harness
-from engine_adapter.commands import CommandRefused, cancel_run, retry_run
-from engine_adapter.events import emit
-from engine_adapter.identity import Actor, os_user
-from engine_adapter.read_model import health, show_run
-from engine_adapter.run_list import RunFilters, runs_page
-from engine_adapter.spawn import SpawnError, manual_key, spawn
-from engine_adapter.gates import decide
-from engine_adapter.workflows import set_enabled
+from engine_adapter.catalog.workflows import set_enabled
+from engine_adapter.model.identity import Actor, os_user
+from engine_adapter.read.read_model import health, show_run
+from engine_adapter.read.run_list import RunFilters, runs_page
+from engine_adapter.runs.commands import CommandRefused, cancel_run, retry_run
+from engine_adapter.runs.events import emit
+from engine_adapter.runs.gates import decide
+from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -391,7 +392,7 @@ steps:
 def test_the_admission_sweep_logs_a_failure_and_goes_on(db_url, conn, apply, caplog):
     """The conductor's backstop sweep never raises into its loop: a workflow whose admission fails
     is logged with its slug, and the other workflows' queued runs are still admitted."""
-    from engine_adapter.conductor import Conductor
+    from engine_adapter.conductor.conductor import Conductor
 
     for slug in ("free", "stuck"):
         apply(GATED.format(limit=1).replace("slug: limited", f"slug: {slug}"))

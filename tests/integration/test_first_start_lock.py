@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from engine_adapter.embedded import VAR_LIB, EmbeddedPostgres, remove_home, var_lib_base
-from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.store.embedded import VAR_LIB, EmbeddedPostgres, remove_home, var_lib_base
 
 CLI = [sys.executable, "-m", "engine_adapter.cli"]
 # Commands a new user may type while `up` makes the home; each must wait, then work.

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engine_adapter import frames, gates, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import frames, harness
 
 EVERY_KIND = """
 slug: framed
@@ -139,8 +140,9 @@ steps:
 def test_schedule_slots_frame_lists_each_slot_with_its_run(conn, apply):
     from datetime import timedelta
 
-    from engine_adapter import schedules, workflows
-    from engine_adapter.cron import Schedule
+    from engine_adapter.catalog import workflows
+    from engine_adapter.recipes.cron import Schedule
+    from engine_adapter.runs import schedules
 
     slug = apply("""
 slug: minutely

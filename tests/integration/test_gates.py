@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from engine_adapter import db, gates, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 GATE = """
 slug: gated

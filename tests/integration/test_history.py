@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from console.debug_pane import debug_html
-from engine_adapter import harness
-from engine_adapter.engine_debug import run_debug
-from engine_adapter.read_model import show_run
-from engine_adapter.spawn import spawn
+from engine_adapter.read.engine_debug import run_debug
+from engine_adapter.read.read_model import show_run
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 
 def test_show_keeps_a_runs_steps_after_the_engines_cleanup(conn, apply, procs, db_url):

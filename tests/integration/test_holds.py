@@ -10,10 +10,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.conductor import HOLD_ENV, Conductor
-from engine_adapter.read_model import show_run
-from engine_adapter.spawn import spawn
+from engine_adapter.conductor.conductor import HOLD_ENV, Conductor
+from engine_adapter.read.read_model import show_run
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 STEPS = 3
 RECIPE = "slug: held\nsteps:\n" + "".join(

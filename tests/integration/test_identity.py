@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter import commands, gates, harness, names
-from engine_adapter.identity import Actor, os_user
-from engine_adapter.spawn import spawn
+from engine_adapter.model import names
+from engine_adapter.model.identity import Actor, os_user
+from engine_adapter.runs import commands, gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 GATE = """
 slug: gated

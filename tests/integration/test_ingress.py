@@ -18,7 +18,7 @@ import pytest
 import test_webhooks
 from test_webhooks import GREET, cli, created, request, signed
 
-from engine_adapter import harness
+from engine_adapter.testing import harness
 
 hooks = test_webhooks.hooks  # the fixture that starts `threadline hooks` on a free port
 

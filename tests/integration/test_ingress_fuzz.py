@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 from test_ingress import port_of
 from test_webhooks import GREET, SECRET, request
 
-from engine_adapter.webhook_auth import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from engine_adapter.ingress.webhook_auth import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+)
 
 hooks = test_webhooks.hooks  # the fixture that starts `threadline hooks` on a free port
 

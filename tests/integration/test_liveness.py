@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import psycopg
 
-from engine_adapter import db, harness
-from engine_adapter.spawn import spawn
-from engine_adapter.workers import LOCK_CLASS, Worker
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.store.workers import LOCK_CLASS, Worker
+from engine_adapter.testing import harness
 
 RECIPE = 'slug: liveness\nsteps:\n  - {id: s1, run_command: "true"}\n'
 

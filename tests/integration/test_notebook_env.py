@@ -12,9 +12,10 @@ import uuid
 import psycopg
 import pytest
 
-from engine_adapter import db, harness
-from engine_adapter.notebook_env import NotebookEnv, Reaper
-from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.store import db
+from engine_adapter.testing import harness
+from engine_adapter.testing.notebook_env import NotebookEnv, Reaper
 
 TOUCH = """
 slug: touch

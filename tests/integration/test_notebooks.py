@@ -15,8 +15,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from engine_adapter import harness
-from engine_adapter.settings import DATABASE_URL_ENV
+from engine_adapter.model.settings import DATABASE_URL_ENV
+from engine_adapter.testing import harness
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 NOTEBOOK_TIMEOUT_S = 300  # the whole notebook, every cell included
@@ -101,8 +101,8 @@ def test_a_failing_assert_cell_fails_the_notebook(tmp_path: Path):
 
 LEAVE_A_TRACE = """
 import json
-from engine_adapter.embedded import EmbeddedPostgres
-from engine_adapter.notebook_env import NotebookEnv
+from engine_adapter.store.embedded import EmbeddedPostgres
+from engine_adapter.testing.notebook_env import NotebookEnv
 
 env = NotebookEnv().start()
 conductor, bots = env.start_conductor(), env.start_bots()

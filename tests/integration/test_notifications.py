@@ -3,21 +3,21 @@ loopback, a real conductor delivering the outbox; SIGKILL of the sender between 
 
 from __future__ import annotations
 
+import email.policy
 import json
 import re
 import signal
 import threading
-import email.policy
-from email import message_from_bytes
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
 
-from engine_adapter import harness
+from engine_adapter.testing import harness
 
 RECEIVER_ENV = "THREADLINE_TEST_RECEIVER"
 
@@ -187,7 +187,7 @@ def test_the_outbox_survives_a_killed_sender_and_a_failing_receiver(
 
 
 def test_notify_rules_are_checked_when_applied(apply):
-    from engine_adapter.recipes import RecipeError
+    from engine_adapter.recipes.recipes import RecipeError
 
     with pytest.raises(RecipeError) as info:
         apply("""

@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import test_webhooks
 
-from engine_adapter import gates, harness, schedules
-from engine_adapter.events import emit
-from engine_adapter.identity import Actor
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import gates, schedules
+from engine_adapter.runs.events import emit
+from engine_adapter.testing import harness
 
 IN_FLIGHT = """
 slug: in-flight

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 FAKE_BASH = """#!/bin/sh
 echo "through bash" >&2

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
-from engine_adapter import contract, harness, proposals
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.catalog import proposals
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.cli import contract
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 BASE = """

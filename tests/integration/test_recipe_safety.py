@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from recipe_strategies import RECIPE_TEXT
 
-from engine_adapter import harness
-from engine_adapter.events import emit
-from engine_adapter.recipes import Recipe, RecipeError, Step, load_recipe_text
-from engine_adapter.spawn import PayloadRejected, spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import Recipe, RecipeError, Step, load_recipe_text
+from engine_adapter.runs.events import emit
+from engine_adapter.runs.spawn import PayloadRejected, spawn
+from engine_adapter.testing import harness
 
 ATTACKS = ["$(touch PWNED)", ";touch PWNED", "`touch PWNED`", "'\"; touch PWNED; \"'"]
 CONTEXTS = ("bare", "double", "heredoc", "subst", "backticks", "relay")

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine_adapter import harness, proposals
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import Recipe, load_recipe_text
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog import proposals
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.model.identity import Actor
+from engine_adapter.recipes.recipes import Recipe, load_recipe_text
+from engine_adapter.testing import harness
 
 # Comments, keys in an order of the author's own (steps before slug, run_command before id),
 # flow style and a duration that the canonical form would write as 1d.

@@ -13,10 +13,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_adapter import harness, step_tree
-from engine_adapter.identity import Actor
-from engine_adapter.reruns import rerun
-from engine_adapter.spawn import spawn
+from engine_adapter.conductor.reruns import rerun
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import step_tree
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 OPERATOR = Actor("tester", "console")
 
@@ -273,7 +274,7 @@ def test_a_rerun_whose_original_lost_a_record_is_refused_saying_which_step(
     """What a carried step handed on is read back from its run's journal; a journal missing a
     record it needs (here the retry of flaky's first try) refuses the rerun in one line, and
     nothing is written."""
-    from engine_adapter import commands
+    from engine_adapter.runs import commands
 
     apply(RETRIED)
     procs.start("conductor")

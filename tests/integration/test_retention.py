@@ -9,10 +9,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import harness, retention
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import RecipeError, load_recipe_text
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
+from engine_adapter.runs import retention
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 cli = harness.run_cli
 ONE_STEP = """

@@ -7,10 +7,13 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from engine_adapter import db, gates, harness, names, roles, run_state, thread_entries
-from engine_adapter.identity import Actor
-from engine_adapter.settings import QUEUE
-from engine_adapter.spawn import spawn
+from engine_adapter.model import names
+from engine_adapter.model.identity import Actor
+from engine_adapter.model.settings import QUEUE
+from engine_adapter.runs import gates, run_state, thread_entries
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db, roles
+from engine_adapter.testing import harness
 
 GATED = """
 slug: gated

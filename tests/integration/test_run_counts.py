@@ -11,9 +11,11 @@ from datetime import timedelta
 import psycopg
 
 from bench.seed import seed_runs
-from engine_adapter import db, harness, run_list
-from engine_adapter.run_list import RunFilters
-from engine_adapter.spawn import spawn
+from engine_adapter.read import run_list
+from engine_adapter.read.run_list import RunFilters
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 TOP_LEVEL = "(parent_run_id is null or trigger ->> 'what' = 'sub-workflow')"
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from engine_adapter import harness
-from engine_adapter.names import short_run_id
-from engine_adapter.spawn import spawn
+from engine_adapter.model.names import short_run_id
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 GATED = """
 slug: prefixed
@@ -208,8 +208,8 @@ def test_the_console_run_page_takes_a_short_id(logins, runs):
 
 
 def test_the_notebook_frames_take_a_short_id(conn, runs):
-    from engine_adapter import frames
-    from engine_adapter.run_ids import RunIdError
+    from engine_adapter.runs.run_ids import RunIdError
+    from engine_adapter.testing import frames
 
     named, lone, _ = runs
     assert list(frames.steps_frame(conn, short_run_id(named))["id"]) == ["first", "ship"]

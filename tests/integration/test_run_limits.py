@@ -9,11 +9,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import db, harness, run_limits
-from engine_adapter.commands import CommandRefused, retry_run
-from engine_adapter.gates import decide
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import run_limits
+from engine_adapter.runs.commands import CommandRefused, retry_run
+from engine_adapter.runs.gates import decide
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 GATED = """
 slug: gated
@@ -69,7 +71,7 @@ def test_an_initiator_cap_queues_only_that_initiators_runs(conn, apply, procs, d
 def test_a_rerun_for_someone_else_counts_against_whoever_ran_it(conn, apply, procs, db_url):
     """`rerun --as bob` records bob, but the run is alice's: her cap holds it, not a new
     "alice for bob" initiator with a cap of its own."""
-    from engine_adapter.reruns import rerun
+    from engine_adapter.conductor.reruns import rerun
 
     apply(GATED)
     run_limits.set_limit(conn, "initiator:alice", 1, ADMIN)

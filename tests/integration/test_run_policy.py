@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.recipes import RecipeError
-from engine_adapter.spawn import spawn
+from engine_adapter.recipes.recipes import RecipeError
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 
 def test_a_run_past_its_timeout_is_cancelled_with_its_children(conn, apply, procs):

@@ -15,8 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import db, harness, schedules
-from engine_adapter.workflows import set_enabled
+from engine_adapter.catalog.workflows import set_enabled
+from engine_adapter.runs import schedules
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 UTC = timezone.utc
 

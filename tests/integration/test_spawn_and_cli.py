@@ -12,10 +12,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from engine_adapter import harness, schema
-from engine_adapter.embedded import EmbeddedPostgres
-from engine_adapter.read_model import health
-from engine_adapter.spawn import SpawnError, spawn
+from engine_adapter.read.read_model import health
+from engine_adapter.runs.spawn import SpawnError, spawn
+from engine_adapter.store import schema
+from engine_adapter.store.embedded import EmbeddedPostgres
+from engine_adapter.testing import harness
 
 HELLO = Path(__file__).resolve().parents[2] / "assets" / "recipes" / "hello.yaml"
 
@@ -228,7 +229,7 @@ def test_threadline_database_url_points_at_another_server():
 
 
 def test_one_bot_per_thread(conn, apply):
-    from engine_adapter import thread_entries
+    from engine_adapter.runs import thread_entries
 
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id
@@ -260,7 +261,7 @@ def test_health_degraded_when_instructions_wait_with_no_live_bot(conn, apply, pr
 
 
 def test_show_into_a_closed_pipe_ends_quietly(conn, apply, db_url):
-    from engine_adapter import thread_entries
+    from engine_adapter.runs import thread_entries
 
     apply(HELLO.read_text())
     run_id = spawn(conn, "hello", {"name": "a"}).run_id

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-
-from engine_adapter import gates, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 RECIPE = """
 slug: every-kind

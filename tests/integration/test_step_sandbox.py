@@ -15,10 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from engine_adapter import harness, step_fit
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox import step_fit
+from engine_adapter.sandbox.sandbox import SandboxError, detect
+from engine_adapter.testing import harness
 from tests.accounts import ordinary_account, package_copy, run_python
-from engine_adapter.sandbox import SandboxError, detect
-from engine_adapter.spawn import spawn
 
 MARK = "s3cret-marker-7f1c"  # planted wherever a step must not look
 REQUIRE_ENV = "THREADLINE_REQUIRE_SANDBOX"  # set by CI: a missing bubblewrap fails, not skips
@@ -188,7 +189,7 @@ def test_an_unprivileged_threadline_sandboxes_with_bubblewrap(needs_bwrap, tmp_p
         parent.chmod(parent.stat().st_mode | 0o111)
     script = """
 import os, subprocess
-from engine_adapter.sandbox import detect
+from engine_adapter.sandbox.sandbox import detect
 box = detect()
 assert box.user is None and box.bwrap, box.describe()
 work = box.workdir("run-1", None)
@@ -234,7 +235,7 @@ def test_an_allowed_workdir_overlapping_threadline_files_is_refused_at_start_up(
 
 
 def test_no_workflow_may_pass_another_workflows_webhook_secret(conn, apply):
-    from engine_adapter.recipes import RecipeError
+    from engine_adapter.recipes.recipes import RecipeError
 
     apply(
         "slug: hooked\nwebhooks:\n  - {path: in, secret: 'env:HOOK_KEY'}\n"
@@ -280,7 +281,7 @@ def test_network_false_without_bubblewrap_fails_the_step_rather_than_run_online(
 
 KILLED_BOT = """
 import dataclasses, subprocess, sys, time
-from engine_adapter.sandbox import detect
+from engine_adapter.sandbox.sandbox import detect
 box = detect()
 if sys.argv[1] == "python":  # the fallback where setpriv is missing
     box = dataclasses.replace(box, setpriv=None, bwrap=None)

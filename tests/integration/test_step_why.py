@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from engine_adapter import commands, harness, step_report
-from engine_adapter.identity import Actor
-from engine_adapter.sandbox import detect
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.read import step_report
+from engine_adapter.runs import commands
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox.sandbox import detect
+from engine_adapter.testing import harness
 
 RECIPE = """
 slug: why-it-failed

@@ -13,9 +13,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from engine_adapter import db, harness
-from engine_adapter.embedded import EmbeddedPostgres
-from engine_adapter.sandbox import detect
+from engine_adapter.sandbox.sandbox import detect
+from engine_adapter.store import db
+from engine_adapter.store.embedded import EmbeddedPostgres
+from engine_adapter.testing import harness
 
 
 def threadline(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

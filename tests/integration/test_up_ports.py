@@ -13,10 +13,10 @@ from pathlib import Path
 
 import psycopg
 
-from engine_adapter import harness
-from engine_adapter.embedded import remove_home
-from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
-from engine_adapter.supervisor import answers_http
+from engine_adapter.cli.supervisor import answers_http
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.store.embedded import remove_home
+from engine_adapter.testing import harness
 
 
 def test_up_moves_every_port_and_prints_the_link_once_the_console_answers(tmp_path: Path) -> None:

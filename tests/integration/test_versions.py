@@ -9,8 +9,8 @@ import json
 import psycopg
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 V1 = "slug: shipit\nsteps:\n  - id: say\n    run_command: echo one\n"
 V2 = V1.replace("echo one", "echo two")

@@ -1,4 +1,4 @@
-"""Wake-ups go out after the commit (migration 030, engine_adapter/waking.py): a Threadline
+"""Wake-ups go out after the commit (migration 030, engine_adapter/store/waking.py): a Threadline
 connection's transaction never holds Postgres' notify lock through its flush, and what it wakes
 is still said once it has committed, and never when it rolled back."""
 
@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from console import live
-from engine_adapter import db, retention
-from engine_adapter.spawn import spawn
+from engine_adapter.runs import retention
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
 
 CHANNEL = "threadline_test_wakes"
 

@@ -22,10 +22,15 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.recipes import RecipeError, load_recipe_file
-from engine_adapter.webhook_auth import DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.ingress.webhook_auth import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+)
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_file
+from engine_adapter.testing import harness
 
 SECRET = "a-long-random-secret"
 SECRET_VAR = "TL_TEST_WEBHOOK_SECRET"
@@ -600,7 +605,7 @@ steps:
 def test_a_webhook_with_event_delivers_it_to_the_waiting_run_once(
     db_url, conn, apply, procs, hooks
 ):
-    from engine_adapter.spawn import spawn
+    from engine_adapter.runs.spawn import spawn
 
     apply(DEPLOY_WAIT)
     procs.start("conductor")

@@ -1,5 +1,5 @@
 """One decision point (issue 22): every state change a person makes is decided by
-engine_adapter/authorization.py, through every door, and audited in
+engine_adapter/access/authorization.py, through every door, and audited in
 threadline.authorization_audit: a refusal names who, what and why and changes nothing; an
 allowed change is audited with it."""
 
@@ -12,27 +12,16 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import (
-    accounts,
-    api_tokens,
-    authorization,
-    bot_config,
-    commands,
-    events,
-    gates,
-    pause,
-    proposals,
-    reruns,
-    retention,
-    run_limits,
-    workflows,
-)
-from engine_adapter import harness
-from engine_adapter.authorization import Action, Refused
-from engine_adapter.identity import Actor
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
 from console.users import add_user, load_users
+from engine_adapter.access import accounts, api_tokens, authorization
+from engine_adapter.access.authorization import Action, Refused
+from engine_adapter.catalog import bot_config, proposals, workflows
+from engine_adapter.conductor import reruns
+from engine_adapter.model.identity import Actor
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs import commands, events, gates, pause, retention, run_limits
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.integration.test_api import api, call, token  # noqa: F401 (api: a fixture)
 from tests.security.test_identities import cli_as_nobody
 
@@ -90,12 +79,13 @@ def test_no_door_holds_a_role_list_of_its_own():
     found = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
         for folder in ("console", "engine_adapter")
-        for path in sorted((ROOT / folder).glob("*.py"))
+        for path in sorted((ROOT / folder).rglob("*.py"))
         if path.name not in ("authorization.py", "identity.py")
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if own.search(line)
     ]
-    assert not found, "role rules outside engine_adapter/authorization.py:\n" + "\n".join(found)
+    where = "engine_adapter/access/authorization.py"
+    assert not found, f"role rules outside {where}:\n" + "\n".join(found)
 
 
 def test_why_not_names_the_role_or_the_admin():

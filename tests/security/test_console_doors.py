@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_adapter import harness
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.integration.test_api import api, call, count, token  # noqa: F401 (api: a fixture)
 from tests.integration.test_console_sign_in import Console, bokeh_token
 

@@ -26,11 +26,13 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from engine_adapter import db, gates, grants, harness, names, resume_tokens, run_state
-from engine_adapter import thread_entries
-from engine_adapter.identity import Actor, os_user
-from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV, QUEUE, write_credentials
-from engine_adapter.spawn import ChildOf, Snapshot, spawn
+from engine_adapter.model import names
+from engine_adapter.model.identity import Actor, os_user
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV, QUEUE, write_credentials
+from engine_adapter.runs import gates, resume_tokens, run_state, thread_entries
+from engine_adapter.runs.spawn import ChildOf, Snapshot, spawn
+from engine_adapter.store import db, grants
+from engine_adapter.testing import harness
 
 HOOKED = """
 slug: hooked

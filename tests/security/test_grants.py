@@ -1,17 +1,17 @@
 """The grants allowlist (issue 22, "one decision point"): every privilege each process role (and
 PUBLIC) holds in schemas threadline and absurd, as a freshly migrated database answers it, is the
-one listed in engine_adapter/sql/grants.txt, no more and no less."""
+one listed in engine_adapter/store/sql/grants.txt, no more and no less."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from engine_adapter import grants
+from engine_adapter.store import grants
 
 HOW = (
-    "engine_adapter/sql/grants.txt lists every privilege a process role may hold; a migration "
-    "that grants or revokes one changes the list in the same commit"
+    "engine_adapter/store/sql/grants.txt lists every privilege a process role may hold; a "
+    "migration that grants or revokes one changes the list in the same commit"
 )
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.identity import os_user
-from engine_adapter.recipes import RecipeError, load_recipe_text
-from engine_adapter.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.model.identity import os_user
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
+from engine_adapter.testing import harness
 from tests.accounts import checkout_in_reach
 
 GATED = """
@@ -157,7 +157,7 @@ def test_a_link_goes_only_to_a_channel_its_subject_registered(
         + f"  - {{when: [gate], webhook: '{attackers}'}}\n"
     )
     procs.start("conductor", env={"THREADLINE_PUBLIC_URL": "http://links.example"})
-    from engine_adapter.spawn import spawn
+    from engine_adapter.runs.spawn import spawn
 
     run_id = spawn(conn, "gated").run_id
     harness.wait_for(lambda: to_alice and to_attacker, timeout=30, what="both notices")
@@ -219,9 +219,9 @@ def test_a_token_minted_by_root_for_alice_decides_visibly_delegated(db_url, conn
 def test_a_name_with_no_account_matches_nobody_and_a_removed_account_decides_nothing(
     db_url, conn, apply, procs
 ):
-    from engine_adapter import gates
-    from engine_adapter.identity import Actor
-    from engine_adapter.spawn import spawn
+    from engine_adapter.model.identity import Actor
+    from engine_adapter.runs import gates
+    from engine_adapter.runs.spawn import spawn
 
     gated(apply, "approvers: [alice]")
     procs.start("conductor")
@@ -319,8 +319,8 @@ def test_a_child_runs_gate_refuses_the_person_who_started_its_parent(db_url, con
 def test_a_resume_tokens_subject_with_no_account_matches_nobody(db_url, conn, apply, procs):
     """A link issued for a bare name (as `notify … as: bob` did) decides as no account, through
     the ingress or `threadline resume` alike, until an account of that name exists."""
-    from engine_adapter import resume_tokens
-    from engine_adapter.spawn import spawn
+    from engine_adapter.runs import resume_tokens
+    from engine_adapter.runs.spawn import spawn
 
     gated(apply, "approvers: [bob]")
     procs.start("conductor")
@@ -342,8 +342,8 @@ def test_a_resume_link_dies_with_its_account_even_when_the_name_comes_back(
 ):
     """A link issued to alice decides as that account only: once alice is removed it decides
     nothing, and a new account added under the same name does not inherit it."""
-    from engine_adapter import resume_tokens
-    from engine_adapter.spawn import spawn
+    from engine_adapter.runs import resume_tokens
+    from engine_adapter.runs.spawn import spawn
 
     gated(apply, "approvers: [alice]")
     procs.start("conductor")
@@ -373,9 +373,9 @@ def test_a_resume_link_dies_with_its_account_even_when_the_name_comes_back(
 def test_a_rerun_recorded_for_someone_else_is_still_its_runners_own(db_url, conn, apply, procs):
     """`--as` records whom an action is for; the run it starts is still its runner's, whose gates
     refuse them."""
-    from engine_adapter import gates
-    from engine_adapter.identity import Actor
-    from engine_adapter.spawn import spawn
+    from engine_adapter.model.identity import Actor
+    from engine_adapter.runs import gates
+    from engine_adapter.runs.spawn import spawn
 
     gated(apply)
     procs.start("conductor")

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.notify_spec import ALLOW_ENV
-from engine_adapter.recipes import RecipeError
-from engine_adapter.spawn import spawn
+from engine_adapter.recipes.notify_spec import ALLOW_ENV
+from engine_adapter.recipes.recipes import RecipeError
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 from tests.integration.test_notifications import RECEIVER_ENV, Mailbox, Receiver
 
 

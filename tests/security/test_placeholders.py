@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_adapter import shell_context
-from engine_adapter.recipes import PLACEHOLDER, Recipe, RecipeError
-from engine_adapter.render import RenderError, render_command, variable_names
+from engine_adapter.recipes import shell_context
+from engine_adapter.recipes.recipes import PLACEHOLDER, Recipe, RecipeError
+from engine_adapter.recipes.render import RenderError, render_command, variable_names
 
 # Every one runs `touch "$MARKDIR/MARK"` if bash evaluates it as code, a name or arithmetic.
 TOUCH = 'touch "$MARKDIR/MARK"'

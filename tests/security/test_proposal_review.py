@@ -18,10 +18,11 @@ import json
 import pytest
 from test_identities import api, console_api  # the HTTP API as its callers meet it
 
-from engine_adapter import harness, proposals
-from engine_adapter.identity import Actor, os_user
-from engine_adapter.recipes import RecipeError, load_recipe_text
-from engine_adapter.spawn import spawn
+from engine_adapter.catalog import proposals
+from engine_adapter.model.identity import Actor, os_user
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
 
 PROTECTED = """
 slug: release

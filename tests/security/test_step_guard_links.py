@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from engine_adapter.step_guard import _open_up_entry, _remove_tree, disk_usage
+from engine_adapter.sandbox.step_guard import _open_up_entry, _remove_tree, disk_usage
 
 
 def _mode(path: Path) -> int:

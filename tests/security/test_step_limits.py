@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.recipes import RecipeError, load_recipe_text
-from engine_adapter.sandbox import detect
-from engine_adapter.spawn import spawn
-from engine_adapter.step_guard import TMP_DIR
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox.sandbox import detect
+from engine_adapter.sandbox.step_guard import TMP_DIR
+from engine_adapter.testing import harness
 
 REQUIRE_ENV = "THREADLINE_REQUIRE_SANDBOX"  # set by CI: a missing bubblewrap fails, not skips
 

@@ -22,9 +22,9 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from engine_adapter import harness
-from engine_adapter.sandbox import detect
-from engine_adapter.spawn import spawn
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox.sandbox import detect
+from engine_adapter.testing import harness
 from tests.accounts import ordinary_account, package_copy, run_python
 
 REQUIRE_ENV = "THREADLINE_REQUIRE_SANDBOX"  # set by CI: what is missing fails, not skips
@@ -306,8 +306,8 @@ def test_without_slirp4netns_a_step_gets_no_network_and_says_so(
 AS_ACCOUNT = r"""
 import sys
 from engine_adapter import step_fit, step_limits, workdirs
-from engine_adapter.process_runner import run_process
-from engine_adapter.sandbox import detect
+from engine_adapter.sandbox.process_runner import run_process
+from engine_adapter.sandbox.sandbox import detect
 
 box = detect()
 assert box.user is None and box.bwrap, box.describe()

@@ -17,11 +17,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from engine_adapter import harness, workdirs
-from engine_adapter.recipes import RecipeError
-from engine_adapter.sandbox import RUNS_DIR_ENV, SandboxError, detect
-from engine_adapter.spawn import spawn
-from engine_adapter.workdirs import WORKDIRS_ENV
+from engine_adapter.recipes.recipes import RecipeError
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox import workdirs
+from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, SandboxError, detect
+from engine_adapter.sandbox.workdirs import WORKDIRS_ENV
+from engine_adapter.testing import harness
 
 MARK = "workdir-secret-5d2e"  # planted wherever a step must not look
 

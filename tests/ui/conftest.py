@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from engine_adapter import harness
+from engine_adapter.testing import harness
 
 CHROMIUM = os.environ.get("THREADLINE_CHROMIUM", "/usr/bin/chromium")
 REQUIRE_ENV = "THREADLINE_REQUIRE_UI_TESTS"

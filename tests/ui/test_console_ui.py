@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from console.users import add_user
-from engine_adapter import db, gates, harness
-from engine_adapter.identity import Actor
-from engine_adapter.spawn import spawn
+from engine_adapter.model.identity import Actor
+from engine_adapter.runs import gates
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 BAD = "slug: ui-flow\nbot: local\nsteps:\n  - id: check\n    run_comand: echo hi\n"
 GOOD = """slug: ui-flow
@@ -133,8 +135,8 @@ def test_runs_page_is_live_and_keeps_filters_in_the_url(page, stack):
 
 
 def harness_apply(conn: Any, text: str) -> str:
-    from engine_adapter.recipes import load_recipe_text
-    from engine_adapter.workflows import apply_recipe
+    from engine_adapter.catalog.workflows import apply_recipe
+    from engine_adapter.recipes.recipes import load_recipe_text
 
     return apply_recipe(conn, load_recipe_text(text)).slug
 
@@ -551,8 +553,8 @@ def test_run_page_shows_the_tree_delivers_an_event_and_reruns_from_a_step(page, 
 
 
 def test_proposals_page_shows_the_diff_and_approves_then_applies(page, stack):
-    from engine_adapter import proposals
-    from engine_adapter.recipes import load_recipe_text
+    from engine_adapter.catalog import proposals
+    from engine_adapter.recipes.recipes import load_recipe_text
 
     base = "slug: ui-proposed\nallow_proposals: true\nsteps:\n  - id: s\n    run_command: echo a\n"
     with db.connect(stack.url) as conn:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_adapter import db
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.store import db
 
 WRITTEN = """# Kept as typed, comments and all
 steps:

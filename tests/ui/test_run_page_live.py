@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_adapter import db, harness
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 
 SLOW = """slug: ui-live
 steps:

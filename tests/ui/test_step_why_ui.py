@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine_adapter import db, harness
-from engine_adapter.bot_config import apply_bots, parse_bots
-from engine_adapter.recipes import load_recipe_text
-from engine_adapter.spawn import spawn
-from engine_adapter.workflows import apply_recipe
+from engine_adapter.catalog.bot_config import apply_bots, parse_bots
+from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.recipes.recipes import load_recipe_text
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+from engine_adapter.testing import harness
 from tests.agent_server import ScriptedModel, answer, tool_call
 
 FAILING = """slug: ui-migrate

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from engine_adapter.agent_tools import (
+from engine_adapter.bots.agent_tools import (
     Call,
     ToolError,
     parse_arguments,
@@ -13,8 +12,8 @@ from engine_adapter.agent_tools import (
     relative_path,
     write_file_command,
 )
-from engine_adapter.bot_config import BotConfig, parse_bots
-from engine_adapter.recipes import RecipeError, Step, load_recipe_text
+from engine_adapter.catalog.bot_config import BotConfig, parse_bots
+from engine_adapter.recipes.recipes import RecipeError, Step, load_recipe_text
 
 
 def errors_of(doc: object) -> list[str]:

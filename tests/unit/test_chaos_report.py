@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench.chaos import SLUG, STEP_IDS, recipe_text
 from bench.chaos_report import Duplicates, StepTally, classify, count_effects, named_queries
-from engine_adapter.recipes import load_recipe_text
+from engine_adapter.recipes.recipes import load_recipe_text
 
 
 def tally(attempts: int, effects: int, completed: bool = True) -> StepTally:

@@ -10,7 +10,6 @@ import stat
 import pytest
 import tornado.web
 
-from engine_adapter.authorization import Action
 from console import access, sessions, tokens
 from console.ratelimit import FailureLimiter
 from console.users import (
@@ -21,7 +20,8 @@ from console.users import (
     load_users,
     verify_password,
 )
-from engine_adapter.identity import os_user
+from engine_adapter.access.authorization import Action
+from engine_adapter.model.identity import os_user
 
 
 def test_passwords_are_kept_as_scrypt_hashes_and_checked(tmp_path):

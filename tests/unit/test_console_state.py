@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from console import state
-from engine_adapter.read_model import RunView
-from engine_adapter.run_list import Cursor, FilterError, RunFilters
+from engine_adapter.read.read_model import RunView
+from engine_adapter.read.run_list import Cursor, FilterError, RunFilters
 
 NOW = datetime(2026, 11, 23, 7, 0, tzinfo=UTC)
 
@@ -269,7 +269,7 @@ def test_throttle_coalesces_a_burst_and_loses_no_change():
 
 
 def test_stored_recipes_read_back_in_writing_order_and_load_unchanged():
-    from engine_adapter.recipes import load_recipe_text
+    from engine_adapter.recipes.recipes import load_recipe_text
 
     text = (
         "slug: t\nname: T\nbot: b\nsteps:\n  - id: ask\n"
@@ -303,7 +303,7 @@ def test_approve_and_deny_are_offered_only_where_they_decide():
 def test_short_run_ids_tell_runs_of_the_same_moment_apart():
     import uuid
 
-    from engine_adapter.names import short_run_id
+    from engine_adapter.model.names import short_run_id
 
     # UUIDv7: 48 bits of milliseconds first, so ids made together share their head.
     ms = 0x01A209B9ABF8

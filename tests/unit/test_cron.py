@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine_adapter.cron import CronError, Schedule
-from engine_adapter.recipes import RecipeError, load_recipe_text
-from engine_adapter.schedules import ON_TIME_S, due_slots
+from engine_adapter.recipes.cron import CronError, Schedule
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
+from engine_adapter.runs.schedules import ON_TIME_S, due_slots
 
 UTC = timezone.utc
 

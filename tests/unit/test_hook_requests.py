@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_adapter.hook_requests import (
+from engine_adapter.ingress.hook_requests import (
     MAX_TARGET,
     content_type_problem,
     framing_problem,

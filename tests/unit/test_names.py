@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter import names
+from engine_adapter.model import names
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.notify_spec import ALLOW_ENV, Allowlist, email_problem, webhook_problem
+from engine_adapter.recipes.notify_spec import ALLOW_ENV, Allowlist, email_problem, webhook_problem
 
 NOBODY = Allowlist.from_env({})
 

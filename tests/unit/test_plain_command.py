@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter import plain_command
-from engine_adapter.sandbox import Sandbox
+from engine_adapter.sandbox import plain_command
+from engine_adapter.sandbox.sandbox import Sandbox
 
 SHOW = """#!/usr/bin/python3
 import os, sys

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.proposals import assess, recipe_diff
-from engine_adapter.recipes import load_recipe_text
+from engine_adapter.catalog.proposals import assess, recipe_diff
+from engine_adapter.recipes.recipes import load_recipe_text
 
 BASE = """
 slug: ship

@@ -8,7 +8,7 @@ import resource
 
 import pytest
 
-from engine_adapter.readable import readable
+from engine_adapter.sandbox.readable import readable
 
 HIGH = 1500
 

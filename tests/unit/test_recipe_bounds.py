@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine_adapter.recipe_doc import MAX_CHARS
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_file, load_recipe_text
+from engine_adapter.recipes.recipe_doc import MAX_CHARS
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_file, load_recipe_text
 
 STEP = "steps:\n  - id: a\n    run_command: echo hi\n"
 BASE = "slug: x\n" + STEP

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text, sub_workflows
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text, sub_workflows
 
 
 def errors_of(text: str) -> list[str]:
@@ -159,8 +159,8 @@ def test_then_and_else_may_name_the_same_output():
 
 
 def test_retry_on_and_backoff_are_checked_and_kept():
-    from engine_adapter import domain
-    from engine_adapter.recipes import Step, load_recipe_text
+    from engine_adapter.model import domain
+    from engine_adapter.recipes.recipes import Step, load_recipe_text
 
     text = (
         "slug: r\nsteps:\n  - id: s\n    run_command: ./deploy\n    retries: 3\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.recipes import RecipeError, load_recipe_text
+from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
 
 
 def errors_of(text: str) -> list[str]:

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from recipe_strategies import RECIPE_TEXT, mutated_recipes
 
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from engine_adapter.recipe_values import RecipeError, format_duration, parse_duration, quote
+from engine_adapter.model.recipe_values import RecipeError, format_duration, parse_duration, quote
 
 
 def test_parse_duration() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_adapter.recipes import (
+from engine_adapter.recipes.recipes import (
     Recipe,
     RecipeError,
     Step,

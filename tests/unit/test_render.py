@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_adapter.names import split_step_key, step_key
-from engine_adapter.render import MAX_VALUE_BYTES, RenderError, render, render_command
+from engine_adapter.model.names import split_step_key, step_key
+from engine_adapter.recipes.render import MAX_VALUE_BYTES, RenderError, render, render_command
 
 # Each would run `touch PWNED` if the shell parsed the value as code in some quoting context.
 ATTACKS = [

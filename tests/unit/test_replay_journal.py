@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.reruns import _Journal, _Unrecorded
+from engine_adapter.conductor.reruns import _Journal, _Unrecorded
 
 
 def test_a_journal_hands_back_each_checkpoint_and_runs_nothing():

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_adapter.recipes import PLACEHOLDER
-from engine_adapter.shell_context import contexts
+from engine_adapter.recipes.recipes import PLACEHOLDER
+from engine_adapter.recipes.shell_context import contexts
 
 
 def where(text: str) -> list[str]:

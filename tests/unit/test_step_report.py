@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from engine_adapter import step_report
+from engine_adapter.read import step_report
 
 
 def test_an_exit_says_the_code_or_the_signal():

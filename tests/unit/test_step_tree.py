@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from engine_adapter import names, step_tree
-from engine_adapter.recipes import load_recipe_text
+from engine_adapter.model import names
+from engine_adapter.read import step_tree
+from engine_adapter.recipes.recipes import load_recipe_text
 
 RECIPE = """
 slug: t

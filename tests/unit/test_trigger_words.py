@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine_adapter.spawn import describe_trigger, manual_key
+from engine_adapter.runs.spawn import describe_trigger, manual_key
 
 
 def test_catch_up_counts_skipped_slots_in_words():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine_adapter.wakeups import Holds, Wake, route_wake
+from engine_adapter.store.wakeups import Holds, Wake, route_wake
 
 RUN = "0b7e4b8e-4f5a-4c1e-9d3b-3f8f2a1c5d6e"
 

@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from engine_adapter.webhook_auth import (
+from engine_adapter.ingress.webhook_auth import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     SignatureError,

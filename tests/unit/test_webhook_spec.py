@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine_adapter.recipes import Recipe, RecipeError, load_recipe_text
-from engine_adapter.webhook_spec import MappingError, map_payload, resolve, secret_env
+from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.recipes.webhook_spec import MappingError, map_payload, resolve, secret_env
 
 STEPS = "steps:\n  - id: s\n    run_command: echo {{payload.pr}}\n"
 

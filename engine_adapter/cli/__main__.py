@@ -1,0 +1,7 @@
+"""`python -m engine_adapter.cli`: the `threadline` command."""
+
+import sys
+
+from engine_adapter.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,73 @@
+"""`threadline run | resume | validate`: the contract's commands (contract.py). Each reads one
+JSON request on stdin, prints exactly one JSON envelope on stdout, writes progress as NDJSON on
+stderr, and exits 0 (an answer: ok, needs_approval, cancelled, failed), 10 (invalid workflow),
+20 (contract mismatch), 30 (policy violation) or 40 (internal error)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from engine_adapter.cli import contract
+
+
+def _emit(event: dict[str, Any]) -> None:
+    print(json.dumps(event, ensure_ascii=False, default=str), file=sys.stderr, flush=True)
+
+
+def _answer(envelope: dict[str, Any], code: int) -> int:
+    print(json.dumps(envelope, ensure_ascii=False, default=str, indent=2))
+    return code
+
+
+def cmd_contract(args: argparse.Namespace) -> int:
+    """One request in, one envelope out, whatever happens."""
+    from engine_adapter.cli.main import _actor, _conn
+
+    run_id = None
+    try:
+        request = contract.read_request(sys.stdin.read(), args.request)
+        run_id = request.get("run_id")
+        if args.request == "validate":
+            if not contract.names_a_workflow(request["workflow"]):
+                return _answer(*contract.validate(request))
+            with _conn() as conn:  # a slug: its current version, as `run` would run it
+                return _answer(*contract.validate(request, conn))
+        with _conn() as conn:
+            do = {"run": contract.run, "resume": contract.resume, "propose": contract.propose}
+            return _answer(*do[args.request](conn, request, _actor(args), _emit))
+    except contract.ContractError as err:
+        if args.request == "propose":
+            return _answer(contract.proposal_error(err), err.code)
+        return _answer(contract.error_envelope(err, run_id), err.code)
+    except Exception as err:  # the contract promises an envelope, even for our own bugs
+        # Standard error carries NDJSON only: where it happened goes into the envelope.
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        internal = contract.ContractError(
+            contract.EXIT_INTERNAL,
+            "internal_error",
+            f"{type(err).__name__}: {err}".strip(),
+            [f"at {Path(where.filename).name}:{where.lineno} in {where.name}"],
+        )
+        if args.request == "propose":
+            return _answer(contract.proposal_error(internal), internal.code)
+        return _answer(contract.error_envelope(internal, run_id), internal.code)
+
+
+def add_commands(sub: Any) -> None:
+    for name, help in (
+        ("run", "start a run from a JSON request on stdin; print one JSON envelope"),
+        ("resume", "decide a paused run's gate with its resume token; print one JSON envelope"),
+        (
+            "validate",
+            "check a workflow (a slug or a recipe, as run takes it) given in a JSON request on "
+            "stdin; print one envelope",
+        ),
+        ("propose", "propose a change to a workflow (JSON on stdin); print one envelope"),
+    ):
+        sp = sub.add_parser(name, help=help, description=help + " (see README, Runtime contract)")
+        sp.set_defaults(fn=cmd_contract, request=name)

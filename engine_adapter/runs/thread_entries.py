@@ -1,0 +1,67 @@
+"""A run's thread: appending an entry (a message, a note, a decision) to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from engine_adapter.store import db
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+def append(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    author_kind: str,
+    author: str,
+    kind: str,
+    text: str,
+    *,
+    step_key: str | None = None,
+    dedupe_key: str | None = None,
+    data: Any = None,
+) -> int | None:
+    """Append an entry; returns its seq, or None when dedupe_key was used before."""
+    row = db.fetch_one(
+        conn,
+        "append_entry",
+        dict(
+            run_id=run_id,
+            author_kind=author_kind,
+            author=author,
+            kind=kind,
+            step_key=step_key,
+            dedupe_key=dedupe_key,
+            text=text,
+            data=None if data is None else Jsonb(data),
+        ),
+    )
+    return row["seq"] if row else None
+
+
+def system_note(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    text: str,
+    *,
+    step_key: str | None = None,
+    dedupe_key: str | None = None,
+    data: Any = None,
+) -> int | None:
+    """A note from Threadline itself (System in the thread): what it decided, started, noticed."""
+    return append(
+        conn,
+        run_id,
+        "system",
+        "threadline",
+        "note",
+        text,
+        step_key=step_key,
+        dedupe_key=dedupe_key,
+        data=data,
+    )

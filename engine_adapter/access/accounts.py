@@ -44,7 +44,7 @@ def live(conn: psycopg.Connection[Any], name: str) -> int | None:
 def was_removed(conn: psycopg.Connection[Any], name: str) -> bool:
     """Whether name's account was removed and not added again."""
     return live(conn, name) is None and bool(
-        db.fetch_one(conn, "account_was_removed", dict(name=name))["removed"]
+        db.fetch_row(conn, "account_was_removed", dict(name=name))["removed"]
     )
 
 
@@ -229,4 +229,4 @@ def channels_of(conn: psycopg.Connection[Any], names: Iterable[str]) -> list[dic
 def registered(conn: psycopg.Connection[Any], name: str, channel: str, target: str) -> bool:
     """Whether target is a channel the live account name registered."""
     where = dict(name=name, channel=channel, target=target)
-    return bool(db.fetch_one(conn, "channel_registered", where)["registered"])
+    return bool(db.fetch_row(conn, "channel_registered", where)["registered"])

@@ -33,7 +33,7 @@ class ThreadJournal:
         return [r["data"] for r in rows]
 
     def run_tokens(self) -> int:
-        return int(db.fetch_one(self.conn, "agent_run_tokens", dict(run_id=self.run_id))["used"])
+        return int(db.fetch_row(self.conn, "agent_run_tokens", dict(run_id=self.run_id))["used"])
 
     def human_messages(self, after: int) -> list[dict[str, Any]]:
         return db.fetch_all(

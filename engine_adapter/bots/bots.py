@@ -15,7 +15,8 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from enum import Enum
+from typing import Any, Final, Iterator
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -56,7 +57,15 @@ log = logging.getLogger("threadline.bots")
 LEASE_S = 30
 DEFAULT_TIMEOUT_S = 600.0
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
-_CONTENDED = object()
+
+
+class _Contended(Enum):
+    """A claim lost to another bot: the next candidate is tried at once."""
+
+    CONTENDED = "contended"
+
+
+_CONTENDED: Final = _Contended.CONTENDED
 
 
 @dataclass(frozen=True)
@@ -134,8 +143,8 @@ class BotSlot:
                 return outcome
         return None
 
-    def _claim_once(self) -> Claim | None | object:
-        row = db.fetch_one(
+    def _claim_once(self) -> Claim | None | _Contended:
+        row = db.fetch_row(
             self.conn,
             "claim_step",
             dict(
@@ -214,7 +223,7 @@ class BotSlot:
             self.report(claim, "failed", f"the step cannot run: {err}", None)
             return
         if kind == "dispatch_task":
-            agent = db.fetch_one(self.conn, "run_agent", dict(run_id=claim.run_id))["agent"]
+            agent = db.fetch_row(self.conn, "run_agent", dict(run_id=claim.run_id))["agent"]
             if agent is not None:
                 self.run_agent(claim, BotConfig.from_dict(agent), workdir, timeout_s)
                 return
@@ -510,7 +519,7 @@ class BotSlot:
         # A paused round's attempt did its work: it ends completed, and the step goes on; its
         # call is in the thread already, so there is no reply to write.
         outcome = COMPLETED if status == PAUSED else status
-        outcome_of = db.fetch_one(
+        outcome_of = db.fetch_row(
             self.conn,
             "report_step",
             dict(

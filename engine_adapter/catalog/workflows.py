@@ -97,7 +97,7 @@ def _apply(
         elif source != "proposal" and (why := proposals.refuse_direct(current["recipe"], doc)):
             raise ProtectedChange([why])
         else:
-            version = db.fetch_one(conn, "update_workflow", fields)["version"]
+            version = db.fetch_row(conn, "update_workflow", fields)["version"]
             if _more_room(current["recipe"], recipe):
                 db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=recipe.slug))
         conn.execute(

@@ -277,7 +277,7 @@ class Conductor:
             return 0
         for workflow in (row["workflow"] for row in rows):
             try:
-                admitted += db.fetch_one(
+                admitted += db.fetch_row(
                     self.conn, "admit_queued", dict(queue=QUEUE, workflow=workflow)
                 )["admitted"]
             except Exception:

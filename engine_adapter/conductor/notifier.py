@@ -175,7 +175,7 @@ class Notifier:
         if not accounts.registered(self.conn, due.subject, due.channel, due.target):
             return {}
         where = dict(run_id=due.run_id, gate_key=due.event_key)
-        if not db.fetch_one(self.conn, "gate_still_open", where)["open"]:
+        if not db.fetch_row(self.conn, "gate_still_open", where)["open"]:
             return {}
         issued = resume_tokens.issue(self.conn, due.run_id, due.event_key, due.subject, "link")
         base = os.environ.get(PUBLIC_URL_ENV, DEFAULT_PUBLIC_URL).rstrip("/")

@@ -591,7 +591,7 @@ class RunHandler:
         applied here); what the model reads back."""
         from engine_adapter.model.identity import Actor
 
-        run = db.fetch_one(self.conn, "get_run", dict(run_id=self.run_id))
+        run = db.fetch_row(self.conn, "get_run", dict(run_id=self.run_id))
         slug = run["workflow"]
         try:
             recipe = load_recipe_text(request["recipe"], "recipe")
@@ -746,7 +746,7 @@ class RunHandler:
             )
         except AwaitTimeout:
             with self.conn.transaction():  # first write wins against an event arriving now
-                released = db.fetch_one(
+                released = db.fetch_row(
                     self.conn,
                     "release_wait",
                     dict(queue=QUEUE, step_key=key, payload=Jsonb({"status": "timeout"})),
@@ -838,7 +838,7 @@ class RunHandler:
             channel, wake = db.wake_target(self.run_id, entry_kind)
             # One call: the entry, the run armed (first SEND of this key only: a replay must not
             # re-arm awaiting) and the wake-up (migration 025).
-            seq = db.fetch_one(
+            seq = db.fetch_row(
                 self.conn,
                 "send_entry",
                 {
@@ -1072,7 +1072,7 @@ class RunHandler:
         )
 
     def db_now(self) -> datetime:
-        return db.fetch_one(self.conn, "db_now")["now"]
+        return db.fetch_row(self.conn, "db_now")["now"]
 
 
 def _branch_output(finished: dict[str, Any]) -> Any:

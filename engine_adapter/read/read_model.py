@@ -155,7 +155,7 @@ def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
 
 def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     workers = list_workers(conn)
-    counts = db.fetch_one(conn, "health_counts")
+    counts = db.fetch_row(conn, "health_counts")
 
     def view(kind: str) -> list[dict[str, Any]]:
         return [
@@ -248,8 +248,8 @@ def runnable_unclaimed(conn: psycopg.Connection[Any], limit: int = 50) -> list[d
 
 def conductor_beat(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """The heartbeat badge's inputs: health plus the newest conductor beat."""
-    beat = db.fetch_one(conn, "last_conductor_beat")
+    beat = db.fetch_row(conn, "last_conductor_beat")
     return health(conn) | {
         "last_beat_at": beat["last_beat_at"],
-        "db_now": db.fetch_one(conn, "db_now")["now"],
+        "db_now": db.fetch_row(conn, "db_now")["now"],
     }

@@ -199,7 +199,7 @@ def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
 def chart_data(
     conn: psycopg.Connection[Any], filters: RunFilters
 ) -> dict[str, list[dict[str, Any]]]:
-    now = db.fetch_one(conn, "db_now")["now"]
+    now = db.fetch_row(conn, "db_now")["now"]
     since, bucket = chart_window(filters, now)
     common = dict(since=since, workflow=filters.workflow)
     # Whole days from a day's start: the counts kept by day answer (the charts ignore `until`).

@@ -43,7 +43,7 @@ def spawn_branch(
 ) -> dict[str, Any]:
     """Start one branch as a child run of the parent's workflow version; say so in the thread."""
     with conn.transaction():
-        parent = db.fetch_one(conn, "get_run", dict(run_id=parent_id))
+        parent = db.fetch_row(conn, "get_run", dict(run_id=parent_id))
         child = ChildOf(
             run_id=parent_id,
             step=path,

@@ -79,7 +79,7 @@ def emit(
             key = f"event:{name}:{event_id}:{slug}"
             spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=key)
             runs.append(EventRun(slug, spawned.run_id, spawned.created))
-        released = db.fetch_one(
+        released = db.fetch_row(
             conn,
             "deliver_event",
             dict(

@@ -51,7 +51,7 @@ def issue(
     """A new token for the gate the run waits at (gate_key)."""
     token = PREFIX + secrets.token_urlsafe(32)
     with conn.transaction():
-        row = db.fetch_one(
+        row = db.fetch_row(
             conn,
             "insert_resume_token",
             dict(

@@ -62,7 +62,7 @@ class Report:
 def by_workflow(conn: psycopg.Connection[Any]) -> dict[str, Jsonb]:
     """Each workflow's retention of runs and of output in seconds (its own, else the default),
     as the queries take them: {"runs": {slug: s}, "output": {slug: s}}."""
-    row = db.fetch_one(conn, "retention_defaults")
+    row = db.fetch_row(conn, "retention_defaults")
     default = {"runs": row["runs_s"], "output": row["output_s"]}
     out: dict[str, dict[str, float]] = {key: {} for key in RETENTION_KEYS}
     for wf in db.fetch_all(conn, "workflow_retentions"):
@@ -80,7 +80,7 @@ def cleanup(
     if actor is not None and not dry_run:
         authorization.authorize(conn, actor, authorization.Action.CLEANUP)
     if dry_run:
-        counts = db.fetch_one(conn, "count_past_retention", by_workflow(conn))
+        counts = db.fetch_row(conn, "count_past_retention", by_workflow(conn))
         return Report(
             counts["runs"],
             counts["outputs"],
@@ -89,10 +89,10 @@ def cleanup(
             counts["ticks"],
             dry_run=True,
         )
-    if not db.fetch_one(conn, "try_cleanup_lock")["locked"]:
+    if not db.fetch_row(conn, "try_cleanup_lock")["locked"]:
         return None
     try:
-        record = db.fetch_one(conn, "start_cleanup", dict(by=by))["id"]
+        record = db.fetch_row(conn, "start_cleanup", dict(by=by))["id"]
         report, error = Report(), None
         try:
             report = _remove(conn)
@@ -121,8 +121,8 @@ def _remove(conn: psycopg.Connection[Any]) -> Report:
     keep = by_workflow(conn)
     runs = _in_batches(conn, "runs_past_retention", "delete_runs", keep)
     outputs = _in_batches(conn, "outputs_past_retention", "delete_outputs", keep)
-    events = db.fetch_one(conn, "cleanup_engine_events", dict(limit=EVENTS_BATCH))
-    workers = db.fetch_one(conn, "prune_dead_workers")
+    events = db.fetch_row(conn, "cleanup_engine_events", dict(limit=EVENTS_BATCH))
+    workers = db.fetch_row(conn, "prune_dead_workers")
     ticks = _prune_ticks(conn, keep["runs"])
     db.fetch_one(conn, "fold_run_counts")  # the runs page's counts read fewer rows
     return Report(runs, outputs, events["removed"], workers["removed"], ticks)
@@ -133,7 +133,7 @@ def _prune_ticks(conn: psycopg.Connection[Any], runs: Jsonb) -> int:
     removed = 0
     for _ in range(MAX_BATCHES):
         with conn.transaction():
-            batch = db.fetch_one(conn, "prune_schedule_ticks", dict(runs=runs, limit=TICKS_BATCH))
+            batch = db.fetch_row(conn, "prune_schedule_ticks", dict(runs=runs, limit=TICKS_BATCH))
         removed += batch["removed"]
         if batch["removed"] < TICKS_BATCH:
             break
@@ -150,7 +150,7 @@ def _in_batches(
             ids = [r["run_id"] for r in db.fetch_all(conn, select, dict(keep, limit=BATCH))]
             if not ids:
                 break
-            removed += db.fetch_one(conn, delete, dict(run_ids=ids))["removed"]
+            removed += db.fetch_row(conn, delete, dict(run_ids=ids))["removed"]
         if len(ids) < BATCH:
             break
     return removed
@@ -177,7 +177,7 @@ def describe_last(row: dict[str, Any] | None) -> str:
 
 
 def defaults(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-    row = db.fetch_one(conn, "retention_defaults")
+    row = db.fetch_row(conn, "retention_defaults")
     return {
         "runs": format_duration(row["runs_s"]),
         "output": format_duration(row["output_s"]),
@@ -196,7 +196,7 @@ def set_default(conn: psycopg.Connection[Any], key: str, duration: str, actor: A
         raise RetentionError(f"retention {key}: {err}") from None
     target = dict(detail={key: duration})
     with authorization.transaction(conn, actor, authorization.Action.SET_RETENTION, **target):
-        row = db.fetch_one(conn, "retention_defaults")
+        row = db.fetch_row(conn, "retention_defaults")
         values = {"runs": row["runs_s"], "output": row["output_s"], key: seconds}
         if values["output"] > values["runs"]:
             raise RetentionError(

@@ -81,7 +81,7 @@ def readmit(conn: psycopg.Connection[Any]) -> int:
     """Admit the queued runs that fit now, every workflow's (the reconcile sweep does this too)."""
     admitted = 0
     for row in db.fetch_all(conn, "workflows_with_queued_runs"):
-        admitted += db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=row["workflow"]))[
+        admitted += db.fetch_row(conn, "admit_queued", dict(queue=QUEUE, workflow=row["workflow"]))[
             "admitted"
         ]
     return admitted

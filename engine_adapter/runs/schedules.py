@@ -72,7 +72,7 @@ def tick(
 ) -> list[Fired]:
     """Fire every due slot of every enabled schedule; returns what this call fired or skipped."""
     if now is None:
-        now = db.fetch_one(conn, "db_now")["now"]
+        now = db.fetch_row(conn, "db_now")["now"]
     out: list[Fired] = []
     if pause.state(conn) is not None:
         return out  # paused: no slot fires; after unpause each schedule's catch_up applies
@@ -119,7 +119,7 @@ def _fire(conn: psycopg.Connection[Any], slug: str, now: datetime, caller: str) 
         wf = db.fetch_one(conn, "lock_scheduled_workflow", dict(slug=slug))
         if wf is None:
             return None  # disabled or cleared since it was read: stop at once
-        last = db.fetch_one(conn, "last_schedule_tick", dict(workflow=slug))["slot"]
+        last = db.fetch_row(conn, "last_schedule_tick", dict(workflow=slug))["slot"]
         schedule, due = _plan(wf, last, now)
         if not due:
             return None
@@ -177,7 +177,7 @@ def schedule_list(
 ) -> list[dict[str, Any]]:
     """Every schedule in words with its next fire times (disabled ones too, marked so)."""
     if now is None:
-        now = db.fetch_one(conn, "db_now")["now"]
+        now = db.fetch_row(conn, "db_now")["now"]
     out = []
     for wf in db.fetch_all(conn, "scheduled_workflows", dict(all=True)):
         item: dict[str, Any] = {

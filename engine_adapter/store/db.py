@@ -68,6 +68,15 @@ def fetch_one(
     return conn.execute(q(name), params).fetchone()
 
 
+def fetch_row(conn: psycopg.Connection[Any], name: str, params: Any = None) -> dict[str, Any]:
+    """The row of a query that always returns one (an aggregate, a function call, a RETURNING
+    of a write that always writes); none back is a bug, said by name."""
+    row = fetch_one(conn, name, params)
+    if row is None:
+        raise RuntimeError(f"query {name!r} returned no row")
+    return row
+
+
 def fetch_all(conn: psycopg.Connection[Any], name: str, params: Any = None) -> list[dict[str, Any]]:
     return conn.execute(q(name), params).fetchall()
 

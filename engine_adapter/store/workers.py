@@ -31,7 +31,7 @@ class Worker:
         self.id = f"{kind}-{self.host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._conn = db.connect(url, role=kind)
         warn_if_superuser(self._conn, kind)
-        row = db.fetch_one(
+        row = db.fetch_row(
             self._conn,
             "register_worker",
             dict(

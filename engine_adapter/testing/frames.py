@@ -115,7 +115,7 @@ def step_tries_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame
         c["checkpoint_name"]: c["state"]
         for c in db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
     }
-    now = db.fetch_one(conn, "db_now")["now"]
+    now = db.fetch_row(conn, "db_now")["now"]
     tries: dict[str, dict[str, Any]] = {}
     for entry in _step_entries(conn, run_id):
         key = entry["step_key"]
@@ -194,7 +194,7 @@ def workers_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     run = db.fetch_one(conn, "get_run", dict(run_id=run_id))
     if run is None:
         raise thread_entries.RunNotFound(f"no run {run_id}")
-    end = run["finished_at"] or db.fetch_one(conn, "db_now")["now"]
+    end = run["finished_at"] or db.fetch_row(conn, "db_now")["now"]
     rows = [
         w
         for w in reversed(list_workers(conn))  # newest first there
@@ -242,7 +242,7 @@ def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
     """Bars for a timeline: process liveness (start to last heartbeat, or now while alive), step
     tries (sent to ended) and bot attempts (claimed to finished). Open bars end at now."""
     run = run_view(conn, run_id, thread_limit=1)
-    now = db.fetch_one(conn, "db_now")["now"]
+    now = db.fetch_row(conn, "db_now")["now"]
     run_start = run.created_at
     run_end = run.finished_at or now
     rows: list[dict[str, Any]] = []

@@ -156,6 +156,7 @@ def alive_count(conn: psycopg.Connection[Any], kind: str) -> int:
     row = conn.execute(
         "select count(*) as n from threadline.live_workers where kind = %s", (kind,)
     ).fetchone()
+    assert row is not None  # an aggregate returns one row
     return row["n"]
 
 
@@ -204,7 +205,7 @@ def with_dbname(url: str, name: str) -> str:
     """The same server URL, naming another database."""
     info = psycopg.conninfo.conninfo_to_dict(url)
     info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)
+    return psycopg.conninfo.make_conninfo("", **info)
 
 
 class ProcessSet:
@@ -270,7 +271,7 @@ class ProcessSet:
             wait_for(
                 lambda: (
                     proc.poll() is not None
-                    or db.fetch_one(conn, "live_worker_by_pid", params)["alive"]
+                    or db.fetch_row(conn, "live_worker_by_pid", params)["alive"]
                 ),
                 timeout,
                 interval=0.02,

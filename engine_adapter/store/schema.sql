@@ -1,0 +1,2889 @@
+-- The current schema `threadline`, generated from a freshly migrated database; do not
+-- edit it: the migrations in sql/migrations/ are what change it.
+-- Regenerate with `.venv/bin/python scripts/current_schema.py`. PostgreSQL 18.
+
+--
+-- PostgreSQL database dump
+--
+
+--
+-- Name: threadline; Type: SCHEMA; Schema: -; Owner: -
+--
+
+CREATE SCHEMA threadline;
+
+--
+-- Name: active_runs(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.active_runs(p_workflow text) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+  select count(*)::integer from threadline.run_threads
+   where workflow = p_workflow and admitted_at is not null
+     and state not in ('completed', 'failed', 'cancelled');
+$$;
+
+--
+-- Name: active_top_runs(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.active_top_runs(p_initiator text) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+  select count(*)::integer from threadline.run_threads
+   where parent_run_id is null and admitted_at is not null
+     and state not in ('completed', 'failed', 'cancelled')
+     and (p_initiator is null or initiator = p_initiator);
+$$;
+
+--
+-- Name: admit_all(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.admit_all(p_queue text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_global integer;
+  v_cap integer;
+  v_run record;
+  v_admitted integer := 0;
+begin
+  perform threadline.require_caller(
+    array['conductor', 'console', 'hooks'], 'admitting runs');
+  if not exists (select 1 from threadline.run_threads where state = 'queued') then
+    return 0;
+  end if;
+  select max_runs into v_global from threadline.run_limits where kind = 'global';
+  for v_run in
+    select run_id, workflow, initiator from threadline.run_threads
+     where state = 'queued' order by queue_seq for update
+  loop
+    exit when v_global is not null and threadline.active_top_runs(null) >= v_global;
+    select (recipe ->> 'max_concurrent_runs')::integer into v_cap
+      from threadline.workflows where slug = v_run.workflow;
+    continue when v_cap is not null and threadline.active_runs(v_run.workflow) >= v_cap;
+    select max_runs into v_cap from threadline.run_limits
+     where kind = 'initiator' and name = v_run.initiator;
+    continue when v_cap is not null and threadline.active_top_runs(v_run.initiator) >= v_cap;
+    if threadline.admit_run(p_queue, v_run.run_id, 'Starting: a place is free.') then
+      v_admitted := v_admitted + 1;
+    end if;
+  end loop;
+  return v_admitted;
+end;
+$$;
+
+--
+-- Name: admit_queued(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.admit_queued(p_queue text, p_workflow text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_max integer;
+  v_run record;
+  v_admitted integer := 0;
+begin
+  perform threadline.require_caller(
+    array['conductor', 'console', 'hooks'], 'admitting runs');
+  perform threadline.lock_admission(p_workflow);
+  if exists (select 1 from threadline.run_limits) then
+    return threadline.admit_all(p_queue);
+  end if;
+  if not exists (select 1 from threadline.run_threads where workflow = p_workflow and state = 'queued') then
+    return 0;  -- the common case (checked under the lock: a queued run committed before it is seen)
+  end if;
+  select (recipe ->> 'max_concurrent_runs')::integer into v_max
+    from threadline.workflows where slug = p_workflow;
+  for v_run in
+    select run_id from threadline.run_threads
+     where workflow = p_workflow and state = 'queued'
+     order by queue_seq
+     limit case when v_max is null then null
+                else greatest(v_max - threadline.active_runs(p_workflow), 0) end
+     for update
+  loop
+    if threadline.admit_run(p_queue, v_run.run_id,
+         'Starting: a place is free (max_concurrent_runs '
+           || coalesce(v_max::text, 'no longer set') || ').') then
+      v_admitted := v_admitted + 1;
+    end if;
+  end loop;
+  return v_admitted;
+end;
+$$;
+
+--
+-- Name: admit_run(text, uuid, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.admit_run(p_queue text, p_run_id uuid, p_note text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  update threadline.run_threads
+     set state = 'pending', admitted_at = absurd.current_time(), updated_at = now()
+   where run_id = p_run_id and state = 'queued';
+  if not found then
+    return false;
+  end if;
+  perform absurd.emit_event(p_queue, 'threadline.run.admit:' || p_run_id,
+                            jsonb_build_object('at', absurd.current_time()));
+  if exists (select 1 from threadline.thread_entries
+              where run_id = p_run_id and dedupe_key = 'queued') then
+    perform threadline.append_entry(p_run_id, 'system', 'threadline', 'note', null, 'admitted',
+                                    p_note, null);
+  end if;
+  perform threadline.wake('threadline', 'admitted:' || p_run_id);
+  return true;
+end;
+$$;
+
+--
+-- Name: agent_snapshot(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.agent_snapshot(p_bot text) RETURNS jsonb
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select jsonb_build_object(
+           'name', b.name, 'base_url', b.base_url, 'model', b.model,
+           'temperature', b.temperature, 'max_tokens', b.max_tokens,
+           'api_key_env', b.api_key_env, 'max_turns', b.max_turns,
+           'max_tokens_per_run', b.max_tokens_per_run,
+           'price_in', p.input_per_mtok::float8, 'price_out', p.output_per_mtok::float8)
+    from threadline.bots b
+    left join threadline.model_prices p on p.model = b.model
+   where b.name = p_bot
+$$;
+
+--
+-- Name: announce_change(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.announce_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if not threadline.feed_followed() then
+    return null;
+  end if;
+  perform threadline.wake('threadline_changes',
+                          tg_table_name || ':' ||
+                          coalesce(to_jsonb(coalesce(new, old)) ->> 'run_id', ''));
+  return null;
+end;
+$$;
+
+--
+-- Name: append_entry(uuid, text, text, text, text, text, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.append_entry(p_run_id uuid, p_author_kind text, p_author text, p_kind text, p_step_key text, p_dedupe_key text, p_text text, p_data jsonb) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_seq integer;
+  v_bot text;
+  v_created timestamptz;
+  v_token threadline.resume_tokens;
+  v_caller text := threadline.caller_kind();
+begin
+  if not (v_caller in ('owner', 'hooks')
+          or (v_caller = 'bots' and p_author_kind = 'bot')
+          or (v_caller = 'conductor' and p_author_kind = 'system')
+          or (v_caller = 'console' and p_author_kind in ('human', 'system'))) then
+    perform threadline.refuse(format('writing a %s entry', p_author_kind));
+  end if;
+  select next_seq, bot, created_at into v_seq, v_bot, v_created
+    from threadline.run_threads where run_id = p_run_id for update;
+  if v_seq is null then
+    raise exception 'run % not found', p_run_id using errcode = 'P0002';
+  end if;
+  if v_caller = 'hooks' then
+    v_token := threadline.token_used_here(p_step_key);
+    if not coalesce((p_author_kind = 'system' and v_created = now())
+                    or (p_author_kind = 'human' and p_kind = 'decision'
+                        and v_token.run_id = p_run_id and v_token.subject = p_author), false) then
+      perform threadline.refuse(format('writing a %s entry', p_author_kind));
+    end if;
+  end if;
+  if p_author_kind = 'bot' and p_author <> v_bot then
+    raise exception 'bot "%" may not write to run %: its thread is bound to bot "%"',
+      p_author, p_run_id, v_bot using errcode = 'P0001';
+  end if;
+  if p_dedupe_key is not null and exists (
+    select 1 from threadline.thread_entries where run_id = p_run_id and dedupe_key = p_dedupe_key
+  ) then
+    return null;
+  end if;
+  insert into threadline.thread_entries
+    (run_id, seq, author_kind, author, kind, step_key, dedupe_key, text, data)
+  values (p_run_id, v_seq, p_author_kind, p_author, p_kind, p_step_key, p_dedupe_key, p_text, p_data);
+  update threadline.run_threads set next_seq = v_seq + 1, updated_at = now() where run_id = p_run_id;
+  return v_seq;
+end;
+$$;
+
+--
+-- Name: audit_authorization(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.audit_authorization(p_row jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() not in ('owner', 'console') then
+    perform threadline.refuse('auditing an authorization');
+  end if;
+  insert into threadline.authorization_audit
+    (actor, account_id, label, door, action, run_id, workflow, detail, outcome, reason)
+  values (p_row ->> 'actor', (p_row ->> 'account_id')::bigint, p_row ->> 'label',
+          p_row ->> 'door', p_row ->> 'action', (p_row ->> 'run_id')::uuid,
+          p_row ->> 'workflow', p_row -> 'detail', p_row ->> 'outcome', p_row ->> 'reason');
+end;
+$$;
+
+--
+-- Name: audit_decision(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.audit_decision(p_row jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_token threadline.resume_tokens;
+begin
+  if v_caller = 'hooks' then
+    v_token := threadline.token_used_here(p_row ->> 'gate_key');
+    if not coalesce(p_row ->> 'via' = 'link' and case p_row ->> 'outcome'
+         when 'decided' then
+           v_token.subject = p_row ->> 'actor'
+           and v_token.run_id = (p_row ->> 'run_id')::uuid
+           and exists (select 1 from threadline.decisions d
+                        where d.step_key = p_row ->> 'gate_key' and d.actor = p_row ->> 'actor'
+                          and d.via = 'link')
+         when 'refused' then
+           p_row ->> 'actor' is null or exists (
+             select 1 from threadline.resume_tokens t
+              where t.run_id = (p_row ->> 'run_id')::uuid and t.gate_key = p_row ->> 'gate_key'
+                and t.subject = p_row ->> 'actor')
+         else false end, false) then
+      perform threadline.refuse('auditing a decision other than its resume token''s');
+    end if;
+  elsif v_caller not in ('owner', 'conductor', 'console') then
+    perform threadline.refuse('auditing a decision');
+  end if;
+  insert into threadline.decision_audit
+  select r.* from jsonb_populate_record(null::threadline.decision_audit,
+                    p_row || jsonb_build_object('id', nextval('threadline.decision_audit_id_seq'),
+                                                'created_at', now())) r;
+end;
+$$;
+
+--
+-- Name: caller_kind(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.caller_kind() RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select case
+    when r.rolsuper or pg_has_role(session_user,
+      (select nspowner from pg_namespace where nspname = 'threadline'), 'member') then 'owner'
+    when pg_has_role(session_user, 'threadline_conductor', 'member') then 'conductor'
+    when pg_has_role(session_user, 'threadline_bots', 'member') then 'bots'
+    when pg_has_role(session_user, 'threadline_console', 'member') then 'console'
+    when pg_has_role(session_user, 'threadline_hooks', 'member') then 'hooks'
+    when pg_has_role(session_user, 'threadline_viewer', 'member') then 'viewer'
+    else 'other'
+  end
+  from pg_roles r where r.rolname = session_user;
+$$;
+
+--
+-- Name: child_finished(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.child_finished() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_payload jsonb := jsonb_build_object(
+    'status', new.state, 'run_id', new.run_id, 'branch', new.parent ->> 'branch',
+    'outputs', coalesce(new.outputs, '{}'::jsonb));
+  v_event text;
+begin
+  perform absurd.emit_event(tg_argv[0], 'threadline.run.done:' || new.run_id, v_payload);
+  for v_event in select jsonb_array_elements_text(coalesce(new.parent -> 'notify', '[]'::jsonb))
+  loop
+    perform absurd.emit_event(tg_argv[0], v_event, v_payload);
+  end loop;
+  perform threadline.wake('threadline', 'child:' || new.parent_run_id);
+  return null;
+end;
+$$;
+
+--
+-- Name: claim_step(text[], text, text, double precision); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.claim_step(p_bots text[], p_worker_id text, p_host text, p_lease_s double precision) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_cand record;
+  v_first record;
+  v_found integer := 0;
+  v_lost jsonb;
+  v_attempt integer;
+  v_failures integer;
+  v_text text;
+  v_data jsonb;
+  v_free boolean;
+begin
+  -- Up to two candidates, locked (skip locked): the first is claimed, the second only says there
+  -- is more; its lock goes with this short transaction.
+  for v_cand in
+    select rt.run_id, rt.await_key, rt.bot
+      from threadline.run_threads rt
+     where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
+       and (p_bots is null or rt.bot = any (p_bots))
+       and threadline.step_key_free(rt.await_key)
+     order by rt.updated_at
+     limit 2
+       for update of rt skip locked
+  loop
+    v_found := v_found + 1;
+    if v_found = 1 then
+      v_first := v_cand;
+    end if;
+  end loop;
+  if v_found = 0 then
+    return '{}'::jsonb;
+  end if;
+  -- Re-checked with a fresh snapshot: the candidate query's may predate a claim another bot
+  -- committed just before this one locked the run.
+  select threadline.step_key_free(v_first.await_key) into v_free;
+  if not v_free then
+    return '{"contended": true}'::jsonb;
+  end if;
+  -- The caller must still be alive. A statement runs to its end even when its client has died
+  -- meanwhile: a bot killed just after another of its slots claimed would otherwise find that
+  -- claim lost (its own liveness lock gone with it) and claim again, for no process.
+  if not exists (select 1 from threadline.live_workers where id = p_worker_id) then
+    return '{}'::jsonb;
+  end if;
+  with lost as (
+    update threadline.step_claims
+       set finished_at = now(), outcome = 'lost'
+     where step_key = v_first.await_key and finished_at is null
+    returning attempt, host, pgid, worker_id
+  )
+  select coalesce(jsonb_agg(to_jsonb(lost)), '[]'::jsonb) into v_lost from lost;
+  select coalesce(max(c.attempt), 0) + 1, count(*) filter (where c.outcome = 'failed')
+    into v_attempt, v_failures
+    from threadline.step_claims c
+   where c.step_key = v_first.await_key;
+  select e.text, e.data into v_text, v_data
+    from threadline.thread_entries e
+   where e.run_id = v_first.run_id and e.step_key = v_first.await_key and e.kind = 'instruction';
+  insert into threadline.step_claims (step_key, attempt, run_id, worker_id, host, lease_until)
+  values (v_first.await_key, v_attempt, v_first.run_id, p_worker_id, p_host,
+          now() + make_interval(secs => p_lease_s));
+  return jsonb_build_object(
+    'run_id', v_first.run_id, 'step_key', v_first.await_key, 'bot', v_first.bot,
+    'attempt', v_attempt, 'failures', v_failures, 'text', v_text, 'data', v_data,
+    'lost', v_lost, 'more', v_found > 1);
+end;
+$$;
+
+--
+-- Name: cleanup_engine_events(integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.cleanup_engine_events(p_limit integer) RETURNS integer
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select absurd.cleanup_events('threadline', (select runs_s from threadline.retention_defaults),
+                               p_limit);
+$$;
+
+--
+-- Name: count_runs(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.count_runs() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_shard smallint := pg_backend_pid() % 16;
+  v_old text[];
+  v_new text[];
+  v_row text[];
+begin
+  -- (day, workflow, state, step) taken off and put on, each from its own row version; in a fixed
+  -- order, so two transactions moving runs in opposite directions (failed -> running by a retry,
+  -- running -> failed) never deadlock. Listed as the runs page lists runs: top-level runs and
+  -- sub-workflows; parallel branches and foreach items are in their parent.
+  if tg_op <> 'INSERT' and (old.parent_run_id is null or old.trigger ->> 'what' = 'sub-workflow') then
+    v_old := array[threadline.run_day(old.created_at)::text, old.workflow, old.state,
+                   case when old.state = 'failed' then coalesce(old.current_step, '') else '' end];
+  end if;
+  if tg_op <> 'DELETE' and (new.parent_run_id is null or new.trigger ->> 'what' = 'sub-workflow') then
+    v_new := array[threadline.run_day(new.created_at)::text, new.workflow, new.state,
+                   case when new.state = 'failed' then coalesce(new.current_step, '') else '' end];
+  end if;
+  if v_old is not distinct from v_new then  -- nothing counted moved (or a run never listed)
+    return null;
+  end if;
+  foreach v_row slice 1 in array (
+    select array_agg(array[x.day, x.workflow, x.state, x.step, x.delta::text]
+                     order by x.day::timestamptz, x.workflow, x.state, x.step)
+      from (values (v_old[1], v_old[2], v_old[3], v_old[4], -1),
+                   (v_new[1], v_new[2], v_new[3], v_new[4], 1)) x (day, workflow, state, step, delta)
+     where x.state is not null)
+  loop
+    insert into threadline.run_counts as c (day, workflow, state, step, shard, runs)
+    values (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard, v_row[5]::integer)
+    on conflict (day, workflow, state, step, shard)
+    do update set runs = c.runs + excluded.runs;
+  end loop;
+  return null;
+end;
+$$;
+
+--
+-- Name: decision_by_token(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.decision_by_token() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() = 'hooks' and not threadline.token_used_for(new.step_key) then
+    perform threadline.refuse(format('deciding gate %s without a resume token', new.step_key));
+  end if;
+  return new;
+end;
+$$;
+
+--
+-- Name: delete_outputs(uuid[]); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.delete_outputs(p_run_ids uuid[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_count integer;
+begin
+  delete from threadline.thread_entries e
+   using threadline.run_threads r
+   where e.run_id = r.run_id and r.run_id = any (p_run_ids)
+     and r.state in ('completed', 'failed', 'cancelled')
+     and e.author_kind = 'bot' and e.kind = 'progress';
+  get diagnostics v_count = row_count;
+  return v_count;
+end;
+$$;
+
+--
+-- Name: delete_runs(uuid[]); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.delete_runs(p_run_ids uuid[]) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_top uuid;
+  v_tree uuid[];
+  v_locked integer;
+  v_ids uuid[] := '{}';
+  v_runs integer := 0;
+begin
+  for v_top in
+    select run_id from threadline.run_threads
+     where run_id = any (p_run_ids) and parent_run_id is null
+       and state in ('completed', 'failed', 'cancelled')
+  loop
+    with recursive tree as (
+      select v_top as run_id
+      union all
+      select c.run_id from threadline.run_threads c join tree t on c.parent_run_id = t.run_id
+    )
+    select array_agg(run_id) into v_tree from tree;
+    select count(*) into v_locked from (
+      select run_id from threadline.run_threads where run_id = any (v_tree)
+         for update skip locked) l;
+    if v_locked = cardinality(v_tree) then
+      v_ids := v_ids || v_tree;
+      v_runs := v_runs + 1;
+    end if;
+  end loop;
+  if cardinality(v_ids) = 0 then
+    return 0;
+  end if;
+  delete from threadline.thread_entries where run_id = any (v_ids);
+  delete from threadline.step_claims where run_id = any (v_ids);
+  delete from threadline.decisions where run_id = any (v_ids);
+  delete from threadline.resume_tokens where run_id = any (v_ids);
+  delete from threadline.event_waits where run_id = any (v_ids);
+  delete from threadline.notifications where run_id = any (v_ids);
+  delete from threadline.webhook_deliveries where run_id = any (v_ids);
+  delete from threadline.run_journal where run_id = any (v_ids);
+  delete from absurd.w_threadline where task_id = any (v_ids);
+  delete from absurd.c_threadline where task_id = any (v_ids);
+  delete from absurd.r_threadline where task_id = any (v_ids);
+  delete from absurd.t_threadline where task_id = any (v_ids);
+  delete from threadline.run_threads where run_id = any (v_ids);
+  return v_runs;
+end;
+$$;
+
+--
+-- Name: deliver_event(text, text, text, text, jsonb, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.deliver_event(p_queue text, p_name text, p_key text, p_event_id text, p_payload jsonb, p_source jsonb) RETURNS text[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_event threadline.outside_events;
+  v_wait record;
+  v_released text[] := '{}';
+begin
+  perform threadline.require_caller(array['console', 'hooks', 'conductor'], 'delivering an event');
+  if threadline.caller_kind() = 'hooks'
+     and not threadline.webhook_delivers(p_name, p_event_id) then
+    perform threadline.refuse(format('delivering event %s as %s', p_name, p_event_id));
+  end if;
+  perform threadline.lock_event(p_name, p_key);
+  insert into threadline.outside_events (name, key, event_id, payload, source)
+  values (p_name, p_key, p_event_id, p_payload, p_source)
+  on conflict (name, event_id) do nothing
+  returning * into v_event;
+  if v_event.id is null then
+    return v_released;  -- delivered before: it released what it could then
+  end if;
+  for v_wait in
+    select step_key from threadline.event_waits
+     where p_name = any (names) and key is not distinct from p_key
+       and since <= v_event.received_at
+     order by created_at
+     for update
+  loop
+    if threadline.release_wait(p_queue, v_wait.step_key, threadline.event_result(v_event)) then
+      v_released := v_released || v_wait.step_key;
+    end if;
+  end loop;
+  return v_released;
+end;
+$$;
+
+--
+-- Name: emit_debug_event(text, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.emit_debug_event(p_queue text, p_event text, p_payload jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'emitting an event by hand');
+  if lower(btrim(p_event)) like 'threadline.%' then
+    raise exception 'event "%" is Threadline''s own: it is emitted only by its checked paths', p_event
+      using errcode = 'insufficient_privilege';
+  end if;
+  perform absurd.emit_event(p_queue, p_event, p_payload);
+end;
+$$;
+
+--
+-- Name: emit_retry(text, uuid, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.emit_retry(p_queue text, p_run_id uuid, p_step_key text, p_payload jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'retrying a run');
+  if not exists (select 1 from threadline.run_threads
+                  where run_id = p_run_id and state = 'failed'
+                    and run_id::text || ':' || current_step || ':' || current_try = p_step_key) then
+    raise exception 'run % is not failed at step key %', p_run_id, p_step_key
+      using errcode = 'P0001';
+  end if;
+  perform absurd.emit_event(p_queue, 'threadline.run.retry:' || p_step_key, p_payload);
+end;
+$$;
+
+--
+-- Name: emit_step_done(text, uuid, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.emit_step_done(p_queue text, p_run_id uuid, p_step_key text, p_payload jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_run record;
+begin
+  if v_caller not in ('owner', 'conductor') then
+    select await_key, await_kind into v_run from threadline.run_threads where run_id = p_run_id;
+    if v_run.await_key is distinct from p_step_key
+       or (v_caller = 'bots' and v_run.await_kind is distinct from 'bot')
+       or (v_caller in ('console', 'hooks') and (v_run.await_kind is distinct from 'gate'
+           or not exists (select 1 from threadline.decisions where step_key = p_step_key)))
+       or (v_caller = 'hooks' and not threadline.token_used_for(p_step_key))
+       or v_caller not in ('bots', 'console', 'hooks') then
+      perform threadline.refuse(format('releasing step %s', p_step_key));
+    end if;
+  end if;
+  perform absurd.emit_event(p_queue, 'threadline.step.done:' || p_step_key, p_payload);
+  update threadline.run_threads
+     set awaiting = false, last_emitted_key = p_step_key, updated_at = now()
+   where run_id = p_run_id and await_key = p_step_key and awaiting;
+  perform threadline.wake('threadline', 'step.done:' || p_run_id);
+end;
+$$;
+
+--
+-- Name: outside_events; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.outside_events (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    key text,
+    event_id text NOT NULL,
+    payload jsonb NOT NULL,
+    source jsonb,
+    received_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: event_result(threadline.outside_events); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.event_result(p_event threadline.outside_events) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  select jsonb_build_object('status', 'completed', 'output', p_event.payload,
+                            'event', p_event.name, 'event_id', p_event.event_id,
+                            'key', p_event.key, 'received_at', p_event.received_at);
+$$;
+
+--
+-- Name: feed_followed(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.feed_followed() RETURNS boolean
+    LANGUAGE sql
+    AS $$
+  select case when pg_try_advisory_lock(7415, 0) then not pg_advisory_unlock(7415, 0)
+              else true end
+$$;
+
+--
+-- Name: fold_run_counts(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.fold_run_counts() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_deleted integer;
+  v_sums jsonb;
+  v_kept integer;
+begin
+  -- The rows deleted are exactly the rows summed: a writer adding to one of them meanwhile waits
+  -- for this transaction, then finds it gone and adds a row of its own.
+  with folded as (
+    delete from threadline.run_counts
+     where day < threadline.run_day(now())
+    returning day, workflow, state, step, runs
+  )
+  select (select count(*) from folded),
+         (select jsonb_agg(s) from (select day, workflow, state, step, sum(runs)::integer as runs
+                                      from folded group by 1, 2, 3, 4) s)
+    into v_deleted, v_sums;
+  insert into threadline.run_counts as c (day, workflow, state, step, shard, runs)
+  select day, workflow, state, step, 0, runs
+    from jsonb_to_recordset(coalesce(v_sums, '[]'::jsonb))
+         as x (day timestamptz, workflow text, state text, step text, runs integer)
+   where runs <> 0
+  on conflict (day, workflow, state, step, shard) do update set runs = c.runs + excluded.runs;
+  get diagnostics v_kept = row_count;
+  return v_deleted - v_kept;
+end;
+$$;
+
+--
+-- Name: follow_feed(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.follow_feed() RETURNS void
+    LANGUAGE sql
+    AS $$
+  select pg_advisory_lock_shared(7415, 0)
+$$;
+
+--
+-- Name: keep_journal(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.keep_journal() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  insert into threadline.run_journal (run_id, name, state, status, written_at)
+  values (new.task_id, new.checkpoint_name, new.state, new.status, new.updated_at)
+  on conflict (run_id, name) do update
+     set state = excluded.state, status = excluded.status, written_at = excluded.written_at;
+  return null;
+end;
+$$;
+
+--
+-- Name: link_account_is_the_subjects(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.link_account_is_the_subjects() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() = 'hooks'
+     and (new.minted_by is not null
+          or (new.account_id is not null
+              and new.account_id is distinct from (select a.id from threadline.accounts a
+                                                    where a.name = new.actor
+                                                      and a.removed_at is null))) then
+    perform threadline.refuse(format('recording a decision by link for another account than %s''s',
+                                     new.actor));
+  end if;
+  return new;
+end;
+$$;
+
+--
+-- Name: link_decision_audited(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.link_decision_audited() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if not exists (select 1 from threadline.decision_audit a
+                  where a.gate_key = new.step_key and a.run_id = new.run_id
+                    and a.actor = new.actor and a.via = 'link' and a.outcome = 'decided') then
+    raise exception 'the decision by link on gate % has no audit row', new.step_key
+      using errcode = 'insufficient_privilege';
+  end if;
+  return null;
+end;
+$$;
+
+--
+-- Name: lock_admission(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_admission(p_workflow text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if exists (select 1 from threadline.run_limits) then
+    perform pg_advisory_xact_lock(7413, 0);
+  end if;
+  perform pg_advisory_xact_lock(7412, hashtext(p_workflow));
+end;
+$$;
+
+--
+-- Name: lock_event(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_event(p_name text, p_key text) RETURNS void
+    LANGUAGE sql
+    AS $$
+  select pg_advisory_xact_lock(7412, hashtext(p_name || chr(31) || coalesce(p_key, '')));
+$$;
+
+--
+-- Name: run_threads; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.run_threads (
+    run_id uuid NOT NULL,
+    workflow text NOT NULL,
+    workflow_version integer NOT NULL,
+    recipe_hash text NOT NULL,
+    recipe jsonb NOT NULL,
+    payload jsonb NOT NULL,
+    bot text NOT NULL,
+    trigger jsonb NOT NULL,
+    idempotency_key text,
+    state text DEFAULT 'pending'::text NOT NULL,
+    current_step text,
+    current_try integer,
+    await_key text,
+    await_kind text,
+    awaiting boolean DEFAULT false NOT NULL,
+    last_emitted_key text,
+    next_seq integer DEFAULT 1 NOT NULL,
+    wake_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    admitted_at timestamp with time zone DEFAULT now(),
+    queue_seq bigint,
+    parent_run_id uuid,
+    parent jsonb,
+    outputs jsonb,
+    agent jsonb,
+    initiator text,
+    CONSTRAINT run_threads_await_kind_check CHECK ((await_kind = ANY (ARRAY['bot'::text, 'gate'::text, 'event'::text]))),
+    CONSTRAINT run_threads_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'queued'::text, 'running'::text, 'sleeping'::text, 'waiting'::text, 'completed'::text, 'failed'::text, 'cancelled'::text])))
+)
+WITH (fillfactor='80');
+
+--
+-- Name: lock_run(uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_run(p_run_id uuid) RETURNS SETOF threadline.run_threads
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+begin
+  if v_caller = 'hooks' then
+    if not exists (select 1 from threadline.resume_tokens
+                    where run_id = p_run_id and used_xact = pg_current_xact_id_if_assigned()) then
+      perform threadline.refuse(format('locking run %s without its resume token', p_run_id));
+    end if;
+  elsif v_caller not in ('owner', 'conductor', 'console') then
+    perform threadline.refuse('locking a run');
+  end if;
+  return query select * from threadline.run_threads where run_id = p_run_id for update;
+end;
+$$;
+
+--
+-- Name: mint_api_token(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.mint_api_token(p_row jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() = 'console' then
+    if not coalesce(p_row ->> 'account_id' = p_row ->> 'minted_by', false) then
+      perform threadline.refuse('minting an API token for another account');
+    end if;
+  elsif threadline.caller_kind() <> 'owner' then
+    perform threadline.refuse('minting an API token');
+  end if;
+  insert into threadline.api_tokens
+  select r.* from jsonb_populate_record(null::threadline.api_tokens,
+                    p_row || jsonb_build_object('created_at', now(), 'revoked_at', null,
+                                                'last_used_at', null)) r;
+end;
+$$;
+
+--
+-- Name: prune_dead_workers(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.prune_dead_workers() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_count integer;
+begin
+  delete from threadline.workers w
+   where w.last_beat_at < now() - interval '1 day'
+     and not exists (select 1 from threadline.live_workers l where l.id = w.id);
+  get diagnostics v_count = row_count;
+  return v_count;
+end;
+$$;
+
+--
+-- Name: prune_schedule_ticks(jsonb, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.prune_schedule_ticks(p_runs jsonb, p_limit integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_count integer;
+begin
+  delete from threadline.schedule_ticks t
+   where (t.workflow, t.slot) in (
+     select p.workflow, p.slot from threadline.schedule_ticks_past_retention(p_runs) p
+      limit p_limit);
+  get diagnostics v_count = row_count;
+  return v_count;
+end;
+$$;
+
+--
+-- Name: queue_run(uuid, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.queue_run(p_run_id uuid, p_workflow text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['conductor', 'console', 'hooks'], 'queueing a run');
+  perform threadline.lock_admission(p_workflow);
+  update threadline.run_threads
+     set state = 'queued', admitted_at = null, queue_seq = nextval('threadline.run_queue_seq')
+   where run_id = p_run_id and workflow = p_workflow and state = 'pending' and created_at = now();
+  if not found then
+    raise exception 'run % is not a new run of workflow % in this transaction', p_run_id,
+      p_workflow using errcode = 'P0001';
+  end if;
+end;
+$$;
+
+--
+-- Name: record_decision(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.record_decision(p_row jsonb) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_token threadline.resume_tokens;
+  v_at timestamptz;
+begin
+  if v_caller = 'hooks' then
+    v_token := threadline.token_used_here(p_row ->> 'step_key');
+    if not coalesce(v_token.run_id = (p_row ->> 'run_id')::uuid
+                    and v_token.subject = p_row ->> 'actor'
+                    and p_row ->> 'via' = 'link'
+                    and p_row ->> 'decision' in ('approve', 'deny')
+                    and p_row ->> 'on_behalf_of' is null
+                    and p_row ->> 'minted_by' is null, false) then
+      perform threadline.refuse(format('deciding gate %s other than by its resume token',
+                                       p_row ->> 'step_key'));
+    end if;
+  elsif v_caller not in ('owner', 'conductor', 'console') then
+    perform threadline.refuse('recording a decision');
+  end if;
+  insert into threadline.decisions
+  select r.* from jsonb_populate_record(null::threadline.decisions,
+                                        p_row || jsonb_build_object('created_at', now())) r
+  on conflict (step_key) do nothing
+  returning created_at into v_at;
+  return v_at;
+end;
+$$;
+
+--
+-- Name: record_webhook_delivery(text, text, text, uuid, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.record_webhook_delivery(p_path text, p_delivery text, p_signature text, p_run_id uuid, p_caller text) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_run uuid;
+begin
+  perform threadline.require_caller(array['hooks'], 'recording a webhook delivery');
+  if not exists (select 1 from threadline.run_threads r
+                  where r.run_id = p_run_id and r.trigger ->> 'kind' = 'webhook'
+                    and r.trigger ->> 'path' = p_path and r.trigger ->> 'delivery' = p_delivery) then
+    perform threadline.refuse(format('recording a delivery at %s for run %s', p_path, p_run_id));
+  end if;
+  insert into threadline.webhook_deliveries (path, delivery, signature, run_id, caller)
+  values (p_path, p_delivery, p_signature, p_run_id, p_caller)
+  on conflict do nothing
+  returning run_id into v_run;
+  return v_run;
+end;
+$$;
+
+--
+-- Name: refuse(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.refuse(p_what text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  raise exception '% is not allowed for % processes', p_what, threadline.caller_kind()
+    using errcode = 'insufficient_privilege';
+end;
+$$;
+
+--
+-- Name: register_wait(text, uuid, text, text[], text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.register_wait(p_queue text, p_run_id uuid, p_step_key text, p_names text[], p_key text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_name text;
+  v_since timestamptz;
+  v_event threadline.outside_events;
+begin
+  perform threadline.require_caller(array['conductor'], 'registering a wait');
+  for v_name in select distinct n from unnest(p_names) n order by 1 loop
+    perform threadline.lock_event(v_name, p_key);
+  end loop;
+  select created_at into v_since from threadline.run_threads where run_id = p_run_id;
+  insert into threadline.event_waits (step_key, run_id, names, key, since)
+  values (p_step_key, p_run_id, p_names, p_key, v_since)
+  on conflict (step_key) do nothing;
+  if not found then
+    return false;  -- a replay: registered (and perhaps released) already
+  end if;
+  select * into v_event from threadline.outside_events
+   where name = any (p_names) and key is not distinct from p_key and received_at >= v_since
+   order by id limit 1;
+  if v_event.id is not null then
+    return threadline.release_wait(p_queue, p_step_key, threadline.event_result(v_event));
+  end if;
+  return false;
+end;
+$$;
+
+--
+-- Name: release_wait(text, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.release_wait(p_queue text, p_step_key text, p_payload jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_run uuid;
+begin
+  perform threadline.require_caller(array['conductor', 'console', 'hooks'], 'ending a wait');
+  delete from threadline.event_waits where step_key = p_step_key returning run_id into v_run;
+  if v_run is null then
+    return false;
+  end if;
+  perform absurd.emit_event(p_queue, 'threadline.step.done:' || p_step_key, p_payload);
+  update threadline.run_threads
+     set awaiting = false, last_emitted_key = p_step_key, updated_at = now()
+   where run_id = v_run and await_key = p_step_key and awaiting;
+  perform threadline.wake('threadline', 'step.done:' || v_run);
+  return true;
+end;
+$$;
+
+--
+-- Name: report_step(text, uuid, text, integer, text, text, double precision, text, text, text, text, jsonb, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.report_step(p_queue text, p_run_id uuid, p_step_key text, p_attempt integer, p_bot text, p_outcome text, p_backoff_s double precision, p_note text, p_message text, p_terminal_kind text, p_terminal_text text, p_payload jsonb, p_exit_code integer) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_current boolean;
+  v_run record;
+  v_entry_data jsonb := jsonb_build_object('attempt', p_attempt, 'exit_code', p_exit_code);
+begin
+  select c.finished_at is null
+         and not exists (select 1 from threadline.step_claims n
+                          where n.step_key = c.step_key and n.attempt > c.attempt)
+    into v_current
+    from threadline.step_claims c
+   where c.step_key = p_step_key and c.attempt = p_attempt
+     for update;
+  if not coalesce(v_current, false) then
+    return 'dropped';
+  end if;
+  select state, await_key, awaiting into v_run
+    from threadline.run_threads where run_id = p_run_id for update;
+  if not found or not (v_run.state = 'running' and v_run.await_key = p_step_key
+                       and v_run.awaiting) then
+    update threadline.step_claims set finished_at = now(), outcome = 'cancelled'
+     where step_key = p_step_key and attempt = p_attempt;
+    return 'cancelled';
+  end if;
+  update threadline.step_claims
+     set finished_at = now(), outcome = p_outcome,
+         retry_at = now() + make_interval(secs => p_backoff_s)
+   where step_key = p_step_key and attempt = p_attempt;
+  if p_backoff_s is not null then
+    perform threadline.append_entry(p_run_id, 'bot', p_bot, 'progress', p_step_key, null,
+                                    p_note, v_entry_data);
+    return 'retry';
+  end if;
+  if p_message is not null then
+    perform threadline.append_entry(p_run_id, 'bot', p_bot, 'message', p_step_key, null,
+                                    p_message, v_entry_data);
+  end if;
+  perform threadline.append_entry(p_run_id, 'bot', p_bot, p_terminal_kind, p_step_key,
+                                  'terminal:' || p_step_key, p_terminal_text, p_payload);
+  perform threadline.emit_step_done(p_queue, p_run_id, p_step_key, p_payload);
+  return 'done';
+end;
+$$;
+
+--
+-- Name: require_caller(text[], text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.require_caller(p_kinds text[], p_what text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if threadline.caller_kind() <> all (array_append(p_kinds, 'owner')) then
+    perform threadline.refuse(p_what);
+  end if;
+end;
+$$;
+
+--
+-- Name: resume_token_subject_account(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.resume_token_subject_account() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  new.subject_account := (select a.id from threadline.accounts a
+                           where a.name = new.subject and a.removed_at is null);
+  return new;
+end;
+$$;
+
+--
+-- Name: run_day(timestamp with time zone); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.run_day(p_at timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  select date_bin('1 day', p_at, timestamptz '2000-01-01 00:00+00')
+$$;
+
+--
+-- Name: run_finished_admit(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.run_finished_admit() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  perform threadline.admit_queued(tg_argv[0], new.workflow);
+  return null;
+end;
+$$;
+
+--
+-- Name: run_search_text(uuid, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.run_search_text(p_run_id uuid, p_payload jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  select p_run_id::text || ' ' || p_payload::text
+$$;
+
+--
+-- Name: schedule_ticks_past_retention(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.schedule_ticks_past_retention(p_runs jsonb) RETURNS TABLE(workflow text, slot timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  select s.workflow, s.slot
+    from threadline.schedule_ticks s
+   where s.slot < now() - make_interval(secs => (p_runs ->> s.workflow)::float8)
+     and s.slot < (select max(m.slot) from threadline.schedule_ticks m
+                    where m.workflow = s.workflow)
+$$;
+
+--
+-- Name: send_entry(uuid, text, text, text, jsonb, text, text, integer, text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.send_entry(p_run_id uuid, p_kind text, p_text text, p_step_key text, p_data jsonb, p_state text, p_step text, p_try integer, p_await_kind text, p_channel text, p_wake text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_seq integer;
+begin
+  v_seq := threadline.append_entry(p_run_id, 'system', 'threadline', p_kind, p_step_key,
+                                   p_kind || ':' || p_step_key, p_text, p_data);
+  if v_seq is not null then
+    update threadline.run_threads
+       set state = p_state, current_step = p_step, current_try = p_try,
+           await_key = p_step_key, await_kind = p_await_kind, awaiting = true,
+           wake_at = null, updated_at = now(),
+           finished_at = case when p_state in ('completed', 'failed', 'cancelled') then now() end
+     where run_id = p_run_id and state <> 'cancelled';
+  end if;
+  if p_channel is not null then
+    perform threadline.wake(p_channel, p_wake);
+  end if;
+  return v_seq;
+end;
+$$;
+
+--
+-- Name: send_wakes(text[], text[]); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.send_wakes(p_channels text[], p_payloads text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  perform set_config('synchronous_commit', 'off', true);  -- holds the notify lock for no flush
+  perform pg_notify(w.channel, w.payload)
+     from unnest(p_channels, p_payloads) as w (channel, payload);
+end;
+$$;
+
+--
+-- Name: spawn_run(text, text, integer, jsonb, text, integer, text, jsonb, jsonb, text, text, text, jsonb, jsonb, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.spawn_run(p_queue text, p_task text, p_handler_v integer, p_options jsonb, p_workflow text, p_version integer, p_hash text, p_payload jsonb, p_trigger jsonb, p_idempotency_key text, p_initiator text, p_opening text, p_child jsonb DEFAULT NULL::jsonb, p_snapshot jsonb DEFAULT NULL::jsonb, p_carried jsonb DEFAULT NULL::jsonb) RETURNS TABLE(run_id uuid, created boolean, state text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_caller text := threadline.caller_kind();
+  v_wf threadline.workflows;
+  v_recipe jsonb;
+  v_version integer;
+  v_hash text;
+  v_limited boolean;
+  v_params jsonb;
+  v_run uuid;
+  v_created boolean;
+  v_agent jsonb;
+  v_parent uuid := (p_child ->> 'run_id')::uuid;
+begin
+  if v_caller not in ('owner', 'conductor', 'console', 'hooks') then
+    perform threadline.refuse('starting a run');
+  end if;
+  select * into v_wf from threadline.workflows w where w.slug = p_workflow;
+  if v_wf.slug is null then
+    raise exception 'no workflow "%"', p_workflow using errcode = 'TLS01';
+  end if;
+  if v_caller = 'hooks' and not coalesce(
+       p_child is null and p_snapshot is null and p_carried is null
+       and jsonb_typeof(p_payload) = 'object'
+       and case p_trigger ->> 'kind'
+         when 'webhook' then
+           exists (select 1 from jsonb_array_elements(v_wf.recipe -> 'webhooks') h
+                    where h ->> 'path' = p_trigger ->> 'path' and h ->> 'event' is null)
+           and p_idempotency_key
+               = format('webhook:%s:%s', p_trigger ->> 'path', p_trigger ->> 'delivery')
+         when 'event' then
+           v_wf.recipe ->> 'on_event' = p_trigger ->> 'event'
+           and threadline.webhook_delivers(p_trigger ->> 'event', p_trigger ->> 'event_id')
+           and p_idempotency_key = format('event:%s:%s:%s', p_trigger ->> 'event',
+                                          p_trigger ->> 'event_id', p_workflow)
+         else false
+       end, false) then
+    perform threadline.refuse(format('starting a run of workflow %s by %s %s', p_workflow,
+      coalesce(p_trigger ->> 'kind', 'an unknown trigger'),
+      coalesce(p_trigger ->> 'path', p_trigger ->> 'event', '')));
+  end if;
+
+  if p_snapshot is not null then  -- a version of its own, whatever the workflow is now
+    v_recipe := p_snapshot -> 'recipe';
+    v_version := (p_snapshot ->> 'version')::integer;
+    v_hash := p_snapshot ->> 'hash';
+  elsif v_wf.version is distinct from p_version or v_wf.hash is distinct from p_hash then
+    raise exception 'workflow "%" is at version %, not %', p_workflow, v_wf.version, p_version
+      using errcode = 'TLS04';
+  else
+    v_recipe := v_wf.recipe;
+    v_version := v_wf.version;
+    v_hash := v_wf.hash;
+  end if;
+  if (p_child is null or p_snapshot is null) and not v_wf.enabled then
+    raise exception 'workflow "%" is disabled', p_workflow using errcode = 'TLS02';
+  end if;
+
+  -- Under a concurrency cap the handler awaits admission before its first step; a child run
+  -- never waits (its parent holds the place).
+  v_limited := p_child is null
+    and (coalesce(jsonb_typeof(v_recipe -> 'max_concurrent_runs'), 'null') <> 'null'
+         or exists (select 1 from threadline.run_limits));
+  v_params := jsonb_build_object('v', p_handler_v, 'workflow', p_workflow, 'recipe', v_recipe,
+                                 'payload', p_payload);
+  if p_child is not null then
+    v_params := v_params || jsonb_build_object('inherited',
+                                               coalesce(p_child -> 'inherited', '{}'::jsonb));
+  end if;
+  if p_carried is not null then
+    v_params := v_params || jsonb_build_object('carried', p_carried);
+  end if;
+  if v_limited then
+    v_params := v_params || '{"admit": true}'::jsonb;
+  end if;
+  select t.task_id, t.created into v_run, v_created
+    from absurd.spawn_task(p_queue, p_task, v_params, jsonb_strip_nulls(jsonb_build_object(
+           'max_attempts', p_options -> 'max_attempts',
+           'retry_strategy', p_options -> 'retry_strategy',
+           'idempotency_key', 'spawn:' || p_idempotency_key))) t;
+  if not v_created then
+    return query select v_run, false, (select r.state from threadline.run_threads r
+                                        where r.run_id = v_run);
+    return;
+  end if;
+  -- While paused, no new run (the refusal rolls the new task back); a run in flight may still
+  -- start its branches and sub-workflows.
+  if p_child is null and exists (select 1 from threadline.pause) then
+    raise exception 'Threadline is paused: new runs are refused' using errcode = 'TLS03';
+  end if;
+
+  -- The agent settings the run keeps for its life: a child run of its parent's bot takes the
+  -- parent's (its run started under them), any other run its bot's as they are now.
+  if v_parent is not null then
+    select r.agent into v_agent from threadline.run_threads r
+     where r.run_id = v_parent and r.bot = v_wf.bot and r.agent is not null;
+  end if;
+  v_agent := coalesce(v_agent, threadline.agent_snapshot(v_wf.bot));
+  insert into threadline.run_threads
+    (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger,
+     idempotency_key, initiator, agent, parent_run_id, parent)
+  values (v_run, p_workflow, v_version, v_hash, v_recipe, p_payload, v_wf.bot, p_trigger,
+          p_idempotency_key, case when p_child is null then p_initiator end, v_agent, v_parent,
+          p_child - 'inherited');
+  perform threadline.append_entry(v_run, 'system', 'threadline', 'note', null, 'opened',
+                                  p_opening,
+                                  jsonb_build_object('trigger', p_trigger, 'payload', p_payload));
+  if v_limited then
+    perform threadline.queue_run(v_run, p_workflow);
+    perform threadline.admit_queued(p_queue, p_workflow);
+  end if;
+  perform threadline.wake('threadline', 'spawn:' || v_run);
+  return query select v_run, true, r.state from threadline.run_threads r where r.run_id = v_run;
+end;
+$$;
+
+--
+-- Name: step_key_free(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.step_key_free(p_step_key text) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+  select not exists (
+    select 1 from threadline.step_claims c
+     where c.step_key = p_step_key
+       and (c.outcome = 'completed'
+            or c.retry_at > now()
+            or (c.finished_at is null and c.lease_until > now()
+                and threadline.worker_alive((select w.lock_key from threadline.workers w
+                                              where w.id = c.worker_id)))))
+$$;
+
+--
+-- Name: sync_webhook_triggers(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.sync_webhook_triggers() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+declare
+  v_hook jsonb;
+  v_index bigint;
+  v_owner text;
+begin
+  delete from threadline.webhook_triggers where workflow = new.slug;
+  for v_hook, v_index in
+    select value, ordinality - 1
+      from jsonb_array_elements(coalesce(new.recipe -> 'webhooks', '[]'::jsonb)) with ordinality
+  loop
+    insert into threadline.webhook_triggers (path, workflow, secret, map)
+    values (v_hook ->> 'path', new.slug, v_hook ->> 'secret', v_hook -> 'map')
+    on conflict (path) do nothing;
+    if not found then
+      select workflow into v_owner from threadline.webhook_triggers where path = v_hook ->> 'path';
+      raise exception 'webhooks[%].path: "%" is already used by workflow "%"',
+        v_index, v_hook ->> 'path', v_owner
+        using errcode = 'unique_violation', constraint = 'webhook_triggers_pkey';
+    end if;
+  end loop;
+  return null;
+end;
+$$;
+
+--
+-- Name: token_used_for(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.token_used_for(p_step_key text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select (threadline.token_used_here(p_step_key)).token_hash is not null;
+$$;
+
+--
+-- Name: resume_tokens; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.resume_tokens (
+    token_hash text NOT NULL,
+    run_id uuid NOT NULL,
+    gate_key text NOT NULL,
+    subject text NOT NULL,
+    issued_via text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    used_at timestamp with time zone,
+    used_xact xid8,
+    subject_account bigint
+);
+
+--
+-- Name: token_used_here(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.token_used_here(p_step_key text) RETURNS threadline.resume_tokens
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select * from threadline.resume_tokens
+   where gate_key = p_step_key and used_xact = pg_current_xact_id_if_assigned()
+$$;
+
+--
+-- Name: track_schedule_enabled(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.track_schedule_enabled() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if new.schedule is null then
+    new.schedule_enabled_at := null;
+  elsif tg_op = 'INSERT'
+     or new.schedule is distinct from old.schedule
+     or new.timezone is distinct from old.timezone
+     or (new.enabled and not old.enabled) then
+    new.schedule_enabled_at := absurd.current_time();
+  end if;
+  return new;
+end;
+$$;
+
+--
+-- Name: use_resume_token(text, uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.use_resume_token(p_token text, p_run_id uuid) RETURNS TABLE(refusal text, run_id uuid, gate_key text, subject text, expires_at timestamp with time zone, used_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+declare
+  v_token threadline.resume_tokens;
+  v_refusal text;
+begin
+  perform threadline.require_caller(array['console', 'hooks'], 'using a resume token');
+  select * into v_token from threadline.resume_tokens t
+   where t.token_hash = encode(sha256(convert_to(p_token, 'UTF8')), 'hex')
+     for update;
+  v_refusal := case
+    when v_token.token_hash is null then 'unknown'
+    when p_run_id is not null and v_token.run_id <> p_run_id then 'other run'
+    when v_token.used_at is not null then 'used'
+    when v_token.expires_at <= now() then 'expired'
+    when v_token.subject_account is not null
+         and not exists (select 1 from threadline.accounts a
+                          where a.id = v_token.subject_account and a.removed_at is null)
+      then 'account removed'
+  end;
+  if v_refusal is null then
+    update threadline.resume_tokens t set used_at = now(), used_xact = pg_current_xact_id()
+     where t.token_hash = v_token.token_hash;
+  end if;
+  return query select v_refusal, v_token.run_id, v_token.gate_key, v_token.subject,
+                      v_token.expires_at, v_token.used_at;
+end;
+$$;
+
+--
+-- Name: versions_are_immutable(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.versions_are_immutable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if tg_level = 'STATEMENT' then
+    raise exception 'workflow versions are immutable: truncate refused'
+      using errcode = 'insufficient_privilege';
+  end if;
+  raise exception 'workflow versions are immutable: % of version % of workflow % refused',
+    lower(tg_op), old.version, old.slug
+    using errcode = 'insufficient_privilege',
+          hint = 'a change is a new version: threadline recipe apply, or recipe rollback';
+end;
+$$;
+
+--
+-- Name: wake(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.wake(p_channel text, p_payload text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+begin
+  if p_channel = 'threadline_changes' and not threadline.feed_followed() then
+    return;
+  end if;
+  if current_setting('threadline.wakes_after_commit', true) = 'on' then
+    raise notice using message = p_payload, detail = p_channel, errcode = 'TLW01';
+  else
+    perform pg_notify(p_channel, p_payload);
+  end if;
+end;
+$$;
+
+--
+-- Name: webhook_delivers(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.webhook_delivers(p_event text, p_event_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select starts_with(p_event_id, 'webhook:') and exists (
+    select 1
+      from threadline.webhook_triggers t
+      join threadline.workflows w on w.slug = t.workflow
+     cross join lateral jsonb_array_elements(w.recipe -> 'webhooks') h
+     where t.path = split_part(p_event_id, ':', 2) and w.enabled
+       and h ->> 'path' = t.path and h ->> 'event' = p_event)
+$$;
+
+--
+-- Name: worker_alive(integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.worker_alive(p_lock_key integer) RETURNS boolean
+    LANGUAGE sql
+    AS $$
+  select case
+           when p_lock_key is null then false  -- no such process (a pruned row)
+           when pg_try_advisory_lock_shared(7411, p_lock_key)
+             then not pg_advisory_unlock_shared(7411, p_lock_key)
+           else true
+         end
+$$;
+
+--
+-- Name: account_channels; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.account_channels (
+    account_id bigint NOT NULL,
+    channel text NOT NULL,
+    target text NOT NULL,
+    added_by text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT account_channels_channel_check CHECK ((channel = ANY (ARRAY['email'::text, 'webhook'::text]))),
+    CONSTRAINT account_channels_target_check CHECK (((length(target) >= 1) AND (length(target) <= 2000)))
+);
+
+--
+-- Name: accounts; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.accounts (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    removed_by text,
+    removed_at timestamp with time zone,
+    CONSTRAINT accounts_name_check CHECK ((name ~ '^[A-Za-z0-9_.@-]{1,100}$'::text))
+);
+
+--
+-- Name: accounts_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+ALTER TABLE threadline.accounts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME threadline.accounts_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: api_tokens; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.api_tokens (
+    token_hash text NOT NULL,
+    name text NOT NULL,
+    roles text[] NOT NULL,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    last_used_at timestamp with time zone,
+    account_id bigint,
+    minted_by bigint,
+    CONSTRAINT api_tokens_roles_check CHECK (((roles <@ ARRAY['viewer'::text, 'operator'::text, 'approver'::text]) AND (cardinality(roles) > 0)))
+);
+
+--
+-- Name: authorization_audit; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.authorization_audit (
+    id bigint NOT NULL,
+    actor text NOT NULL,
+    account_id bigint,
+    label text NOT NULL,
+    door text NOT NULL,
+    action text NOT NULL,
+    run_id uuid,
+    workflow text,
+    detail jsonb,
+    outcome text NOT NULL,
+    reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT authorization_audit_check CHECK (((outcome = 'allowed'::text) OR (reason IS NOT NULL))),
+    CONSTRAINT authorization_audit_outcome_check CHECK ((outcome = ANY (ARRAY['allowed'::text, 'refused'::text])))
+);
+
+--
+-- Name: authorization_audit_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+ALTER TABLE threadline.authorization_audit ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME threadline.authorization_audit_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: bots; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.bots (
+    name text NOT NULL,
+    base_url text NOT NULL,
+    model text NOT NULL,
+    temperature double precision DEFAULT 0 NOT NULL,
+    max_tokens integer,
+    api_key_env text,
+    max_turns integer DEFAULT 20 NOT NULL,
+    max_tokens_per_run integer,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: cleanups; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.cleanups (
+    id bigint NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    by_worker text NOT NULL,
+    runs_removed integer DEFAULT 0 NOT NULL,
+    outputs_removed integer DEFAULT 0 NOT NULL,
+    events_removed integer DEFAULT 0 NOT NULL,
+    workers_removed integer DEFAULT 0 NOT NULL,
+    error text,
+    ticks_removed integer DEFAULT 0 NOT NULL
+);
+
+--
+-- Name: cleanups_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.cleanups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: cleanups_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.cleanups_id_seq OWNED BY threadline.cleanups.id;
+
+--
+-- Name: decision_audit; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.decision_audit (
+    id bigint NOT NULL,
+    run_id uuid,
+    gate_key text,
+    actor text,
+    via text NOT NULL,
+    decision text NOT NULL,
+    reason text,
+    outcome text NOT NULL,
+    why text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    account_id bigint,
+    minted_by text,
+    CONSTRAINT decision_audit_outcome_check CHECK ((outcome = ANY (ARRAY['decided'::text, 'refused'::text])))
+);
+
+--
+-- Name: decision_audit_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.decision_audit_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: decision_audit_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.decision_audit_id_seq OWNED BY threadline.decision_audit.id;
+
+--
+-- Name: decisions; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.decisions (
+    step_key text NOT NULL,
+    run_id uuid NOT NULL,
+    decision text NOT NULL,
+    actor text NOT NULL,
+    reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    via text DEFAULT 'system'::text NOT NULL,
+    on_behalf_of text,
+    account_id bigint,
+    minted_by text,
+    CONSTRAINT decisions_decision_check CHECK ((decision = ANY (ARRAY['approve'::text, 'deny'::text, 'timeout'::text, 'reply'::text]))),
+    CONSTRAINT decisions_via_check CHECK ((via = ANY (ARRAY['cli'::text, 'console'::text, 'link'::text, 'api'::text, 'webhook'::text, 'system'::text])))
+);
+
+--
+-- Name: event_waits; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.event_waits (
+    step_key text NOT NULL,
+    run_id uuid NOT NULL,
+    names text[] NOT NULL,
+    key text,
+    since timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: workers; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.workers (
+    id text NOT NULL,
+    kind text NOT NULL,
+    host text NOT NULL,
+    pid integer NOT NULL,
+    lock_key integer NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_beat_at timestamp with time zone DEFAULT now() NOT NULL,
+    version text NOT NULL,
+    sandbox text,
+    stopped_at timestamp with time zone,
+    CONSTRAINT workers_kind_check CHECK ((kind = ANY (ARRAY['conductor'::text, 'bots'::text])))
+);
+
+--
+-- Name: live_workers; Type: VIEW; Schema: threadline; Owner: -
+--
+
+CREATE VIEW threadline.live_workers AS
+ SELECT id,
+    kind,
+    host,
+    pid,
+    lock_key,
+    started_at,
+    last_beat_at,
+    version,
+    sandbox
+   FROM threadline.workers w
+  WHERE threadline.worker_alive(lock_key);
+
+--
+-- Name: model_prices; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.model_prices (
+    model text NOT NULL,
+    input_per_mtok numeric NOT NULL,
+    output_per_mtok numeric NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT model_prices_input_per_mtok_check CHECK ((input_per_mtok >= (0)::numeric)),
+    CONSTRAINT model_prices_output_per_mtok_check CHECK ((output_per_mtok >= (0)::numeric))
+);
+
+--
+-- Name: notifications; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.notifications (
+    id bigint NOT NULL,
+    run_id uuid NOT NULL,
+    event text NOT NULL,
+    event_key text NOT NULL,
+    rule integer NOT NULL,
+    channel text NOT NULL,
+    target text NOT NULL,
+    subject text,
+    text text NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT notifications_channel_check CHECK ((channel = ANY (ARRAY['webhook'::text, 'email'::text]))),
+    CONSTRAINT notifications_event_check CHECK ((event = ANY (ARRAY['gate'::text, 'failed'::text, 'waiting'::text]))),
+    CONSTRAINT notifications_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'sent'::text, 'failed'::text])))
+);
+
+--
+-- Name: notifications_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.notifications_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: notifications_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.notifications_id_seq OWNED BY threadline.notifications.id;
+
+--
+-- Name: outside_events_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.outside_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: outside_events_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.outside_events_id_seq OWNED BY threadline.outside_events.id;
+
+--
+-- Name: pause; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.pause (
+    only_row boolean DEFAULT true NOT NULL,
+    reason text,
+    paused_by text NOT NULL,
+    via text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pause_only_row_check CHECK (only_row)
+);
+
+--
+-- Name: proposals; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.proposals (
+    id bigint NOT NULL,
+    workflow text NOT NULL,
+    base_hash text NOT NULL,
+    proposed jsonb NOT NULL,
+    proposed_hash text NOT NULL,
+    summary text NOT NULL,
+    diff text NOT NULL,
+    risk text NOT NULL,
+    risk_reasons text[] DEFAULT '{}'::text[] NOT NULL,
+    status text DEFAULT 'open'::text NOT NULL,
+    proposed_by text NOT NULL,
+    proposed_via text NOT NULL,
+    run_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone DEFAULT (now() + '14 days'::interval) NOT NULL,
+    reviewed_by text,
+    review_note text,
+    reviewed_at timestamp with time zone,
+    applied_version integer,
+    applied_at timestamp with time zone,
+    proposed_text text,
+    CONSTRAINT proposals_risk_check CHECK ((risk = ANY (ARRAY['low'::text, 'medium'::text, 'high'::text]))),
+    CONSTRAINT proposals_status_check CHECK ((status = ANY (ARRAY['open'::text, 'approved'::text, 'rejected'::text, 'applied'::text, 'stale'::text, 'expired'::text])))
+);
+
+--
+-- Name: proposals_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.proposals_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: proposals_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.proposals_id_seq OWNED BY threadline.proposals.id;
+
+--
+-- Name: retention_defaults; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.retention_defaults (
+    only_row boolean DEFAULT true NOT NULL,
+    runs_s integer NOT NULL,
+    output_s integer NOT NULL,
+    set_by text NOT NULL,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT retention_defaults_check CHECK ((output_s <= runs_s)),
+    CONSTRAINT retention_defaults_only_row_check CHECK (only_row),
+    CONSTRAINT retention_defaults_output_s_check CHECK ((output_s >= 3600)),
+    CONSTRAINT retention_defaults_runs_s_check CHECK ((runs_s >= 3600))
+);
+
+--
+-- Name: run_counts; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.run_counts (
+    day timestamp with time zone NOT NULL,
+    workflow text NOT NULL,
+    state text NOT NULL,
+    step text DEFAULT ''::text NOT NULL,
+    shard smallint NOT NULL,
+    runs integer NOT NULL
+);
+
+--
+-- Name: run_journal; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.run_journal (
+    run_id uuid NOT NULL,
+    name text NOT NULL,
+    state jsonb,
+    status text NOT NULL,
+    written_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: run_limits; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.run_limits (
+    kind text NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    max_runs integer NOT NULL,
+    set_by text NOT NULL,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT run_limits_check CHECK (((kind = 'global'::text) = (name = ''::text))),
+    CONSTRAINT run_limits_kind_check CHECK ((kind = ANY (ARRAY['global'::text, 'initiator'::text]))),
+    CONSTRAINT run_limits_max_runs_check CHECK ((max_runs > 0))
+);
+
+--
+-- Name: run_queue_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.run_queue_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: schedule_ticks; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.schedule_ticks (
+    workflow text NOT NULL,
+    slot timestamp with time zone NOT NULL,
+    run_id uuid,
+    fired_at timestamp with time zone DEFAULT now() NOT NULL,
+    skipped integer DEFAULT 0 NOT NULL
+);
+
+--
+-- Name: schema_migrations; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.schema_migrations (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: schema_migrations_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.schema_migrations_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: schema_migrations_id_seq; Type: SEQUENCE OWNED BY; Schema: threadline; Owner: -
+--
+
+ALTER SEQUENCE threadline.schema_migrations_id_seq OWNED BY threadline.schema_migrations.id;
+
+--
+-- Name: step_claims; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.step_claims (
+    step_key text NOT NULL,
+    attempt integer NOT NULL,
+    run_id uuid NOT NULL,
+    worker_id text NOT NULL,
+    host text NOT NULL,
+    pgid integer,
+    lease_until timestamp with time zone NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    outcome text,
+    retry_at timestamp with time zone,
+    CONSTRAINT step_claims_outcome_check CHECK ((outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'lost'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: thread_entries; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.thread_entries (
+    run_id uuid NOT NULL,
+    seq integer NOT NULL,
+    author_kind text NOT NULL,
+    author text NOT NULL,
+    kind text NOT NULL,
+    step_key text,
+    dedupe_key text,
+    text text NOT NULL,
+    data jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT thread_entries_author_kind_check CHECK ((author_kind = ANY (ARRAY['system'::text, 'bot'::text, 'human'::text]))),
+    CONSTRAINT thread_entries_kind_check CHECK ((kind = ANY (ARRAY['message'::text, 'instruction'::text, 'question'::text, 'progress'::text, 'signal.dispatch.completed'::text, 'signal.dispatch.failed'::text, 'decision'::text, 'note'::text, 'agent.assistant'::text, 'agent.tool'::text])))
+);
+
+--
+-- Name: webhook_deliveries; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.webhook_deliveries (
+    path text NOT NULL,
+    delivery text NOT NULL,
+    signature text,
+    run_id uuid NOT NULL,
+    caller text,
+    received_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: webhook_triggers; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.webhook_triggers (
+    path text NOT NULL,
+    workflow text NOT NULL,
+    secret text,
+    map jsonb
+);
+
+--
+-- Name: worker_lock_keys; Type: SEQUENCE; Schema: threadline; Owner: -
+--
+
+CREATE SEQUENCE threadline.worker_lock_keys
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: workflow_versions; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.workflow_versions (
+    slug text NOT NULL,
+    version integer NOT NULL,
+    hash text NOT NULL,
+    recipe jsonb NOT NULL,
+    source text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    rolled_back_from integer,
+    source_text text,
+    CONSTRAINT workflow_versions_source_check CHECK ((source = ANY (ARRAY['create'::text, 'update'::text, 'proposal'::text, 'rollback'::text])))
+);
+
+--
+-- Name: workflows; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.workflows (
+    slug text NOT NULL,
+    name text NOT NULL,
+    description text,
+    bot text NOT NULL,
+    recipe jsonb NOT NULL,
+    schedule text,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    version integer NOT NULL,
+    hash text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_enabled_at timestamp with time zone
+);
+
+--
+-- Name: cleanups id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.cleanups ALTER COLUMN id SET DEFAULT nextval('threadline.cleanups_id_seq'::regclass);
+
+--
+-- Name: decision_audit id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.decision_audit ALTER COLUMN id SET DEFAULT nextval('threadline.decision_audit_id_seq'::regclass);
+
+--
+-- Name: notifications id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.notifications ALTER COLUMN id SET DEFAULT nextval('threadline.notifications_id_seq'::regclass);
+
+--
+-- Name: outside_events id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.outside_events ALTER COLUMN id SET DEFAULT nextval('threadline.outside_events_id_seq'::regclass);
+
+--
+-- Name: proposals id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.proposals ALTER COLUMN id SET DEFAULT nextval('threadline.proposals_id_seq'::regclass);
+
+--
+-- Name: schema_migrations id; Type: DEFAULT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.schema_migrations ALTER COLUMN id SET DEFAULT nextval('threadline.schema_migrations_id_seq'::regclass);
+
+--
+-- Name: account_channels account_channels_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.account_channels
+    ADD CONSTRAINT account_channels_pkey PRIMARY KEY (account_id, channel, target);
+
+--
+-- Name: accounts accounts_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.accounts
+    ADD CONSTRAINT accounts_pkey PRIMARY KEY (id);
+
+--
+-- Name: api_tokens api_tokens_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.api_tokens
+    ADD CONSTRAINT api_tokens_pkey PRIMARY KEY (token_hash);
+
+--
+-- Name: authorization_audit authorization_audit_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.authorization_audit
+    ADD CONSTRAINT authorization_audit_pkey PRIMARY KEY (id);
+
+--
+-- Name: bots bots_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.bots
+    ADD CONSTRAINT bots_pkey PRIMARY KEY (name);
+
+--
+-- Name: cleanups cleanups_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.cleanups
+    ADD CONSTRAINT cleanups_pkey PRIMARY KEY (id);
+
+--
+-- Name: decision_audit decision_audit_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.decision_audit
+    ADD CONSTRAINT decision_audit_pkey PRIMARY KEY (id);
+
+--
+-- Name: decisions decisions_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.decisions
+    ADD CONSTRAINT decisions_pkey PRIMARY KEY (step_key);
+
+--
+-- Name: event_waits event_waits_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.event_waits
+    ADD CONSTRAINT event_waits_pkey PRIMARY KEY (step_key);
+
+--
+-- Name: model_prices model_prices_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.model_prices
+    ADD CONSTRAINT model_prices_pkey PRIMARY KEY (model);
+
+--
+-- Name: notifications notifications_event_event_key_rule_target_key; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.notifications
+    ADD CONSTRAINT notifications_event_event_key_rule_target_key UNIQUE (event, event_key, rule, target);
+
+--
+-- Name: notifications notifications_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.notifications
+    ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
+
+--
+-- Name: outside_events outside_events_name_event_id_key; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.outside_events
+    ADD CONSTRAINT outside_events_name_event_id_key UNIQUE (name, event_id);
+
+--
+-- Name: outside_events outside_events_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.outside_events
+    ADD CONSTRAINT outside_events_pkey PRIMARY KEY (id);
+
+--
+-- Name: pause pause_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.pause
+    ADD CONSTRAINT pause_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: proposals proposals_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.proposals
+    ADD CONSTRAINT proposals_pkey PRIMARY KEY (id);
+
+--
+-- Name: resume_tokens resume_tokens_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.resume_tokens
+    ADD CONSTRAINT resume_tokens_pkey PRIMARY KEY (token_hash);
+
+--
+-- Name: retention_defaults retention_defaults_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.retention_defaults
+    ADD CONSTRAINT retention_defaults_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: run_counts run_counts_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_counts
+    ADD CONSTRAINT run_counts_pkey PRIMARY KEY (day, workflow, state, step, shard);
+
+--
+-- Name: run_journal run_journal_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_journal
+    ADD CONSTRAINT run_journal_pkey PRIMARY KEY (run_id, name);
+
+--
+-- Name: run_limits run_limits_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_limits
+    ADD CONSTRAINT run_limits_pkey PRIMARY KEY (kind, name);
+
+--
+-- Name: run_threads run_threads_idempotency_key_key; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_threads
+    ADD CONSTRAINT run_threads_idempotency_key_key UNIQUE (idempotency_key);
+
+--
+-- Name: run_threads run_threads_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_threads
+    ADD CONSTRAINT run_threads_pkey PRIMARY KEY (run_id);
+
+--
+-- Name: schedule_ticks schedule_ticks_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_pkey PRIMARY KEY (workflow, slot);
+
+--
+-- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (name);
+
+--
+-- Name: step_claims step_claims_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.step_claims
+    ADD CONSTRAINT step_claims_pkey PRIMARY KEY (step_key, attempt);
+
+--
+-- Name: thread_entries thread_entries_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.thread_entries
+    ADD CONSTRAINT thread_entries_pkey PRIMARY KEY (run_id, seq);
+
+--
+-- Name: webhook_deliveries webhook_deliveries_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_pkey PRIMARY KEY (path, delivery);
+
+--
+-- Name: webhook_triggers webhook_triggers_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.webhook_triggers
+    ADD CONSTRAINT webhook_triggers_pkey PRIMARY KEY (path);
+
+--
+-- Name: workers workers_lock_key_key; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.workers
+    ADD CONSTRAINT workers_lock_key_key UNIQUE (lock_key);
+
+--
+-- Name: workers workers_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
+
+--
+-- Name: workflow_versions workflow_versions_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.workflow_versions
+    ADD CONSTRAINT workflow_versions_pkey PRIMARY KEY (slug, version);
+
+--
+-- Name: workflows workflows_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.workflows
+    ADD CONSTRAINT workflows_pkey PRIMARY KEY (slug);
+
+--
+-- Name: accounts_live_name; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE UNIQUE INDEX accounts_live_name ON threadline.accounts USING btree (name) WHERE (removed_at IS NULL);
+
+--
+-- Name: accounts_name; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX accounts_name ON threadline.accounts USING btree (name, id);
+
+--
+-- Name: api_tokens_live_name; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE UNIQUE INDEX api_tokens_live_name ON threadline.api_tokens USING btree (name) WHERE (revoked_at IS NULL);
+
+--
+-- Name: authorization_audit_run; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX authorization_audit_run ON threadline.authorization_audit USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+--
+-- Name: decision_audit_run; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX decision_audit_run ON threadline.decision_audit USING btree (run_id, created_at);
+
+--
+-- Name: event_waits_names; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX event_waits_names ON threadline.event_waits USING gin (names);
+
+--
+-- Name: notifications_due; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX notifications_due ON threadline.notifications USING btree (next_at) WHERE (status = 'pending'::text);
+
+--
+-- Name: outside_events_lookup; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX outside_events_lookup ON threadline.outside_events USING btree (name, key, received_at);
+
+--
+-- Name: proposals_workflow; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX proposals_workflow ON threadline.proposals USING btree (workflow, created_at DESC);
+
+--
+-- Name: resume_tokens_gate; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX resume_tokens_gate ON threadline.resume_tokens USING btree (gate_key);
+
+--
+-- Name: run_threads_active_top; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_active_top ON threadline.run_threads USING btree (initiator) WHERE ((parent_run_id IS NULL) AND (admitted_at IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
+
+--
+-- Name: run_threads_awaiting; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_awaiting ON threadline.run_threads USING btree (await_kind) WHERE awaiting;
+
+--
+-- Name: run_threads_created; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_created ON threadline.run_threads USING btree (created_at DESC, run_id);
+
+--
+-- Name: run_threads_finished_top; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_finished_top ON threadline.run_threads USING btree (finished_at) WHERE ((parent_run_id IS NULL) AND (state = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
+
+--
+-- Name: run_threads_id_tail; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_id_tail ON threadline.run_threads USING btree (reverse((run_id)::text) text_pattern_ops);
+
+--
+-- Name: run_threads_parent; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_parent ON threadline.run_threads USING btree (parent_run_id) WHERE (parent_run_id IS NOT NULL);
+
+--
+-- Name: run_threads_queued; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_queued ON threadline.run_threads USING btree (workflow, queue_seq) WHERE (state = 'queued'::text);
+
+--
+-- Name: run_threads_search; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_search ON threadline.run_threads USING gin (threadline.run_search_text(run_id, payload) threadline.gin_trgm_ops);
+
+--
+-- Name: run_threads_state_created; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_state_created ON threadline.run_threads USING btree (state, created_at DESC);
+
+--
+-- Name: run_threads_workflow_created; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_workflow_created ON threadline.run_threads USING btree (workflow, created_at DESC);
+
+--
+-- Name: step_claims_open; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX step_claims_open ON threadline.step_claims USING btree (worker_id) WHERE (finished_at IS NULL);
+
+--
+-- Name: step_claims_run; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX step_claims_run ON threadline.step_claims USING btree (run_id);
+
+--
+-- Name: step_claims_started; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX step_claims_started ON threadline.step_claims USING btree (started_at DESC);
+
+--
+-- Name: thread_entries_agent_turns; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX thread_entries_agent_turns ON threadline.thread_entries USING btree (created_at) WHERE (kind = 'agent.assistant'::text);
+
+--
+-- Name: thread_entries_dedupe; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE UNIQUE INDEX thread_entries_dedupe ON threadline.thread_entries USING btree (run_id, dedupe_key) WHERE (dedupe_key IS NOT NULL);
+
+--
+-- Name: thread_entries_step_key; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX thread_entries_step_key ON threadline.thread_entries USING btree (step_key, kind) WHERE (step_key IS NOT NULL);
+
+--
+-- Name: webhook_deliveries_signature; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE UNIQUE INDEX webhook_deliveries_signature ON threadline.webhook_deliveries USING btree (signature) WHERE (signature IS NOT NULL);
+
+--
+-- Name: webhook_triggers_workflow; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX webhook_triggers_workflow ON threadline.webhook_triggers USING btree (workflow);
+
+--
+-- Name: workflow_versions_hash; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX workflow_versions_hash ON threadline.workflow_versions USING btree (slug, hash);
+
+--
+-- Name: workflows_on_event; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX workflows_on_event ON threadline.workflows USING btree (((recipe ->> 'on_event'::text))) WHERE (recipe ? 'on_event'::text);
+
+--
+-- Name: decision_audit decision_audit_link_account; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER decision_audit_link_account BEFORE INSERT ON threadline.decision_audit FOR EACH ROW EXECUTE FUNCTION threadline.link_account_is_the_subjects();
+
+--
+-- Name: decisions decisions_announce; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER decisions_announce AFTER INSERT ON threadline.decisions FOR EACH ROW EXECUTE FUNCTION threadline.announce_change();
+
+--
+-- Name: decisions decisions_by_link_audited; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE CONSTRAINT TRIGGER decisions_by_link_audited AFTER INSERT ON threadline.decisions DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.via = 'link'::text)) EXECUTE FUNCTION threadline.link_decision_audited();
+
+--
+-- Name: decisions decisions_by_token; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER decisions_by_token BEFORE INSERT ON threadline.decisions FOR EACH ROW EXECUTE FUNCTION threadline.decision_by_token();
+
+--
+-- Name: decisions decisions_link_account; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER decisions_link_account BEFORE INSERT ON threadline.decisions FOR EACH ROW EXECUTE FUNCTION threadline.link_account_is_the_subjects();
+
+--
+-- Name: resume_tokens resume_tokens_subject_account; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER resume_tokens_subject_account BEFORE INSERT ON threadline.resume_tokens FOR EACH ROW EXECUTE FUNCTION threadline.resume_token_subject_account();
+
+--
+-- Name: run_threads run_threads_announce; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_announce AFTER INSERT OR UPDATE ON threadline.run_threads FOR EACH ROW EXECUTE FUNCTION threadline.announce_change();
+
+--
+-- Name: run_threads run_threads_child_finished; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_child_finished AFTER UPDATE OF state ON threadline.run_threads FOR EACH ROW WHEN (((new.parent_run_id IS NOT NULL) AND (new.state = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])))) EXECUTE FUNCTION threadline.child_finished('threadline');
+
+--
+-- Name: run_threads run_threads_count; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_count AFTER INSERT OR DELETE ON threadline.run_threads FOR EACH ROW EXECUTE FUNCTION threadline.count_runs();
+
+--
+-- Name: run_threads run_threads_count_moves; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_count_moves AFTER UPDATE OF state, current_step, parent_run_id, trigger, workflow, created_at ON threadline.run_threads FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) OR ((new.state = 'failed'::text) AND (old.current_step IS DISTINCT FROM new.current_step)) OR (old.parent_run_id IS DISTINCT FROM new.parent_run_id) OR ((old.trigger ->> 'what'::text) IS DISTINCT FROM (new.trigger ->> 'what'::text)) OR (old.workflow IS DISTINCT FROM new.workflow) OR (old.created_at IS DISTINCT FROM new.created_at))) EXECUTE FUNCTION threadline.count_runs();
+
+--
+-- Name: run_threads run_threads_finished_admit; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_finished_admit AFTER UPDATE OF state ON threadline.run_threads FOR EACH ROW WHEN (((new.state = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'queued'::text])) AND (new.admitted_at IS NOT NULL))) EXECUTE FUNCTION threadline.run_finished_admit('threadline');
+
+--
+-- Name: step_claims step_claims_announce; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER step_claims_announce AFTER INSERT OR UPDATE ON threadline.step_claims FOR EACH ROW EXECUTE FUNCTION threadline.announce_change();
+
+--
+-- Name: workers workers_announce; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workers_announce AFTER INSERT OR DELETE ON threadline.workers FOR EACH ROW EXECUTE FUNCTION threadline.announce_change();
+
+--
+-- Name: workflow_versions workflow_versions_immutable; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflow_versions_immutable BEFORE DELETE OR UPDATE ON threadline.workflow_versions FOR EACH ROW EXECUTE FUNCTION threadline.versions_are_immutable();
+
+--
+-- Name: workflow_versions workflow_versions_not_truncated; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflow_versions_not_truncated BEFORE TRUNCATE ON threadline.workflow_versions FOR EACH STATEMENT EXECUTE FUNCTION threadline.versions_are_immutable();
+
+--
+-- Name: workflows workflows_announce; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflows_announce AFTER INSERT OR UPDATE ON threadline.workflows FOR EACH ROW EXECUTE FUNCTION threadline.announce_change();
+
+--
+-- Name: workflows workflows_schedule_enabled; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflows_schedule_enabled BEFORE INSERT OR UPDATE ON threadline.workflows FOR EACH ROW EXECUTE FUNCTION threadline.track_schedule_enabled();
+
+--
+-- Name: workflows workflows_webhook_triggers; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflows_webhook_triggers AFTER INSERT OR UPDATE OF recipe ON threadline.workflows FOR EACH ROW EXECUTE FUNCTION threadline.sync_webhook_triggers();
+
+--
+-- Name: account_channels account_channels_account_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.account_channels
+    ADD CONSTRAINT account_channels_account_id_fkey FOREIGN KEY (account_id) REFERENCES threadline.accounts(id);
+
+--
+-- Name: api_tokens api_tokens_account_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.api_tokens
+    ADD CONSTRAINT api_tokens_account_id_fkey FOREIGN KEY (account_id) REFERENCES threadline.accounts(id);
+
+--
+-- Name: api_tokens api_tokens_minted_by_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.api_tokens
+    ADD CONSTRAINT api_tokens_minted_by_fkey FOREIGN KEY (minted_by) REFERENCES threadline.accounts(id);
+
+--
+-- Name: decisions decisions_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.decisions
+    ADD CONSTRAINT decisions_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: event_waits event_waits_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.event_waits
+    ADD CONSTRAINT event_waits_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: notifications notifications_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.notifications
+    ADD CONSTRAINT notifications_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: proposals proposals_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.proposals
+    ADD CONSTRAINT proposals_workflow_fkey FOREIGN KEY (workflow) REFERENCES threadline.workflows(slug);
+
+--
+-- Name: resume_tokens resume_tokens_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.resume_tokens
+    ADD CONSTRAINT resume_tokens_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: resume_tokens resume_tokens_subject_account_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.resume_tokens
+    ADD CONSTRAINT resume_tokens_subject_account_fkey FOREIGN KEY (subject_account) REFERENCES threadline.accounts(id);
+
+--
+-- Name: run_threads run_threads_parent_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_threads
+    ADD CONSTRAINT run_threads_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: run_threads run_threads_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.run_threads
+    ADD CONSTRAINT run_threads_workflow_fkey FOREIGN KEY (workflow) REFERENCES threadline.workflows(slug);
+
+--
+-- Name: schedule_ticks schedule_ticks_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.schedule_ticks
+    ADD CONSTRAINT schedule_ticks_workflow_fkey FOREIGN KEY (workflow) REFERENCES threadline.workflows(slug);
+
+--
+-- Name: step_claims step_claims_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.step_claims
+    ADD CONSTRAINT step_claims_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: thread_entries thread_entries_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.thread_entries
+    ADD CONSTRAINT thread_entries_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: webhook_deliveries webhook_deliveries_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.webhook_deliveries
+    ADD CONSTRAINT webhook_deliveries_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
+
+--
+-- Name: webhook_triggers webhook_triggers_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.webhook_triggers
+    ADD CONSTRAINT webhook_triggers_workflow_fkey FOREIGN KEY (workflow) REFERENCES threadline.workflows(slug) ON DELETE CASCADE;
+
+--
+-- Name: workflow_versions workflow_versions_slug_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.workflow_versions
+    ADD CONSTRAINT workflow_versions_slug_fkey FOREIGN KEY (slug) REFERENCES threadline.workflows(slug);
+
+--
+-- PostgreSQL database dump complete
+--

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final, Iterator
 
@@ -79,6 +79,7 @@ class Claim:
     instruction: Instruction
     lost_attempt: int | None = None  # the attempt before this one, when its bot was lost
     more: bool = False  # another instruction was waiting when this one was claimed
+    secret: str = field(default="", repr=False)  # proves this attempt's acts (migration 043)
 
 
 class BotSlot:
@@ -172,6 +173,7 @@ class BotSlot:
             parsed,
             lost_attempt,
             row["more"],
+            row["secret"],
         )
         crash_point("bot_after_claim")
         if claim.attempt > 1 and (lost_attempt is None or parsed.retry.retries_lost):
@@ -266,7 +268,7 @@ class BotSlot:
                 claim.attempt,
                 claim.step_key,
             )
-            self.close_claim(claim, "cancelled")
+            self.cancel_claim(claim)
             return
         status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
         why = step_report.failure_why(result.exit_code, result.timed_out, timeout_s, None)
@@ -358,7 +360,7 @@ class BotSlot:
             outcome = loop.run()
         except agent_loop.Stopped:
             if not self.abandoning:
-                self.close_claim(claim, "cancelled")
+                self.cancel_claim(claim)
             log.info("agent loop of attempt %s of %s stopped", claim.attempt, claim.step_key)
             return
         if outcome.status == "failed" and not outcome.retryable:
@@ -436,7 +438,9 @@ class BotSlot:
         if not self.sandbox.contains_descendants:
             self.conn.execute(
                 db.q("set_claim_pgid"),
-                dict(pgid=pgid, step_key=claim.step_key, attempt=claim.attempt),
+                dict(
+                    pgid=pgid, step_key=claim.step_key, attempt=claim.attempt, secret=claim.secret
+                ),
             )
         crash_point("bot_after_start")
 
@@ -461,6 +465,7 @@ class BotSlot:
             dict(
                 step_key=claim.step_key,
                 attempt=claim.attempt,
+                secret=claim.secret,
                 lease_s=LEASE_S,
                 pgid=self.current_pgid,
             ),
@@ -527,6 +532,7 @@ class BotSlot:
                 run_id=claim.run_id,
                 step_key=claim.step_key,
                 attempt=claim.attempt,
+                secret=claim.secret,
                 bot=claim.bot,
                 outcome=outcome,
                 backoff_s=backoff,
@@ -553,10 +559,10 @@ class BotSlot:
         if outcome_of == "done":
             crash_point("bot_after_terminal")
 
-    def close_claim(self, claim: Claim, outcome: str) -> None:
+    def cancel_claim(self, claim: Claim) -> None:
         self.conn.execute(
-            db.q("finish_claim"),
-            dict(step_key=claim.step_key, attempt=claim.attempt, outcome=outcome, backoff_s=None),
+            db.q("cancel_claim"),
+            dict(step_key=claim.step_key, attempt=claim.attempt, secret=claim.secret),
         )
 
     def close(self) -> None:

@@ -43,8 +43,7 @@ class Worker:
                 sandbox=sandbox,
             ),
         )
-        self.lock_key: int = row["lock_key"]
-        self._conn.execute("select pg_advisory_lock(%s, %s)", (LOCK_CLASS, self.lock_key))
+        self.lock_key: int = row["lock_key"]  # its lock, taken by registering (migration 043)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"{kind}-heartbeat", daemon=True)
         self._thread.start()

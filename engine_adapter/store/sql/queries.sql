@@ -139,19 +139,18 @@ select names, key from threadline.event_waits where step_key = %(step_key)s
 select threadline.release_wait(%(queue)s, %(step_key)s, %(payload)s) as released
 
 -- register_worker --
--- A new conductor or bot process; its lock key names the advisory lock it holds while alive.
-insert into threadline.workers (id, kind, host, pid, lock_key, version, sandbox)
-values (%(id)s, %(kind)s, %(host)s, %(pid)s, nextval('threadline.worker_lock_keys'), %(version)s,
-        %(sandbox)s)
-returning lock_key
+-- A new conductor or bot process, of the caller's kind; takes on this connection the advisory
+-- lock its lock key names, held while the process lives (migration 043).
+select threadline.register_worker(%(id)s, %(kind)s, %(host)s, %(pid)s, %(version)s,
+                                  %(sandbox)s) as lock_key
 
 -- heartbeat_worker --
--- The process is still beating.
-update threadline.workers set last_beat_at = now() where id = %(id)s
+-- The process is still beating (only the connection holding its lock may say so).
+select threadline.beat_worker(%(id)s, false)
 
 -- stop_worker --
 -- A process stopping cleanly: health reads it as stopped, not dead (migration 040).
-update threadline.workers set stopped_at = now() where id = %(id)s
+select threadline.beat_worker(%(id)s, true)
 
 -- list_workers --
 -- Every known process, newest first, with liveness from its advisory lock.
@@ -215,9 +214,9 @@ select absurd.cancel_task(%(queue)s, %(run_id)s)
 select threadline.claim_step(%(bots)s::text[], %(worker_id)s, %(host)s, %(lease_s)s) as claim
 
 -- report_step --
--- An attempt's end in one call, fenced by its attempt number (migration 025).
-select threadline.report_step(%(queue)s, %(run_id)s, %(step_key)s, %(attempt)s, %(bot)s,
-                              %(outcome)s, %(backoff_s)s, %(note)s, %(message)s,
+-- An attempt's end in one call, fenced by its attempt and its secret (migrations 025, 043).
+select threadline.report_step(%(queue)s, %(run_id)s, %(step_key)s, %(attempt)s, %(secret)s,
+                              %(bot)s, %(outcome)s, %(backoff_s)s, %(note)s, %(message)s,
                               %(terminal_kind)s, %(terminal_text)s, %(payload)s,
                               %(exit_code)s) as result
 
@@ -227,25 +226,18 @@ select threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(dat
                              %(step)s, %(try)s, %(await_kind)s, %(channel)s, %(wake)s) as seq
 
 -- set_claim_pgid --
--- Where the attempt's process group runs, so a successor can make sure it is gone.
-update threadline.step_claims set pgid = %(pgid)s
- where step_key = %(step_key)s and attempt = %(attempt)s
+-- Where the attempt's process group runs, so a successor can make sure it is gone (migration 043:
+-- the attempt's secret says it is this attempt's).
+select threadline.set_claim_pgid(%(step_key)s, %(attempt)s, %(secret)s, %(pgid)s)
 
 -- extend_claim --
--- Heartbeat of a running attempt; returns whether it is still current and the run still live.
-update threadline.step_claims c
-   set lease_until = now() + make_interval(secs => %(lease_s)s),
-       pgid = coalesce(%(pgid)s, c.pgid)
- where c.step_key = %(step_key)s and c.attempt = %(attempt)s and c.finished_at is null
-returning (select rt.state = 'running' and rt.await_key = c.step_key and rt.awaiting
-             from threadline.run_threads rt where rt.run_id = c.run_id) as live
+-- Heartbeat of a running attempt; whether it is still current and the run still live.
+select threadline.renew_claim(%(step_key)s, %(attempt)s, %(secret)s, %(lease_s)s, %(pgid)s)
+  as live
 
--- finish_claim --
--- The attempt's outcome; retry_at set when another attempt is due after a backoff.
-update threadline.step_claims
-   set finished_at = now(), outcome = %(outcome)s,
-       retry_at = now() + make_interval(secs => %(backoff_s)s)
- where step_key = %(step_key)s and attempt = %(attempt)s
+-- cancel_claim --
+-- An open attempt closed without a result: its run no longer awaits it.
+select threadline.cancel_claim(%(step_key)s, %(attempt)s, %(secret)s)
 
 -- engine_task --
 -- Absurd's task row for a run.

@@ -208,6 +208,12 @@ begin
   if v_seq is null then
     raise exception 'run % not found', p_run_id using errcode = 'P0002';
   end if;
+  if v_caller = 'bots' and (starts_with(p_kind, 'signal.') or starts_with(p_dedupe_key, 'terminal:'))
+     and not exists (select 1 from threadline.step_claims c
+                      where c.step_key = p_step_key and c.run_id = p_run_id
+                        and c.reported_xact = pg_current_xact_id()) then
+    perform threadline.refuse(format('writing a %s entry', p_kind));
+  end if;
   if v_caller = 'hooks' then
     v_token := threadline.token_used_here(p_step_key);
     if not coalesce((p_author_kind = 'system' and v_created = now())
@@ -293,6 +299,26 @@ end;
 $$;
 
 --
+-- Name: beat_worker(text, boolean); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.beat_worker(p_id text, p_stop boolean) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if not threadline.own_worker(p_id) then
+    perform threadline.refuse(format('beating for process %s', p_id));
+  end if;
+  if p_stop then
+    update threadline.workers set stopped_at = now() where id = p_id;
+  else
+    update threadline.workers set last_beat_at = now() where id = p_id;
+  end if;
+end;
+$$;
+
+--
 -- Name: caller_kind(); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -311,6 +337,21 @@ CREATE FUNCTION threadline.caller_kind() RETURNS text
     else 'other'
   end
   from pg_roles r where r.rolname = session_user;
+$$;
+
+--
+-- Name: cancel_claim(text, integer, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.cancel_claim(p_step_key text, p_attempt integer, p_secret text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.held_claim(p_step_key, p_attempt, p_secret);
+  update threadline.step_claims set finished_at = now(), outcome = 'cancelled'
+   where step_key = p_step_key and attempt = p_attempt and finished_at is null;
+end;
 $$;
 
 --
@@ -338,13 +379,26 @@ end;
 $$;
 
 --
+-- Name: claim_secret_hash(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.claim_secret_hash(p_secret text) RETURNS bytea
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select sha256(convert_to(coalesce(p_secret, ''), 'UTF8'))
+$$;
+
+--
 -- Name: claim_step(text[], text, text, double precision); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
 CREATE FUNCTION threadline.claim_step(p_bots text[], p_worker_id text, p_host text, p_lease_s double precision) RETURNS jsonb
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
+  v_caller text := threadline.caller_kind();
   v_cand record;
   v_first record;
   v_found integer := 0;
@@ -353,10 +407,15 @@ declare
   v_failures integer;
   v_text text;
   v_data jsonb;
-  v_free boolean;
+  v_secret text;
 begin
-  -- Up to two candidates, locked (skip locked): the first is claimed, the second only says there
-  -- is more; its lock goes with this short transaction.
+  if v_caller not in ('owner', 'bots') then
+    perform threadline.refuse('claiming a step');
+  end if;
+  if p_lease_s is null or p_lease_s <= 0 or p_lease_s > 3600 then
+    raise exception 'lease_s must be within (0, 3600] seconds, not %', p_lease_s
+      using errcode = '22023';
+  end if;
   for v_cand in
     select rt.run_id, rt.await_key, rt.bot
       from threadline.run_threads rt
@@ -375,16 +434,12 @@ begin
   if v_found = 0 then
     return '{}'::jsonb;
   end if;
-  -- Re-checked with a fresh snapshot: the candidate query's may predate a claim another bot
-  -- committed just before this one locked the run.
-  select threadline.step_key_free(v_first.await_key) into v_free;
-  if not v_free then
+  if not threadline.step_key_free(v_first.await_key) then
     return '{"contended": true}'::jsonb;
   end if;
-  -- The caller must still be alive. A statement runs to its end even when its client has died
-  -- meanwhile: a bot killed just after another of its slots claimed would otherwise find that
-  -- claim lost (its own liveness lock gone with it) and claim again, for no process.
-  if not exists (select 1 from threadline.live_workers where id = p_worker_id) then
+  -- The caller must be a live bot process (checked last: it asks the lock manager).
+  if not exists (select 1 from threadline.live_workers
+                  where id = p_worker_id and (kind = 'bots' or v_caller = 'owner')) then
     return '{}'::jsonb;
   end if;
   with lost as (
@@ -401,13 +456,15 @@ begin
   select e.text, e.data into v_text, v_data
     from threadline.thread_entries e
    where e.run_id = v_first.run_id and e.step_key = v_first.await_key and e.kind = 'instruction';
-  insert into threadline.step_claims (step_key, attempt, run_id, worker_id, host, lease_until)
+  v_secret := replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '');
+  insert into threadline.step_claims (step_key, attempt, run_id, worker_id, host, lease_until,
+                                      secret_hash)
   values (v_first.await_key, v_attempt, v_first.run_id, p_worker_id, p_host,
-          now() + make_interval(secs => p_lease_s));
+          now() + make_interval(secs => p_lease_s), threadline.claim_secret_hash(v_secret));
   return jsonb_build_object(
     'run_id', v_first.run_id, 'step_key', v_first.await_key, 'bot', v_first.bot,
     'attempt', v_attempt, 'failures', v_failures, 'text', v_text, 'data', v_data,
-    'lost', v_lost, 'more', v_found > 1);
+    'lost', v_lost, 'more', v_found > 1, 'secret', v_secret);
 end;
 $$;
 
@@ -752,6 +809,47 @@ CREATE FUNCTION threadline.follow_feed() RETURNS void
 $$;
 
 --
+-- Name: step_claims; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.step_claims (
+    step_key text NOT NULL,
+    attempt integer NOT NULL,
+    run_id uuid NOT NULL,
+    worker_id text NOT NULL,
+    host text NOT NULL,
+    pgid integer,
+    lease_until timestamp with time zone NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    outcome text,
+    retry_at timestamp with time zone,
+    secret_hash bytea,
+    reported_xact xid8,
+    CONSTRAINT step_claims_outcome_check CHECK ((outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'lost'::text, 'cancelled'::text])))
+);
+
+--
+-- Name: held_claim(text, integer, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.held_claim(p_step_key text, p_attempt integer, p_secret text) RETURNS threadline.step_claims
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_claim threadline.step_claims;
+begin
+  select * into v_claim from threadline.step_claims
+   where step_key = p_step_key and attempt = p_attempt for update;
+  if not found or v_claim.secret_hash is distinct from threadline.claim_secret_hash(p_secret) then
+    perform threadline.refuse(format('acting for attempt %s of step %s', p_attempt, p_step_key));
+  end if;
+  return v_claim;
+end;
+$$;
+
+--
 -- Name: keep_journal(); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -917,6 +1015,22 @@ begin
                     p_row || jsonb_build_object('created_at', now(), 'revoked_at', null,
                                                 'last_used_at', null)) r;
 end;
+$$;
+
+--
+-- Name: own_worker(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.own_worker(p_id text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select threadline.caller_kind() = 'owner' or exists (
+    select 1
+      from threadline.workers w
+      join pg_locks l on l.locktype = 'advisory' and l.classid = 7411 and l.objid = w.lock_key
+                     and l.objsubid = 2 and l.granted and l.mode = 'ExclusiveLock'
+     where w.id = p_id and w.kind = threadline.caller_kind() and l.pid = pg_backend_pid())
 $$;
 
 --
@@ -1088,6 +1202,30 @@ end;
 $$;
 
 --
+-- Name: register_worker(text, text, text, integer, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.register_worker(p_id text, p_kind text, p_host text, p_pid integer, p_version text, p_sandbox text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_key integer;
+begin
+  if v_caller not in ('owner', p_kind) then
+    perform threadline.refuse(format('registering a %s process', p_kind));
+  end if;
+  insert into threadline.workers (id, kind, host, pid, lock_key, version, sandbox)
+  values (p_id, p_kind, p_host, p_pid, nextval('threadline.worker_lock_keys'), p_version,
+          p_sandbox)
+  returning lock_key into v_key;
+  perform pg_advisory_lock(7411, v_key);
+  return v_key;
+end;
+$$;
+
+--
 -- Name: release_wait(text, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1113,25 +1251,62 @@ end;
 $$;
 
 --
--- Name: report_step(text, uuid, text, integer, text, text, double precision, text, text, text, text, jsonb, integer); Type: FUNCTION; Schema: threadline; Owner: -
+-- Name: renew_claim(text, integer, text, double precision, integer); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
-CREATE FUNCTION threadline.report_step(p_queue text, p_run_id uuid, p_step_key text, p_attempt integer, p_bot text, p_outcome text, p_backoff_s double precision, p_note text, p_message text, p_terminal_kind text, p_terminal_text text, p_payload jsonb, p_exit_code integer) RETURNS text
-    LANGUAGE plpgsql
+CREATE FUNCTION threadline.renew_claim(p_step_key text, p_attempt integer, p_secret text, p_lease_s double precision, p_pgid integer) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
-  v_current boolean;
+  v_claim threadline.step_claims := threadline.held_claim(p_step_key, p_attempt, p_secret);
+begin
+  if p_lease_s is null or p_lease_s <= 0 or p_lease_s > 3600 then
+    raise exception 'lease_s must be within (0, 3600] seconds, not %', p_lease_s
+      using errcode = '22023';
+  end if;
+  if v_claim.finished_at is not null then
+    return null;
+  end if;
+  update threadline.step_claims
+     set lease_until = now() + make_interval(secs => p_lease_s),
+         pgid = coalesce(p_pgid, pgid)
+   where step_key = p_step_key and attempt = p_attempt;
+  return (select rt.state = 'running' and rt.await_key = p_step_key and rt.awaiting
+            from threadline.run_threads rt where rt.run_id = v_claim.run_id);
+end;
+$$;
+
+--
+-- Name: report_step(text, uuid, text, integer, text, text, text, double precision, text, text, text, text, jsonb, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.report_step(p_queue text, p_run_id uuid, p_step_key text, p_attempt integer, p_secret text, p_bot text, p_outcome text, p_backoff_s double precision, p_note text, p_message text, p_terminal_kind text, p_terminal_text text, p_payload jsonb, p_exit_code integer) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_claim threadline.step_claims;
   v_run record;
   v_entry_data jsonb := jsonb_build_object('attempt', p_attempt, 'exit_code', p_exit_code);
 begin
-  select c.finished_at is null
-         and not exists (select 1 from threadline.step_claims n
-                          where n.step_key = c.step_key and n.attempt > c.attempt)
-    into v_current
-    from threadline.step_claims c
-   where c.step_key = p_step_key and c.attempt = p_attempt
-     for update;
-  if not coalesce(v_current, false) then
+  if threadline.caller_kind() not in ('owner', 'bots') then
+    perform threadline.refuse('reporting a step');
+  end if;
+  if p_outcome is null or p_outcome not in ('completed', 'failed') then
+    raise exception 'outcome must be completed or failed, not %', p_outcome using errcode = '22023';
+  end if;
+  if p_terminal_kind is distinct from 'signal.dispatch.' || p_outcome then
+    raise exception 'terminal_kind must be signal.dispatch.%, not %', p_outcome, p_terminal_kind
+      using errcode = '22023';
+  end if;
+  v_claim := threadline.held_claim(p_step_key, p_attempt, p_secret);
+  if v_claim.run_id is distinct from p_run_id then
+    perform threadline.refuse(format('reporting step %s of run %s', p_step_key, p_run_id));
+  end if;
+  if v_claim.finished_at is not null or exists (
+       select 1 from threadline.step_claims n
+        where n.step_key = p_step_key and n.attempt > p_attempt) then
     return 'dropped';
   end if;
   select state, await_key, awaiting into v_run
@@ -1144,7 +1319,8 @@ begin
   end if;
   update threadline.step_claims
      set finished_at = now(), outcome = p_outcome,
-         retry_at = now() + make_interval(secs => p_backoff_s)
+         retry_at = now() + make_interval(secs => p_backoff_s),
+         reported_xact = pg_current_xact_id()
    where step_key = p_step_key and attempt = p_attempt;
   if p_backoff_s is not null then
     perform threadline.append_entry(p_run_id, 'bot', p_bot, 'progress', p_step_key, null,
@@ -1276,6 +1452,21 @@ begin
   perform set_config('synchronous_commit', 'off', true);  -- holds the notify lock for no flush
   perform pg_notify(w.channel, w.payload)
      from unnest(p_channels, p_payloads) as w (channel, payload);
+end;
+$$;
+
+--
+-- Name: set_claim_pgid(text, integer, text, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_claim_pgid(p_step_key text, p_attempt integer, p_secret text, p_pgid integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.held_claim(p_step_key, p_attempt, p_secret);
+  update threadline.step_claims set pgid = p_pgid
+   where step_key = p_step_key and attempt = p_attempt and finished_at is null;
 end;
 $$;
 
@@ -2100,25 +2291,6 @@ CREATE SEQUENCE threadline.schema_migrations_id_seq
 --
 
 ALTER SEQUENCE threadline.schema_migrations_id_seq OWNED BY threadline.schema_migrations.id;
-
---
--- Name: step_claims; Type: TABLE; Schema: threadline; Owner: -
---
-
-CREATE TABLE threadline.step_claims (
-    step_key text NOT NULL,
-    attempt integer NOT NULL,
-    run_id uuid NOT NULL,
-    worker_id text NOT NULL,
-    host text NOT NULL,
-    pgid integer,
-    lease_until timestamp with time zone NOT NULL,
-    started_at timestamp with time zone DEFAULT now() NOT NULL,
-    finished_at timestamp with time zone,
-    outcome text,
-    retry_at timestamp with time zone,
-    CONSTRAINT step_claims_outcome_check CHECK ((outcome = ANY (ARRAY['completed'::text, 'failed'::text, 'lost'::text, 'cancelled'::text])))
-);
 
 --
 -- Name: thread_entries; Type: TABLE; Schema: threadline; Owner: -

@@ -6,6 +6,10 @@ attempt past those checks is refused by the database and changes nothing.
 - bots (migration 043): an attempt is ended, renewed or reported only with the secret its claim
   handed out; a terminal entry only through that report; a process beats and stops only for
   itself, registers only as a bot, and starts no run.
+- conductor (migration 044): Absurd's tables are written only by Absurd's own functions, which
+  the conductor executes (they run as their owner); it writes no process row by hand. The console
+  keeps none of those functions that would let it write what it could not before (a checkpoint,
+  an event).
 """
 
 from __future__ import annotations
@@ -102,6 +106,13 @@ def open_step(conn, apply, procs) -> Iterator[tuple[str, str]]:
             (run_id,),
         ).fetchone(),
         what="the step's instruction",
+    )
+    harness.wait_for(  # and the conductor sleeps on it: nothing of its own moves meanwhile
+        lambda: conn.execute(
+            "select 1 from absurd.w_threadline where event_name = %s",
+            ("threadline.step.done:" + row["await_key"],),
+        ).fetchone(),
+        what="the conductor's wait",
     )
     yield run_id, row["await_key"]
 
@@ -231,3 +242,116 @@ def test_the_bots_login_ends_no_attempt_it_does_not_hold(conn, logins, open_step
 
 def test_the_bots_login_holds_no_table_or_sequence_write(conn):
     assert writes_held(conn, "threadline_bots") == set()
+
+
+ENGINE_TABLES = ("c", "e", "r", "t", "w")
+
+
+def engine_state(conn: psycopg.Connection) -> dict[str, Any]:
+    """Every row of Absurd's tables and of the process rows, as the owner reads them."""
+    tables = [f"absurd.{t}_threadline" for t in ENGINE_TABLES]
+    found = {  # as text: a row may hold an infinite timestamp
+        t: conn.execute(f"select r::text as row from {t} r order by 1").fetchall()
+        for t in (*tables, "absurd.queues")
+    }
+    # Events emitted: a wait's own row (payload null) comes and goes with the engine's cleanup.
+    found["absurd.e_threadline"] = state_of(conn)["events"]
+    found["workers"] = conn.execute(  # not their heartbeats, which go on meanwhile
+        "select id, kind, lock_key, stopped_at from threadline.workers order by 1"
+    ).fetchall()
+    return found
+
+
+def test_the_conductor_login_writes_no_engine_table_by_hand(conn, logins, open_step):
+    run_id, step_key = open_step
+    conductor_id = conn.execute(
+        "select id from threadline.workers where kind = 'conductor'"
+    ).fetchone()["id"]
+    before = engine_state(conn)
+    with db.connect(logins["conductor"]) as attacker:
+        statements: list[tuple[str, Any]] = []
+        for t in ENGINE_TABLES:
+            statements += [
+                (f"delete from absurd.{t}_threadline", None),
+                (f"update absurd.{t}_threadline set task_id = task_id", None)
+                if t != "e"
+                else ("update absurd.e_threadline set payload = '{}'", None),
+            ]
+        statements += [
+            (
+                "insert into absurd.e_threadline (event_name, payload)"
+                " values ('threadline.step.done:' || %s, '{}')",
+                (step_key,),
+            ),
+            (
+                "insert into absurd.c_threadline (task_id, checkpoint_name, state)"
+                " values (%s, 'forged', '{}')",
+                (run_id,),
+            ),
+            (
+                "insert into absurd.t_threadline (task_id, task_name, params, state)"
+                " values (gen_random_uuid(), 'x', '{}', 'pending')",
+                None,
+            ),
+            (
+                "insert into absurd.r_threadline (run_id, task_id, attempt, state, available_at)"
+                " values (gen_random_uuid(), %s, 9, 'pending', now())",
+                (run_id,),
+            ),
+            (
+                "insert into absurd.w_threadline (task_id, run_id, step_name, event_name)"
+                " values (%s, gen_random_uuid(), 'x', 'y')",
+                (run_id,),
+            ),
+            ("update absurd.queues set cleanup_limit = 1", None),
+            ("insert into absurd.queues (queue_name) values ('other')", None),
+            ("delete from absurd.queues", None),
+            # Absurd's functions it does not call: a queue made, dropped, a task started.
+            ("select absurd.drop_queue(%s)", (QUEUE,)),
+            ("select absurd.create_queue('other')", None),
+            ("select absurd.spawn_task(%s, 'x', '{}', '{}')", (QUEUE,)),
+            ("select absurd.cleanup_tasks(%s, 0, 1000)", (QUEUE,)),
+            # Process rows: written by hand, or a bot's beaten for.
+            ("update threadline.workers set stopped_at = now()", None),
+            ("delete from threadline.workers", None),
+            (
+                "insert into threadline.workers (id, kind, host, pid, lock_key, version)"
+                " values ('x', 'bots', 'h', 1, 999999, 't')",
+                None,
+            ),
+            (db.q("heartbeat_worker"), {"id": conductor_id}),  # not from its own session
+            (
+                db.q("register_worker"),
+                {"id": "b", "kind": "bots", "host": "h", "pid": 1, "version": "t", "sandbox": None},
+            ),
+        ]
+        for statement, params in statements:
+            refused(attacker, statement, params)
+    assert engine_state(conn) == before
+
+
+def test_the_console_login_gains_no_engine_write_from_the_conductors_functions(
+    conn, logins, open_step
+):
+    run_id, step_key = open_step
+    before = engine_state(conn)
+    with db.connect(logins["console"]) as console:
+        for statement, params in (
+            (
+                "select absurd.emit_event(%s, 'threadline.step.done:' || %s, '{}')",
+                (QUEUE, step_key),
+            ),
+            (
+                "select absurd.set_task_checkpoint_state(%s, %s, 'forged', '{}', null, null)",
+                (QUEUE, run_id),
+            ),
+            ("select * from absurd.claim_task(%s, 'me', 30, 1)", (QUEUE,)),
+            ("select absurd.complete_run(%s, %s, '{}')", (QUEUE, run_id)),
+        ):
+            refused(console, statement, params)
+    assert engine_state(conn) == before
+
+
+def test_the_conductor_login_holds_no_engine_or_process_write(conn):
+    held = writes_held(conn, "threadline_conductor")
+    assert not {w for w in held if " absurd." in w or "threadline.worker" in w}, held

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import psycopg
+from tornado.http1connection import HTTP1Connection
 from tornado.ioloop import IOLoop
 from tornado.web import HTTPError, RequestHandler, stream_request_body
 
@@ -347,7 +348,9 @@ class ApiHandler(RequestHandler):
             raise ApiError(400, f"Content-Length: {declared[:20]!r} is not a number")
         if int(declared) > MAX_BODY:
             raise ApiError(413, f"the body is {declared} bytes; the limit is {MAX_BODY}")
-        self.request.connection.set_max_body_size(MAX_BODY)  # the declared size, held to
+        connection = self.request.connection
+        assert isinstance(connection, HTTP1Connection)  # tornado's server speaks HTTP/1 only
+        connection.set_max_body_size(MAX_BODY)  # the declared size, held to
 
     def data_received(self, chunk: bytes) -> None:
         self.received += len(chunk)

@@ -52,7 +52,7 @@ def _empty(fig: go.Figure, title: str, says: str) -> go.Figure:
     return _layout(fig, title)
 
 
-def over_time_figure(rows: list[dict], window: dict | None = None) -> go.Figure:
+def over_time_figure(rows: list[dict], window: run_list.ChartWindow | None = None) -> go.Figure:
     """Stacked bars, one per bucket of the window; drawn over the whole window, so a single bucket
     gets the window's ticks (not sub-millisecond ones) and a bar as wide as its bucket."""
     title = "Runs over time by outcome"

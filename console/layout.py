@@ -107,13 +107,15 @@ def page(title: str, active: str, *content: Any) -> pn.template.BootstrapTemplat
         raw_css=[CSS],
         site_url="/",
     )
-    template.header.append(html_pane(nav_html(active), margin=(12, 10)))
-    template.header.append(HeartbeatBadge().pane)
+    header, body = template.header, template.main
+    assert header is not None and body is not None  # a template always has both areas
+    header.append(html_pane(nav_html(active), margin=(12, 10)))
+    header.append(HeartbeatBadge().pane)
     main = pn.Column(
         pn.pane.Markdown(f"## {title}", margin=(0, 10)), *content, sizing_mode="stretch_width"
     )
     SessionWatch(main)
-    template.main.append(main)
+    body.append(main)
     return template
 
 

@@ -93,7 +93,7 @@ class NeedsYouPage(Viewer):
                 )
                 with data.connection() as conn:
                     if kind == "reply":
-                        outcome = gates.reply(conn, run_id, reason.value, actor)
+                        outcome = gates.reply(conn, run_id, reason.value or "", actor)
                         text = (
                             outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
                         )

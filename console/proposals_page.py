@@ -73,9 +73,11 @@ class ProposalsPage(Viewer):
             button = pn.widgets.Button(name=label, button_type=kind_type)
             button.visible = row["status"] == when
             button.disabled = access.refusal(self.session, action) is not None
-            button.on_click(
-                lambda _e, kind=kind, action=action: self.act(row["id"], kind, action, note)
-            )
+
+            def clicked(_e: Any, kind: str = kind, action: Action = action) -> None:
+                self.act(row["id"], kind, action, note)
+
+            button.on_click(clicked)
             buttons.append(button)
         return pn.Column(
             html_pane(proposal_html(row), sizing_mode="stretch_width"),

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import replace
+from typing import Any
 
 from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
 from engine_adapter.sandbox.readable import readable
@@ -104,6 +105,7 @@ def serve() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     for line in sys.stdin:
         request = json.loads(line)
+        reply: dict[str, Any]
         try:
             recipe = load_recipe_text(request["text"], source=request["source"])
             reply = {"recipe": recipe.to_dict(), "errors": []}

@@ -162,7 +162,7 @@ class RecipeEditor(Viewer):
         # reuses the id, so the spawn door returns the same run instead of making another.
         self._request_id = str(uuid.uuid4())
         self._spawned_at = -DOUBLE_CLICK_S
-        pn.state.execute(self.validate)
+        pn.state.execute(self._edited)
         if self.versions:  # newest first: compare the current version with the one before it
             self.version_pick.value = self.versions[min(1, len(self.versions) - 1)]["version"]
             self._show_diff()
@@ -206,7 +206,7 @@ class RecipeEditor(Viewer):
             )
         return pn.Column(*parts, sizing_mode="stretch_width")
 
-    async def _edited(self, _event: Any) -> None:
+    async def _edited(self, _event: Any = None) -> None:
         await self.validate()
 
     async def validate(self) -> Recipe | None:
@@ -223,6 +223,7 @@ class RecipeEditor(Viewer):
             )
             self.save.disabled = True
             return None
+        assert recipe is not None  # no errors: the recipe
         if self.slug and recipe.slug != self.slug:
             self.validation.object = (
                 f'<div class="tl-error" id="tl-validation">slug: this page edits '
@@ -271,6 +272,7 @@ class RecipeEditor(Viewer):
     def _show_diff(self) -> None:
         if not self.versions or self.version_pick.value is None or self.current is None:
             return
+        assert self.workflow is not None  # read with its current version
         with data.connection() as conn:
             old = get_version(conn, self.slug or "", self.version_pick.value)
         text = state.version_diff(

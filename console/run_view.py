@@ -397,7 +397,7 @@ class RunView(Viewer):
         self._say("Cancelled." if which == "cancel" else "Retrying the failed step.")
 
     def _rerun(self) -> None:
-        text = self.rerun_payload.value.strip()
+        text = (self.rerun_payload.value or "").strip()
         try:
             payload = json.loads(text) if text else None
         except json.JSONDecodeError as err:
@@ -422,7 +422,7 @@ class RunView(Viewer):
         self.related.object = related + self._rerun_link
 
     def _deliver(self) -> None:
-        text = self.outside_payload.value.strip()
+        text = (self.outside_payload.value or "").strip()
         try:
             payload = json.loads(text) if text else {}
         except json.JSONDecodeError as err:
@@ -433,10 +433,10 @@ class RunView(Viewer):
             with data.connection() as conn:
                 emitted = events.emit(
                     conn,
-                    self.outside_name.value.strip(),
+                    (self.outside_name.value or "").strip(),
                     payload,
                     caller=actor.label,
-                    key=self.outside_key.value.strip() or None,
+                    key=(self.outside_key.value or "").strip() or None,
                     via="console",
                     actor=actor,
                 )
@@ -447,17 +447,17 @@ class RunView(Viewer):
         self._say(f"Delivered {emitted.name}: {n} waiting step{'s' if n != 1 else ''} released.")
 
     def _emit(self) -> None:
+        raw = self.event_payload.value or ""
         try:
-            payload = (
-                json.loads(self.event_payload.value) if self.event_payload.value.strip() else {}
-            )
+            payload = json.loads(raw) if raw.strip() else {}
         except json.JSONDecodeError as err:
             self._say(f"payload: not valid JSON: {err}", ok=False)
             return
         try:
             actor = access.actor_for(Action.DEBUG_EVENT)
             with data.connection() as conn:
-                commands.emit_debug_event(conn, self.run_id, self.event_name.value, payload, actor)
+                name = self.event_name.value or ""
+                commands.emit_debug_event(conn, self.run_id, name, payload, actor)
         except (access.NotAllowed, commands.CommandRefused) as err:
             self._say(str(err), ok=False)
             return

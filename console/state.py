@@ -41,6 +41,12 @@ def parse_time(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
+def seconds_since(value: Any, now: datetime) -> float | None:
+    """Seconds from a recorded time (a datetime or its ISO text) to now; None without one."""
+    at = parse_time(value)
+    return None if at is None else (now - at).total_seconds()
+
+
 def age_text(seconds: float | None) -> str:
     """'3 s', '4 min', '2 h 5 min', '3 d 4 h' — what a person reads at a glance."""
     if seconds is None:
@@ -341,7 +347,7 @@ def needs_you_rows(gates: list[dict[str, Any]], now: datetime) -> list[dict[str,
             "step": g["step"],
             "gate_key": g["gate_key"],
             "question": (g.get("question") or "").strip(),
-            "waiting": age_text((now - parse_time(g["waiting_since"])).total_seconds()),
+            "waiting": age_text(seconds_since(g["waiting_since"], now)),
             "timeout": gate_deadline_text(g.get("deadline"), now),
         }
         for g in gates

@@ -144,8 +144,8 @@ def add_user(
     }
     raw[name] = entry
     parse_users(json.dumps(raw), str(path))  # the roles are checked before anything is written
-    target = dict(detail={"console_user": name, "roles": entry["roles"], "file": str(path)})
-    with nullcontext() if by is None else change(*by, Action.MANAGE_ACCOUNTS, **target):
+    detail = {"console_user": name, "roles": entry["roles"], "file": str(path)}
+    with nullcontext() if by is None else change(*by, Action.MANAGE_ACCOUNTS, detail=detail):
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -75,7 +75,7 @@ class BotConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BotConfig:
         """From a run's snapshot or a row of threadline.bots."""
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def settings_change(
@@ -155,6 +155,7 @@ def _parse_bot(name: Any, d: Any, errors: list[str]) -> BotConfig | None:
         budget = _int(budget, f"{path}.max_tokens_per_run", 1, MAX_RUN_TOKENS, errors)
     if len(errors) > n_before:
         return None
+    assert isinstance(base_url, str)  # else an error was said above
     return BotConfig(
         name=name,
         base_url=base_url.strip(),

@@ -237,7 +237,7 @@ def propose(
         if proposed.canonical_hash == current["hash"]:
             raise ProposalError("invalid", "the proposed recipe is the current one")
         risk = assess(current["recipe"], doc)
-        return db.fetch_one(
+        return db.fetch_row(
             conn,
             "insert_proposal",
             dict(

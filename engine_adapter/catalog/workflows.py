@@ -283,8 +283,8 @@ def rollback(
 ) -> Applied:
     """A new version equal to an earlier one, recording which; the current one named is refused
     (nothing to do). Runs already spawned keep their snapshot."""
-    target = dict(workflow=slug, detail={"to": ref})
-    with authorization.transaction(conn, actor, Action.ROLLBACK, **target):
+    about = dict(workflow=slug, detail={"to": ref})
+    with authorization.transaction(conn, actor, Action.ROLLBACK, **about):
         target = resolve_version(conn, slug, ref)
         current = get_workflow(conn, slug)
         now = get_version(conn, slug, current["version"])

@@ -520,7 +520,9 @@ def cmd_pause(args: argparse.Namespace) -> int:
     with _conn() as conn:
         if args.command == "pause":
             pause.pause(conn, _actor(args), args.reason)
-            print(pause.describe(pause.state(conn)))
+            switch = pause.state(conn)
+            assert switch is not None  # set just now
+            print(pause.describe(switch))
         elif pause.unpause(conn, _actor(args)):
             print("unpaused: new runs start again")
         else:
@@ -1218,10 +1220,10 @@ def build_parser() -> argparse.ArgumentParser:
         json_flag=True,
     )
     sp.add_argument("--dry-run", action="store_true", help="count what would go; remove nothing")
-    rp = sub.add_parser("retention", help="how long finished runs and their output are kept")
-    rp.add_argument("--json", action="store_true", help="print JSON")
-    rp.set_defaults(fn=cmd_retention)
-    rs = rp.add_subparsers(dest="retention_command", metavar="COMMAND")
+    kept = sub.add_parser("retention", help="how long finished runs and their output are kept")
+    kept.add_argument("--json", action="store_true", help="print JSON")
+    kept.set_defaults(fn=cmd_retention)
+    rs = kept.add_subparsers(dest="retention_command", metavar="COMMAND")
     sp = rs.add_parser("set", help="the global default of runs or output (a workflow may differ)")
     sp.add_argument("key", choices=("runs", "output"))
     sp.add_argument("duration", help="e.g. 180d, 30d, 12h")

@@ -337,6 +337,7 @@ class RunHandler:
         return StepResult(domain.COMPLETED, collected, extra={"items": len(items)})
 
     def list_items(self, step: Step, path: str, try_no: int) -> dict[str, Any]:
+        error: str | None
         try:
             items = expressions.evaluate(step.text, self.scope())
         except expressions.ExpressionError as err:

@@ -173,7 +173,7 @@ def receive(
             if recorded is None:
                 raise _LostRace  # roll our run back: the first one stands
     except _LostRace:
-        return _repeat(d.path, db.fetch_one(conn, "webhook_delivery_seen", key))
+        return _repeat(d.path, db.fetch_row(conn, "webhook_delivery_seen", key))
     except PayloadRejected as err:  # the body is fine JSON, but the workflow's schema refuses it
         return _error(422, str(err))
     except BadPayload as err:  # e.g. "\u0000", which PostgreSQL cannot store

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -196,9 +196,23 @@ def chart_window(filters: RunFilters, now: datetime) -> tuple[datetime, str]:
     return since, bucket
 
 
-def chart_data(
-    conn: psycopg.Connection[Any], filters: RunFilters
-) -> dict[str, list[dict[str, Any]]]:
+class ChartWindow(TypedDict):
+    since: datetime
+    until: datetime
+    bucket_s: int
+
+
+class ChartData(TypedDict):
+    """The runs page's charts: their window and a list of rows each."""
+
+    window: ChartWindow
+    over_time: list[dict[str, Any]]
+    durations: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    agent_use: list[dict[str, Any]]
+
+
+def chart_data(conn: psycopg.Connection[Any], filters: RunFilters) -> ChartData:
     now = db.fetch_row(conn, "db_now")["now"]
     since, bucket = chart_window(filters, now)
     common = dict(since=since, workflow=filters.workflow)

@@ -246,7 +246,7 @@ def _block(
             for name in ("then", "else")
             if name in step
         ]
-        if taken:
+        if decided is not None:  # the branch taken is known
             node["output"], node["reason"] = taken, decided.get("why")
             for block in node["blocks"]:
                 if not block["taken"]:
@@ -257,7 +257,7 @@ def _block(
             node["status"] = domain.COMPLETED
         return
     if kind in (domain.REPEAT, domain.FOREACH) and not _fans_out(step):
-        body = step.get("repeat") if kind == domain.REPEAT else step.get("steps")
+        body = step["repeat"] if kind == domain.REPEAT else step["steps"]
         count = facts.iterations.get(path, 0)
         node["iterations"] = [
             {"n": n, "steps": _nodes(facts, body, names.iteration_path(path, n), depth)}

@@ -159,7 +159,9 @@ def step_refs(tree: ast.AST) -> list[str]:
     """The step ids an expression reads (`steps.<id>` or `steps["<id>"]`)."""
     refs = []
     for node in ast.walk(tree):
-        base = node.value if isinstance(node, (ast.Attribute, ast.Subscript)) else None
+        if not isinstance(node, (ast.Attribute, ast.Subscript)):
+            continue
+        base = node.value
         if not (isinstance(base, ast.Name) and base.id == "steps"):
             continue
         if isinstance(node, ast.Attribute):

@@ -535,6 +535,7 @@ def _parse_step(
         fields["workflows"] = _parse_started(d, fields.get("tools", ()), path, errors)
     if len(errors) > n_before:
         return None
+    assert isinstance(sid, str) and kind is not None  # else an error was said above
     return Step(
         id=sid,
         kind=kind,
@@ -697,7 +698,7 @@ def _parse_block(
 ) -> str:
     """The step lists of a block; returns its text (a foreach's list expression, else "")."""
     errors = tree.errors
-    text = ""
+    text: str | None = ""  # None: a foreach list expression with problems (said in errors)
     if kind == domain.CONDITIONAL:
         # Only one of then/else runs, so both may name the same output.
         before = dict(tree.output_names)
@@ -767,7 +768,7 @@ def _parse_wait(
     fields: dict[str, Any],
 ) -> str:
     raw = d.get(domain.WAIT_FOR_EVENT)
-    names = raw if isinstance(raw, list) else [raw]
+    names: list[Any] = raw if isinstance(raw, list) else [raw]
     if not names or not all(isinstance(n, str) and EVENT_NAME.fullmatch(n) for n in names):
         errors.append(
             f"{path}.wait_for_event: {_q(raw)} must be an event name or a list of them, each "
@@ -1028,6 +1029,7 @@ def _build_recipe(d: Any, source: str) -> Recipe:
             )
     if errors:
         raise RecipeError(errors, source)
+    assert isinstance(slug, str) and isinstance(name, str)  # else an error was said above
     return Recipe(
         slug=slug,
         name=name,

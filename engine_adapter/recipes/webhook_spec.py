@@ -130,7 +130,7 @@ def parse_webhooks(raw: Any, errors: list[str]) -> tuple[Webhook, ...]:
                 errors.append(f"{where}.key: {quote(key)} must be an expression like $.sha")
             else:
                 key = key.strip()
-        if len(errors) == n_before:
+        if len(errors) == n_before and isinstance(path, str):  # a bad path said so above
             hooks.append(Webhook(path=path, secret=secret, map=tuple(pairs), event=event, key=key))
     return tuple(hooks)
 

@@ -91,4 +91,5 @@ def emit(
                 source=Jsonb({"caller": caller, "via": via}),
             ),
         )["released"]
-    return Emitted(name, event_id, runs, list(released), key, switch and pause.describe(switch))
+    paused = pause.describe(switch) if switch else None
+    return Emitted(name, event_id, runs, list(released), key, paused)

@@ -85,9 +85,11 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         if decision and not refusal:  # the gate's answer, not steering for an agent
             data = {**data, "answered": run["await_key"]}
         seq = append(conn, run_id, "human", actor.label, "message", text, data=data)
+        assert seq is not None  # None only for a dedupe_key seen before
         if gate is None:
             return ReplyOutcome(seq, None, None)
         if refusal:  # a decision in words by someone who may not decide: audited
+            assert decision is not None  # only a decision is refused
             audit(conn, run_id, run["await_key"], actor, decision, None, DecisionRefused(refusal))
             record(conn, actor, Action.DECIDE, "refused", refusal, run_id=run_id)
         if decision is None or refusal:

@@ -138,7 +138,7 @@ def _handle(
         return None
     if not due.fire:
         return Fired(slug, slot, None, len(due.skipped) + 1)
-    trigger = {
+    trigger: dict[str, Any] = {
         "kind": "schedule",
         "caller": caller,
         "slot": slot.isoformat(),

@@ -144,7 +144,7 @@ def run_process(
     kills when its first process ends, so none can outlive the leader: no need to look for them
     (which costs a scan of /proc, a third of a bots process's CPU)."""
     started = time.monotonic()
-    proc = subprocess.Popen(
+    proc: subprocess.Popen[bytes] = subprocess.Popen(
         argv,
         cwd=cwd,
         env=env,
@@ -167,9 +167,11 @@ def run_process(
     pending = bytearray()
     timed_out = stopped = False
     last_check = last_flush = time.monotonic()
+    out = proc.stdout
+    assert out is not None  # stdout=PIPE above
     selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    os.set_blocking(proc.stdout.fileno(), False)
+    selector.register(out, selectors.EVENT_READ)
+    os.set_blocking(out.fileno(), False)
     eof = False
 
     def take(chunk: bytes) -> None:
@@ -181,7 +183,7 @@ def run_process(
 
     while not eof:
         for _ in selector.select(timeout=0.1):
-            chunk = proc.stdout.read(65536)
+            chunk = out.read(65536)
             if not chunk:
                 eof = True
                 break
@@ -189,7 +191,7 @@ def run_process(
         if not eof and proc.poll() is not None:
             # The command is done, though something it started may hold the pipe open: what it
             # wrote is in the pipe already; take that and stop (its group is killed below).
-            while chunk := proc.stdout.read(65536):
+            while chunk := out.read(65536):
                 take(chunk)
             eof = True
         now = time.monotonic()

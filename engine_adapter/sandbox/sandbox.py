@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, TypedDict
 
 from engine_adapter.model.settings import threadline_home
 
@@ -44,6 +44,15 @@ RESOLVER_DIR = "/run/systemd/resolve"  # systemd-resolved's settings, kept in a 
 
 class SandboxError(RuntimeError):
     """The sandbox asked for cannot be set up; the message says what to change."""
+
+
+class RunAs(TypedDict, total=False):
+    """subprocess arguments that run a process as the step user (Popen's own names)."""
+
+    preexec_fn: Callable[[], None]
+    user: int
+    group: int
+    extra_groups: list[int]
 
 
 @dataclass(frozen=True)
@@ -178,16 +187,16 @@ class Sandbox:
         own = [Path(p) for p in ("/tmp", "/dev", "/proc", "/run")] if self.bwrap else []
         return not under([*self.private, *own])
 
-    def popen_kwargs(self) -> dict[str, object]:
+    def popen_kwargs(self) -> RunAs:
         """Without setpriv, Python changes the user and sets the death signal (Popen runs
         preexec_fn after the user change, which would otherwise clear the signal)."""
         if self.setpriv:
             return {}
         from engine_adapter.sandbox.process_runner import die_with_parent
 
-        kwargs: dict[str, object] = {"preexec_fn": die_with_parent}
+        kwargs: RunAs = {"preexec_fn": die_with_parent}
         if self.user:
-            kwargs.update(user=self.user[0], group=self.user[1], extra_groups=[])
+            kwargs.update({"user": self.user[0], "group": self.user[1], "extra_groups": []})
         return kwargs
 
 
@@ -289,7 +298,7 @@ def _check_reachable(path: Path, user: tuple[int, int]) -> None:
 def bwrap_works(binary: str, user: tuple[int, int] | None) -> bool:
     """Whether bubblewrap can make a sandbox here (as the step user, when there is one):
     installed is not enough where user namespaces are disabled."""
-    kwargs: dict[str, object] = {}
+    kwargs: RunAs = {}
     if user:
         kwargs = {"user": user[0], "group": user[1], "extra_groups": []}
     try:

@@ -212,9 +212,9 @@ def for_step(asked: Mapping[str, float]) -> Limits:
                 f"{show(key, top)} ({CEILINGS_ENV})"
             )
         values[key] = value
-    for key, value in values.items():  # defaults above a ceiling are held to it
+    for key, default in values.items():  # defaults above a ceiling are held to it
         top = tops.get(key)
-        if top is not None and (value is None or value > top):
+        if top is not None and (default is None or default > top):
             values[key] = top
     return Limits(
         memory=_int(values["memory"]),

@@ -197,7 +197,8 @@ def step_dir(box: Sandbox, run_id: str, declared: object) -> StepDir:
             )
         return StepDir(real, real)
     own = run_dir(box, run_id)
-    parts = [p for p in PurePosixPath(declared or ".").parts if p != "."]
+    relative = declared if isinstance(declared, str) else "."  # checked above: a string or None
+    parts = [p for p in PurePosixPath(relative).parts if p != "."]
     if parts:
         os.close(_make_inside(os.open(own, _WALK), parts, box.user, f"workdir {declared}"))
     return StepDir(own.joinpath(*parts), own)

@@ -30,9 +30,14 @@ ROLES = {
 }
 
 
+def conninfo(url: str) -> dict[str, str]:
+    """A URL's parts (user, password, host, ...); parsed from text, each value is a string."""
+    return {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(url).items()}
+
+
 def url_with(url: str, **changes: str) -> str:
     """url with some of its parts (user, password, host, port, dbname) replaced, as a URL."""
-    info = psycopg.conninfo.conninfo_to_dict(url) | changes
+    info = conninfo(url) | changes
     auth = quote(info.get("user", ""), safe="")
     if info.get("password"):
         auth += ":" + quote(info["password"], safe="")
@@ -51,6 +56,7 @@ def url_with(url: str, **changes: str) -> str:
 def login_name(conn: psycopg.Connection[Any], kind: str) -> str:
     """The login role of a process kind in this database: "<database>.<kind>"."""
     row = conn.execute("select current_database() as db").fetchone()
+    assert row is not None  # a select without a from returns one row
     db = row["db"] if isinstance(row, dict) else row[0]
     return f"{db[:40]}.{kind}"
 
@@ -97,7 +103,7 @@ def ensure_logins(conn: psycopg.Connection[Any]) -> dict[str, str]:
     creds = read_credentials()
     stored = {}
     for kind, url in creds.get("roles", {}).items():
-        info = psycopg.conninfo.conninfo_to_dict(url)
+        info = conninfo(url)
         if kind in ROLES and info.get("user") == login_name(conn, kind) and info.get("password"):
             stored[kind] = info["password"]
     urls = grant_logins(conn, stored)

@@ -20,7 +20,7 @@ class SchemaMismatch(RuntimeError):
 
 def migration_files() -> list[tuple[str, str]]:
     folder = resources.files("engine_adapter.store").joinpath("sql/migrations")
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
+    files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
     return [(p.name.removesuffix(".sql"), p.read_text()) for p in files]
 
 
@@ -53,8 +53,11 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
 def _apply_absurd(conn: psycopg.Connection[Any]) -> None:
     # The bundled schema is not idempotent: apply it only where no absurd schema exists yet.
     present = conn.execute("select to_regclass('absurd.queues') is not null as present").fetchone()
+    assert present is not None  # a select without a from returns one row
     if present["present"]:
-        version = conn.execute("select absurd.get_schema_version() as v").fetchone()["v"]
+        row = conn.execute("select absurd.get_schema_version() as v").fetchone()
+        assert row is not None  # a function's value: one row
+        version = row["v"]
         if version.lstrip("v") != ABSURD_VERSION:
             raise SchemaMismatch(
                 f"database has Absurd schema {version}; Threadline pins {ABSURD_VERSION}"

@@ -63,12 +63,14 @@ class NotebookEnv:
         # reaper.
         atexit.register(self.close)
         try:
-            self._reaper = Reaper()
+            self._reaper = reaper = Reaper()
             self.home = Path(tempfile.mkdtemp(prefix=self.prefix))
-            self._reaper.tell(remove=str(self.home))
+            reaper.tell(remove=str(self.home))
             self._stack.callback(shutil.rmtree, self.home, ignore_errors=True)
             given = os.environ.get(DATABASE_URL_ENV)
-            self.url = self._fresh_database(given) if given else self._embedded_server()
+            self.url = (
+                self._fresh_database(given, reaper) if given else self._embedded_server(reaper)
+            )
             self.conn = self._stack.enter_context(db.connect(self.url))
             schema.migrate(self.conn)
             logins = roles.grant_logins(self.conn)  # each process connects as its kind's role
@@ -82,7 +84,7 @@ class NotebookEnv:
             self.procs = harness.ProcessSet(
                 self.url,
                 self.home,
-                on_start=self._reaper.tell_process,
+                on_start=reaper.tell_process,
                 step_dirs=[work],
                 logins=logins,
                 workdirs=[work],  # a recipe's absolute workdir may lie in the scratch directory
@@ -119,14 +121,14 @@ class NotebookEnv:
                 self._reaper.finish(removed)
                 self._reaper = None
 
-    def _embedded_server(self) -> str:
+    def _embedded_server(self, reaper: Reaper) -> str:
         self.server_home = Path(tempfile.mkdtemp(prefix=self.prefix))
-        self._reaper.tell(server_home=str(self.server_home))
+        reaper.tell(server_home=str(self.server_home))
         return self._stack.enter_context(harness.throwaway_server(home=self.server_home))
 
-    def _fresh_database(self, server_url: str) -> str:
+    def _fresh_database(self, server_url: str, reaper: Reaper) -> str:
         name = f"tl_nb_{uuid.uuid4().hex[:12]}"
-        self._reaper.tell(drop=name, server_url=server_url)
+        reaper.tell(drop=name, server_url=server_url)
         try:
             with psycopg.connect(server_url, autocommit=True) as admin:
                 admin.execute(f"create database {name}")
@@ -172,12 +174,22 @@ class NotebookEnv:
 
     def alive(self, kind: str) -> int:
         """How many conductor or bots processes hold their liveness lock now."""
-        return harness.alive_count(self.conn, kind)
+        return harness.alive_count(self._db, kind)
 
     def logs(self, lines: int = 40) -> str:
         return self.procs.log_tails(lines) if self.procs else ""
 
     # -- workflows and runs -------------------------------------------------------------------
+    @property
+    def _db(self) -> psycopg.Connection[Any]:
+        assert self.conn is not None, "call start() first"
+        return self.conn
+
+    @property
+    def _url(self) -> str:
+        assert self.url is not None, "call start() first"
+        return self.url
+
     @property
     def workdir(self) -> Path:
         """A scratch directory for side effects, removed with everything else."""
@@ -186,21 +198,21 @@ class NotebookEnv:
 
     def apply(self, recipe_yaml: str) -> str:
         """Apply a recipe given as YAML text; returns the workflow's slug."""
-        return apply_recipe(self.conn, load_recipe_text(recipe_yaml)).slug
+        return apply_recipe(self._db, load_recipe_text(recipe_yaml)).slug
 
     def spawn(self, slug: str, payload: dict[str, Any] | None = None) -> str:
-        return spawn(self.conn, slug, payload).run_id
+        return spawn(self._db, slug, payload).run_id
 
     def wait(
         self, run_id: str, states: str | Iterable[str], timeout: float = 60.0
     ) -> dict[str, Any]:
         """Until the run is in one of states; returns the run view (raises with the thread if
         not)."""
-        return harness.wait_for_state(self.url, resolve_run_id(self.conn, run_id), states, timeout)
+        return harness.wait_for_state(self._url, resolve_run_id(self._db, run_id), states, timeout)
 
     def show(self, run_id: str) -> dict[str, Any]:
         """A run's view; run_id is the id or a unique prefix of it."""
-        return show_run(self.conn, resolve_run_id(self.conn, run_id))
+        return show_run(self._db, resolve_run_id(self._db, run_id))
 
     def follow(
         self, run_id: str, timeout: float = 60.0, interval: float = 0.1
@@ -226,7 +238,7 @@ class NotebookEnv:
 
     def now(self) -> datetime:
         """The database clock, which every recorded time in the frames comes from."""
-        return db.fetch_row(self.conn, "db_now")["now"]
+        return db.fetch_row(self._db, "db_now")["now"]
 
 
 # -- the reaper ---------------------------------------------------------------------------------
@@ -244,11 +256,13 @@ class Reaper:
             cwd="/",
             start_new_session=True,
         )  # out of the kernel's process group, which is killed with it
+        assert self.proc.stdin is not None  # stdin=PIPE
+        self.stdin = self.proc.stdin
 
     def tell(self, **item: Any) -> None:
         try:
-            self.proc.stdin.write(json.dumps(item).encode() + b"\n")
-            self.proc.stdin.flush()
+            self.stdin.write(json.dumps(item).encode() + b"\n")
+            self.stdin.flush()
         except (OSError, ValueError):  # the reaper is gone: close() still cleans up
             pass
 
@@ -260,7 +274,7 @@ class Reaper:
         if removed:
             self.tell(done=True)
         try:
-            self.proc.stdin.close()
+            self.stdin.close()
         except OSError:
             pass
         try:

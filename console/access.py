@@ -21,7 +21,7 @@ import os
 import secrets
 import socket
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -65,6 +65,8 @@ class Session:
     user: str
     roles: frozenset[str]
     via: str  # "token" (a sign-in link), "password" (the users file) or "no-auth"
+    # The session's id: the credential the database checks for each change (migration 045).
+    sid: str | None = field(default=None, repr=False, compare=False)
 
 
 _current: Access | None = None
@@ -162,7 +164,13 @@ def current() -> Access:
 def session_cookie(access: Access, user: str, via: str) -> bytes:
     """A new server-side session for user, and the cookie value that names it."""
     assert access.secret is not None
-    sid = sessions.open_session(access.home, user, via)
+    roles = ALL_ROLES
+    if via == "password":
+        if access.users_path is None:
+            raise NotAllowed(f"{user}: no users file to sign in by password")
+        found = load_users(access.users_path).get(user)
+        roles = found.roles if found else frozenset()
+    sid = sessions.open_session(user, via, roles)
     return create_signed_value(access.secret, SESSION_COOKIE, sid)
 
 
@@ -181,12 +189,12 @@ def session_from_cookie(access: Access, value: str | bytes | None) -> Session | 
     """The session a cookie names, if it is still open on the server, checked against the users
     file as it is now; None: no session."""
     if access.no_auth:
-        return Session(os_user(), ALL_ROLES, "no-auth")
+        return Session(os_user(), ALL_ROLES, "no-auth", no_auth_session())
     sid = _session_id(access, value)
     try:
-        record = sessions.find(access.home, sid) if sid else None
-    except ValueError as err:  # the sessions file broken: nobody is signed in until it is mended
-        log.error("sessions closed: %s", err)
+        record = sessions.find(sid) if sid else None
+    except psycopg.Error as err:  # the database unreachable: nobody is signed in meanwhile
+        log.error("sessions unreadable: %s", err)
         return None
     if record is None:
         return None
@@ -198,17 +206,31 @@ def session_from_cookie(access: Access, value: str | bytes | None) -> Session | 
             log.error("sign-in closed: %s", err)
             return None
     if record.via == "token":
-        return Session(record.user, ALL_ROLES, record.via)
+        return Session(record.user, ALL_ROLES, record.via, sid)
     if record.via == "password" and users is not None and record.user in users:
-        return Session(record.user, users[record.user].roles, record.via)
+        return Session(record.user, users[record.user].roles & record.roles, record.via, sid)
     return None
+
+
+_no_auth_sid: str | None = None
+
+
+def no_auth_session() -> str | None:
+    """With sign-in off (loopback only), one session for the account running the console,
+    opened on first use: the database still acts only for a session it holds."""
+    global _no_auth_sid
+    if _no_auth_sid is None:
+        try:
+            _no_auth_sid = sessions.open_session(os_user(), "no-auth", ALL_ROLES)
+        except psycopg.Error as err:
+            log.error("no session for the console's account: %s", err)
+    return _no_auth_sid
 
 
 def end_session(access: Access, value: str | bytes | None) -> str | None:
     """Sign out: the cookie's session is removed on the server. Returns whose it was."""
     sid = _session_id(access, value)
-    record = sessions.close(access.home, sid) if sid else None
-    return record.user if record else None
+    return sessions.close(sid) if sid else None
 
 
 def current_session() -> Session | None:
@@ -223,7 +245,7 @@ def current_session() -> Session | None:
 
 
 def session_actor(session: Session) -> Actor:
-    return Actor(session.user, "console", roles=session.roles)
+    return Actor(session.user, "console", roles=session.roles, credential=session.sid)
 
 
 def _signed_out(action: Action, what: str | None) -> str:

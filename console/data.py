@@ -25,9 +25,14 @@ _url: str | None = None
 
 
 def configure(url: str | None) -> None:
-    """Point the console at a database (before the first query); None means the default."""
-    global _url
-    _url = url
+    """Point the console at a database; None means the default. A pool open on another one is
+    closed (a test points the console's parts at its own database)."""
+    global _url, _pool
+    with _lock:
+        if _pool is not None and url != _url:
+            _pool.close()
+            _pool = None
+        _url = url
 
 
 def configured_url() -> str | None:

@@ -13,6 +13,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
+from engine_adapter.access import authorization
 from engine_adapter.store import db, roles, schema
 from engine_adapter.testing import harness
 
@@ -41,6 +42,7 @@ def template_logins(server_url: str) -> dict[str, str]:
     url = harness.with_dbname(server_url, TEMPLATE)
     with db.connect(url) as conn:
         schema.migrate(conn)
+        authorization.sync_rules(conn)
         return roles.grant_logins(conn)
 
 

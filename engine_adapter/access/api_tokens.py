@@ -99,6 +99,7 @@ def authenticate(conn: psycopg.Connection[Any], token: str) -> Actor | None:
         roles=frozenset(row["roles"]),
         account_id=int(row["account_id"]),
         minted_by=row["minted_by"] if delegated else None,
+        credential=token,
     )
 
 

@@ -214,6 +214,7 @@ def authorize(
     it inside the change's) or no (Refused, audited). A refusal's row commits only if conn
     has no transaction open: call it first, or use `change`."""
     where = _checked(conn, actor, action, Target(run_id, workflow, detail, account))
+    present(conn, actor, action, account)
     record(conn, actor, action, "allowed", **where)
 
 
@@ -228,12 +229,49 @@ def change(
     where = _checked(conn, actor, action, Target(**target))
     try:
         with conn.transaction():
+            present(conn, actor, action, target.get("account"))
             record(conn, actor, action, "allowed", **where)
             yield
     except RuleRefusal as err:
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             record(conn, actor, action, "refused", str(err), **where)
         raise
+
+
+def present(
+    conn: psycopg.Connection[Any], actor: Actor, action: Action, account: str | None = None
+) -> None:
+    """Show the database the credential the actor's door was shown, in the change's
+    transaction: threadline.authenticate (migration 045) finds its person and checks RULES
+    again, and the writing functions the console's login calls then act only for that person.
+    A refusal there (expired, signed out, revoked, no such role) is Refused here too."""
+    if actor.credential is None:
+        return
+    try:
+        with conn.transaction():  # a savepoint: the refusal leaves the change's transaction
+            conn.execute(
+                db.q("authenticate"),
+                dict(credential=actor.credential, action=str(action), account=account),
+            )
+    except psycopg.errors.InsufficientPrivilege as err:
+        reason = err.diag.message_primary or str(err)
+        raise Refused(reason, action, reason.partition(": ")[2] or reason) from None
+
+
+def sync_rules(conn: psycopg.Connection[Any]) -> None:
+    """Copy RULES into threadline.action_rules, where the database's checked functions read
+    them (migration 045): the migrate step calls it, so the table is never written by hand."""
+    rows = [
+        dict(
+            action=str(action),
+            verb=rule.verb,
+            roles=list(rule.roles),
+            admin=rule.admin,
+            admin_for_others=rule.admin_for_others,
+        )
+        for action, rule in RULES.items()
+    ]
+    conn.execute(db.q("upsert_action_rules"), dict(rules=Jsonb(rows)))
 
 
 @dataclass(frozen=True)

@@ -19,24 +19,25 @@ AS_HELP = (
 )
 
 
-def _conn(owner: bool = False) -> Any:
-    """People's commands connect as the console's role: the door for people; an admin action
-    (minting an API token) as the database's owner, whose login the credentials hold too.
-    Without THREADLINE_DATABASE_URL the embedded server is ours: started (made and migrated, the
-    first time) when it is not running."""
+def _conn() -> Any:
+    """The CLI connects as the database's owner, whose login the credentials hold (whoever may
+    read them holds the database anyway): the checked functions trust the actor an owner's
+    caller passes, as they trust the OS account running the CLI (the authorization layer still
+    decides and audits). The console's login acts only for a person who presents a credential
+    (migration 045), which the CLI has none of. Without THREADLINE_DATABASE_URL the embedded
+    server is ours: started (made and migrated, the first time) when it is not running."""
     import psycopg
 
     from engine_adapter.model.settings import DATABASE_URL_ENV, NotConfigured
     from engine_adapter.store import db
 
-    role = None if owner else "console"
     try:
-        return db.connect(role=role)
+        return db.connect()
     except (NotConfigured, psycopg.OperationalError):
         if os.environ.get(DATABASE_URL_ENV):
             raise
     _start_embedded()
-    return db.connect(role=role)
+    return db.connect()
 
 
 def _start_embedded_server() -> str:
@@ -56,6 +57,7 @@ def _start_embedded_server() -> str:
 def _start_embedded() -> str:
     """Start (initialise, the first time) the embedded server of THREADLINE_HOME, migrate it and
     give the process roles their logins; returns the owner's URL."""
+    from engine_adapter.access.authorization import sync_rules
     from engine_adapter.model.settings import threadline_home
     from engine_adapter.store import db, schema
     from engine_adapter.store.embedded import home_lock
@@ -65,6 +67,7 @@ def _start_embedded() -> str:
         url = _start_embedded_server()
         with db.connect(url) as conn:
             schema.migrate(conn)
+            sync_rules(conn)
             ensure_logins(conn)
     return url
 
@@ -191,6 +194,7 @@ def cmd_console_user_add(args: argparse.Namespace) -> int:
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
+    from engine_adapter.access.authorization import sync_rules
     from engine_adapter.model.settings import DATABASE_URL_ENV, threadline_home
     from engine_adapter.store import db
     from engine_adapter.store.embedded import home_lock
@@ -203,6 +207,7 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         db.connect(url) as conn,  # the owner: the one process that may change the schema
     ):
         applied = migrate(conn)
+        sync_rules(conn)
         ensure_logins(conn)
     print("applied: " + ", ".join(applied) if applied else "up to date")
     print(
@@ -617,7 +622,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_token(args: argparse.Namespace) -> int:
     from engine_adapter.access import api_tokens
 
-    with _conn(owner=args.token_command == "create") as conn:
+    with _conn() as conn:
         if args.token_command == "create":
             by = _actor(args)
             token = api_tokens.create(conn, args.account, args.role, by, args.name)

@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine_adapter.access import authorization
 from engine_adapter.catalog.bot_backends import bots_without_backend, missing_line
 from engine_adapter.catalog.workflows import apply_recipe
 from engine_adapter.model.settings import DATABASE_URL_ENV, port_from_env, threadline_home
@@ -163,6 +164,7 @@ def up(
             log.info("embedded PostgreSQL running (data in %s)", embedded.data_dir)
         with db.connect(url) as conn:
             applied = schema.migrate(conn)
+            authorization.sync_rules(conn)
             logins = ensure_logins(conn)  # each child connects as its own kind's role
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))

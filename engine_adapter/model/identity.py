@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine_adapter.model.settings import credentials_path
@@ -36,6 +36,9 @@ class Actor:
     account_id: int | None = None  # the account, where the door proved it (an API token's)
     minted_by: str | None = None  # a token minted by another account: who minted it
     admin: bool = False  # manages accounts and mints tokens for others (see is_admin)
+    # What the door was shown (a console session id, an API token): the database checks it
+    # again for each change the console's login makes (migration 045). Never shown or compared.
+    credential: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         unknown = set(self.roles or ()) - set(ROLES)

@@ -32,6 +32,7 @@ from typing import IO, Any, Iterable, Iterator
 
 import psycopg
 
+from engine_adapter.access import authorization
 from engine_adapter.catalog.workflows import apply_recipe
 from engine_adapter.model.domain import FINISHED
 from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
@@ -73,6 +74,7 @@ class NotebookEnv:
             )
             self.conn = self._stack.enter_context(db.connect(self.url))
             schema.migrate(self.conn)
+            authorization.sync_rules(self.conn)
             logins = roles.grant_logins(self.conn)  # each process connects as its kind's role
             self._stack.callback(self._drop_logins)  # runs after the processes are gone
             # Steps run sandboxed (as an unprivileged user, when root): the scratch directory is

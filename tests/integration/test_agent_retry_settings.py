@@ -1,6 +1,6 @@
 """`threadline retry` takes the bot's settings in force now: a failure that says "configure the
 bot, then retry" is fixed by `threadline bot apply` and a retry, with the real bot process, the
-real CLI (as the console's role, the people's door) and a scripted model server over HTTP."""
+real CLI (as the owner's login, as the CLI connects) and a scripted model server over HTTP."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def retry_entry(conn, run_id: str) -> dict:
 
 @pytest.mark.parametrize("before", ["unreachable", "missing"])
 def test_retry_after_bot_apply_uses_the_new_settings(
-    conn, apply, procs, workdir, logins, tmp_path, before
+    conn, apply, procs, workdir, db_url, tmp_path, before
 ):
-    console = logins["console"]
+    console = db_url  # the CLI connects as the owner
     bad = dead_url()
     if before == "unreachable":
         done = harness.run_cli(console, "bot", "apply", bots_file(tmp_path, bad))

@@ -162,18 +162,18 @@ def test_max_turns_fails_the_step_with_its_reason(conn, apply, procs, workdir):
     assert "used all 2 turns (max_turns) without finishing" in step["output"]
 
 
-def test_bot_apply_and_list_and_the_run_snapshot(conn, apply, logins, tmp_path):
-    """`threadline bot apply` as the console's role; a run keeps the settings it was spawned
+def test_bot_apply_and_list_and_the_run_snapshot(conn, apply, db_url, tmp_path):
+    """`threadline bot apply` as the owner; a run keeps the settings it was spawned
     with, whatever the bot becomes later."""
     bots = tmp_path / "bots.yaml"
     bots.write_text("helper:\n  base_url: http://127.0.0.1:9/v1\n  model: one\n  api_key: env:K\n")
-    done = harness.run_cli(logins["console"], "bot", "apply", str(bots))
+    done = harness.run_cli(db_url, "bot", "apply", str(bots))
     assert done.returncode == 0, done.stderr
     apply("slug: agent\nbot: helper\nsteps:\n  - id: s\n    dispatch_task: go\n")
     run_id = spawn(conn, "agent").run_id
     bots.write_text("helper:\n  base_url: http://127.0.0.1:9/v1\n  model: two\n  max_turns: 3\n")
-    assert harness.run_cli(logins["console"], "bot", "apply", str(bots)).returncode == 0
-    listed = json.loads(harness.run_cli(logins["console"], "bot", "list", "--json").stdout)
+    assert harness.run_cli(db_url, "bot", "apply", str(bots)).returncode == 0
+    listed = json.loads(harness.run_cli(db_url, "bot", "list", "--json").stdout)
     assert [(b["name"], b["model"], b["max_turns"]) for b in listed] == [("helper", "two", 3)]
     agent = conn.execute(
         "select agent from threadline.run_threads where run_id = %s", (run_id,)
@@ -181,7 +181,7 @@ def test_bot_apply_and_list_and_the_run_snapshot(conn, apply, logins, tmp_path):
     assert (agent["model"], agent["max_turns"], agent["api_key_env"]) == ("one", 20, "K")
 
     bots.write_text("helper:\n  model: 3\n")
-    bad = harness.run_cli(logins["console"], "bot", "apply", str(bots))
+    bad = harness.run_cli(db_url, "bot", "apply", str(bots))
     assert bad.returncode == 10
     assert bad.stderr.splitlines() == [
         "helper.base_url: required, a non-empty string",

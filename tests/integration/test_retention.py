@@ -93,9 +93,9 @@ def finished(conn, apply, procs, db_url, tmp_path):
 
 
 def test_a_run_past_its_retention_leaves_threadline_and_the_engine_together(
-    conn, apply, finished, logins
+    conn, apply, finished, db_url
 ):
-    console = logins["console"]  # `threadline cleanup` is a people's command: the console's role
+    console = db_url  # `threadline cleanup` connects as the owner, as every CLI command does
     apply(GATED)
     in_flight = spawn(conn, "gated").run_id
     conn.execute(  # started long ago, still waiting: never touched
@@ -125,11 +125,11 @@ def test_a_run_past_its_retention_leaves_threadline_and_the_engine_together(
     assert "removed 0 run(s)" in again.stdout
 
 
-def test_output_goes_after_its_own_retention_and_the_run_stays(conn, finished, db_url, logins):
+def test_output_goes_after_its_own_retention_and_the_run_stays(conn, finished, db_url):
     run_id = finished["plain"]
     assert progress_entries(conn, run_id) >= 2  # attempt 1 failed / attempt 2 starting
     age(conn, run_id, 40)  # past the default output retention (30 days), within 180
-    out = cli(logins["console"], "cleanup")
+    out = cli(db_url, "cleanup")
     assert out.returncode == 0, out.stderr
     assert progress_entries(conn, run_id) == 0
     shown = harness.run_cli(db_url, "show", run_id, "--json")
@@ -174,10 +174,10 @@ def test_child_runs_go_with_their_parent_and_the_conductor_cleans_up_at_start(
     ],
 )
 def test_bad_retention_settings_are_refused_and_change_nothing(
-    conn, logins, args: tuple[str, ...], message: str
+    conn, db_url, args: tuple[str, ...], message: str
 ):
     before = retention.defaults(conn)
-    out = cli(logins["console"], "retention", *args)
+    out = cli(db_url, "retention", *args)
     assert out.returncode != 0 and message in out.stderr, out
     assert retention.defaults(conn) == before
 
@@ -223,7 +223,7 @@ def slots_of(conn: psycopg.Connection, slug: str) -> list[Any]:
     ]
 
 
-def test_schedule_slots_past_the_run_retention_go_and_the_latest_stays(conn, apply, logins):
+def test_schedule_slots_past_the_run_retention_go_and_the_latest_stays(conn, apply, db_url):
     """A workflow on a schedule gains a slot row per fire: they go with the run retention, but
     each workflow keeps its latest, which its schedule resumes from."""
     apply(SCHEDULED.format(slug="nightly", extra="retention: {runs: 2d}"))
@@ -234,7 +234,7 @@ def test_schedule_slots_past_the_run_retention_go_and_the_latest_stays(conn, app
         " from unnest(array['nightly', 'keeper']) w, generate_series(1, 400) d"
     )
     latest = {slug: slots_of(conn, slug)[-1] for slug in ("nightly", "keeper")}
-    console = logins["console"]
+    console = db_url
 
     dry = cli(console, "cleanup", "--dry-run", "--json")
     assert dry.returncode == 0 and '"ticks": 620' in dry.stdout, dry  # 399 + 221

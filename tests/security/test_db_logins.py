@@ -8,7 +8,7 @@ run's state read back); and the doors that hold these logins still do their work
   subject, in the transaction that used it, and never without the decision's audit row.
 - #7: the viewer's login changes no run's state: it executes nothing that writes.
 - #13: the console's login inserts no API token; it mints, through a checked function, only a
-  token an account mints for itself.
+  token an account mints for itself, and only for a person who presented a credential.
 """
 
 from __future__ import annotations
@@ -488,17 +488,11 @@ def test_finding_13_the_console_login_mints_no_token_for_another_account(
     minted = cli(home, "token", "create", "alice", "--role", "approver")
     assert minted.returncode == 0, minted.stderr
     assert minted.stdout.startswith("tl_api_")
-    own = cli(
-        home,
-        "token",
-        "create",
-        os_user(),
-        "--role",
-        "viewer",
-        "--name",
-        "mine",
-        url=logins["console"],
-    )
+    # The console's login alone mints no token at all, not even one's own: it acts only for a
+    # person who presents a credential (migration 045); the CLI connects as the owner.
+    mine = ("token", "create", os_user(), "--role", "viewer", "--name", "mine")
+    assert cli(home, *mine, url=logins["console"]).returncode == 2
+    own = cli(home, *mine)
     assert own.returncode == 0, own.stderr
     listed = cli(home, "token", "list", "--json")
     assert listed.returncode == 0 and {t["name"] for t in json.loads(listed.stdout)} == {

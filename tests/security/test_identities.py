@@ -261,14 +261,11 @@ def test_a_non_admin_cannot_mint_for_another_account_or_manage_accounts(
         {"name": "alice"}
     ]
     assert rows(conn, "select * from threadline.account_channels") == []
-    # Their own account is theirs: made on first use, with the channels they register.
+    # Not even their own channels: the console's login alone changes nothing (migration 045);
+    # an account registers its channels through the CLI, which connects as the owner.
     own = cli_as_nobody(console, home, "user", "channel", "add", "nobody", "--email", "n@x.example")
-    assert own.returncode == 0, own.stderr
-    assert rows(
-        conn,
-        "select a.name, c.channel, c.target, c.added_by from threadline.account_channels c "
-        "join threadline.accounts a on a.id = c.account_id",
-    ) == [{"name": "nobody", "channel": "email", "target": "n@x.example", "added_by": "nobody"}]
+    assert own.returncode != 0, own.stdout
+    assert rows(conn, "select * from threadline.account_channels") == []
 
 
 # -- self-approval -----------------------------------------------------------------------------

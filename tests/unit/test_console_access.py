@@ -10,7 +10,7 @@ import stat
 import pytest
 import tornado.web
 
-from console import access, sessions, tokens
+from console import access, data, sessions, tokens
 from console.ratelimit import FailureLimiter
 from console.users import (
     USERS_ENV,
@@ -131,7 +131,15 @@ def test_start_up_checks(tmp_path):
         access.configure("127.0.0.1", env={USERS_ENV: str(users)}, home=home)
 
 
-def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path):
+@pytest.fixture
+def console_db(logins):
+    """The console's parts on a database of their own, as the console's login."""
+    data.configure(logins["console"])
+    yield logins["console"]
+    data.configure(None)
+
+
+def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path, console_db):
     users = tmp_path / "users.json"
     add_user(users, "ann", "pw", ["viewer"])
     cfg = access.configure(
@@ -184,21 +192,18 @@ def test_each_write_needs_its_role():
     assert access.actor_of(operator, Action.CANCEL).roles == {"operator"}
 
 
-def test_a_session_lives_on_the_server_until_signed_out(tmp_path):
+def test_a_session_lives_on_the_server_until_signed_out(tmp_path, console_db, conn):
     cfg = access.configure("127.0.0.1", env={access.SECRET_ENV: "s" * 32}, home=tmp_path)
     cookie = access.session_cookie(cfg, "ann", "token")
-    stored = (tmp_path / sessions.SESSIONS_FILE).read_text()
+    stored = str(conn.execute("select * from threadline.console_sessions").fetchall())
     sid = tornado.web.decode_signed_value(cfg.secret, access.SESSION_COOKIE, cookie).decode()
     assert sid not in stored and "ann" in stored  # only the id's hash is kept
-    assert stat.S_IMODE((tmp_path / sessions.SESSIONS_FILE).stat().st_mode) == 0o600
     restarted = access.Access(tmp_path, secret=cfg.secret)  # a new console process, same home
     assert access.session_from_cookie(restarted, cookie).user == "ann"
     assert access.end_session(restarted, cookie) == "ann"
     assert access.session_from_cookie(cfg, cookie) is None  # the signature holds; the session not
     assert access.end_session(cfg, cookie) is None
-    late = sessions.open_session(tmp_path, "bob", "token", now=0.0)
-    assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 - 1).user == "bob"
-    assert sessions.find(tmp_path, late, now=sessions.SESSION_DAYS * 86400 + 1) is None
-    again = access.session_cookie(cfg, "ann", "token")
-    (tmp_path / sessions.SESSIONS_FILE).write_text("{broken")
-    assert access.session_from_cookie(cfg, again) is None  # a broken store signs nobody in
+    late = sessions.open_session("bob", "token", access.ALL_ROLES)
+    assert sessions.find(late).user == "bob"
+    conn.execute("update threadline.console_sessions set expires_at = now() where account = 'bob'")
+    assert sessions.find(late) is None  # expired

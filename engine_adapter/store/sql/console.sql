@@ -203,3 +203,16 @@ select max(last_beat_at) as last_beat_at,
 -- One stored version of a workflow's recipe, with the text it was written as (null: none kept).
 select slug, version, hash, source, recipe, rolled_back_from, created_at, source_text
   from threadline.workflow_versions where slug = %(slug)s and version = %(version)s
+
+-- open_console_session --
+-- A new console session (migration 045): only the id's sha256 is kept.
+select threadline.open_console_session(%(session)s::text, %(account)s::text, %(roles)s::text[],
+                                       %(via)s::text, %(days)s::integer)
+
+-- console_session --
+-- The live session an id names: its account, roles and how it signed in.
+select account, roles, via from threadline.console_session(%(session)s::text)
+
+-- close_console_session --
+-- Sign-out: the session is closed for good; whose it was (null: it was not live).
+select threadline.close_console_session(%(session)s::text) as account

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import string
 import uuid
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 
@@ -23,7 +23,8 @@ SHOWN = 10  # candidates named in an ambiguity
 LAYOUT = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # a uuid's text: where its dashes are
 _HEX = frozenset(string.hexdigits.lower())
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RunIdError(ValueError):
@@ -94,11 +95,13 @@ def resolve_run_id(conn: psycopg.Connection[Any], text: str) -> str:
     return str(rows[0]["run_id"])
 
 
-def takes_run_id(fn: F) -> F:
+def takes_run_id(
+    fn: Callable[Concatenate[psycopg.Connection[Any], str, P], R],
+) -> Callable[Concatenate[psycopg.Connection[Any], str, P], R]:
     """For helpers called as fn(conn, run_id, ...): the run id resolved first."""
 
     @functools.wraps(fn)
-    def call(conn: psycopg.Connection[Any], run_id: str, *args: Any, **kwargs: Any) -> Any:
+    def call(conn: psycopg.Connection[Any], run_id: str, *args: P.args, **kwargs: P.kwargs) -> R:
         return fn(conn, resolve_run_id(conn, str(run_id)), *args, **kwargs)
 
-    return call  # type: ignore[return-value]
+    return call

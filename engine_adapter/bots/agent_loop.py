@@ -236,6 +236,8 @@ class AgentLoop:
             if self.client is None:  # one client (and its connection pool) for the attempt
                 self.client = _client(self.config, self.step.timeout_s)
             with self.lease_held():
+                # The ignores: messages and tools are plain JSON dicts (read back from the
+                # journal), which openai's hints, naming its own TypedDicts, do not accept.
                 response = self.client.chat.completions.create(
                     model=self.config.model,
                     messages=messages,  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from engine_adapter.access.authorization import Action
 from engine_adapter.catalog import proposals, workflows
 from engine_adapter.ingress.hooks import parse_body
 from engine_adapter.model.identity import Actor
+from engine_adapter.model.vocab import GateDecision, TriggerKind
 from engine_adapter.read import read_model, run_list
 from engine_adapter.recipes import recipe_doc
 from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
@@ -116,13 +117,13 @@ def _spawn(conn: Any, actor: Actor, body: dict, query: dict) -> dict[str, Any]:
         slug,
         body.get("payload"),
         idempotency_key=manual_key(slug, key) if key else None,
-        trigger={"kind": "manual", **actor.as_caller(), "via": "api"},
+        trigger={"kind": TriggerKind.MANUAL, **actor.as_caller(), "via": "api"},
         actor=actor,
     )
     return {"run_id": spawned.run_id, "created": spawned.created}
 
 
-def _decide(decision: str) -> Callable[..., Any]:
+def _decide(decision: GateDecision) -> Callable[..., Any]:
     def call(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> dict[str, Any]:
         key = gates.decide(
             conn, run_id, decision, actor, body.get("reason"), gate_key=body.get("gate")
@@ -238,9 +239,10 @@ ROUTES = (
     Route("GET", "/runs/{run_id}/steps", "A run's step tree", None, _steps),
     Route("GET", "/runs/{run_id}/thread", "A run's thread entries after a seq", None, _thread),
     Route("POST", "/runs/{run_id}/approve", "Approve the open gate", Action.DECIDE,
-          _decide("approve"),
+          _decide(GateDecision.APPROVE),
           ("reason", "gate")),
-    Route("POST", "/runs/{run_id}/deny", "Deny the open gate", Action.DECIDE, _decide("deny"),
+    Route("POST", "/runs/{run_id}/deny", "Deny the open gate", Action.DECIDE,
+          _decide(GateDecision.DENY),
           ("reason", "gate")),
     Route("POST", "/runs/{run_id}/reply", "Write in the thread (it may answer a gate)",
           Action.REPLY, _reply, ("text",), ("text",)),

@@ -7,20 +7,21 @@ import pandas as pd
 import panel as pn
 import plotly.graph_objects as go
 
+from engine_adapter.model.vocab import RunState
 from engine_adapter.read import run_list
 from engine_adapter.read.run_list import RunFilters
 
 from . import data
 
-STATE_COLORS = {
-    "completed": "#1a7f37",
-    "failed": "#cf222e",
-    "cancelled": "#6e7781",
-    "running": "#0969da",
-    "sleeping": "#54aeff",
-    "waiting": "#b26a00",
-    "pending": "#8c959f",
-    "queued": "#d4a72c",
+STATE_COLORS: dict[RunState, str] = {
+    RunState.COMPLETED: "#1a7f37",
+    RunState.FAILED: "#cf222e",
+    RunState.CANCELLED: "#6e7781",
+    RunState.RUNNING: "#0969da",
+    RunState.SLEEPING: "#54aeff",
+    RunState.WAITING: "#b26a00",
+    RunState.PENDING: "#8c959f",
+    RunState.QUEUED: "#d4a72c",
 }
 
 
@@ -104,7 +105,7 @@ def failures_figure(rows: list[dict]) -> go.Figure:
             x=frame["runs"],
             y=frame["workflow"] + " · " + frame["step"],
             orientation="h",
-            marker_color=STATE_COLORS["failed"],
+            marker_color=STATE_COLORS[RunState.FAILED],
         )
     )
     fig.update_xaxes(title="runs", rangemode="tozero", tickformat="d")

@@ -11,6 +11,7 @@ from panel.viewable import Viewer
 
 from engine_adapter.access.authorization import Action
 from engine_adapter.model.names import short_run_id
+from engine_adapter.model.vocab import GateDecision
 from engine_adapter.read import read_model
 from engine_adapter.runs import gates, thread_entries
 
@@ -84,15 +85,15 @@ class NeedsYouPage(Viewer):
         send.disabled = access.refusal(self.session, Action.REPLY) is not None
         run_id, key = row["run_id"], row["gate_key"]
 
-        def act(kind: str) -> None:
+        def act(kind: GateDecision) -> None:
             try:
                 # Every gate here waits: a reply may decide it, so an approver may reply too.
                 actor = access.actor_for(
-                    Action.REPLY if kind == "reply" else Action.DECIDE,
-                    kind if kind == "reply" else f"{kind} a gate",
+                    Action.REPLY if kind == GateDecision.REPLY else Action.DECIDE,
+                    kind if kind == GateDecision.REPLY else f"{kind} a gate",
                 )
                 with data.connection() as conn:
-                    if kind == "reply":
+                    if kind == GateDecision.REPLY:
                         outcome = gates.reply(conn, run_id, reason.value or "", actor)
                         text = (
                             outcome.hint or f"Replied ({outcome.decision or 'kept in the thread'})."
@@ -110,9 +111,9 @@ class NeedsYouPage(Viewer):
                 return
             self.feedback.object = f'<div class="tl-ok">{html.escape(text)}</div>'
 
-        approve.on_click(lambda _e: act("approve"))
-        deny.on_click(lambda _e: act("deny"))
-        send.on_click(lambda _e: act("reply"))
+        approve.on_click(lambda _e: act(GateDecision.APPROVE))
+        deny.on_click(lambda _e: act(GateDecision.DENY))
+        send.on_click(lambda _e: act(GateDecision.REPLY))
         box = pn.Column(
             meta,
             question,

@@ -24,6 +24,7 @@ from engine_adapter.catalog.workflows import (
     rollback,
     version_text,
 )
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.recipes.recipes import Recipe, RecipeError
 from engine_adapter.runs.schedules import schedule_list
 from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
@@ -323,7 +324,7 @@ class RecipeEditor(Viewer):
                     self.slug or "",
                     payload,
                     trigger={
-                        "kind": "manual",
+                        "kind": TriggerKind.MANUAL,
                         "caller": actor.name,
                         "request_id": self._request_id,
                     },

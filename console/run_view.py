@@ -18,6 +18,7 @@ from panel.viewable import Viewer
 
 from engine_adapter.access.authorization import Action
 from engine_adapter.conductor import reruns
+from engine_adapter.model.vocab import GateDecision, RunState
 from engine_adapter.read import read_model
 from engine_adapter.read.engine_debug import run_debug
 from engine_adapter.runs import commands, events, gates
@@ -86,8 +87,8 @@ class RunView(Viewer):
         self.reason = pn.widgets.TextInput(
             placeholder="Why (optional, kept with the decision)", visible=False
         )
-        self.approve.on_click(lambda _e: self._decide("approve"))
-        self.deny.on_click(lambda _e: self._decide("deny"))
+        self.approve.on_click(lambda _e: self._decide(GateDecision.APPROVE))
+        self.deny.on_click(lambda _e: self._decide(GateDecision.DENY))
         self.feedback = html_pane("", sizing_mode="stretch_width")
         self.debug_body = html_pane("", sizing_mode="stretch_width")
         self.debug = pn.Card(
@@ -241,10 +242,11 @@ class RunView(Viewer):
         at_gate = run.gate is not None
         for widget in (self.approve, self.deny, self.reason):
             widget.visible = state.gate_takes_decisions(run.gate)
-        self.retry.disabled = run.state != "failed" or not self._may(Action.RETRY)
-        self.cancel.disabled = run.state in ("completed", "cancelled") or not self._may(
-            Action.CANCEL
-        )
+        self.retry.disabled = run.state != RunState.FAILED or not self._may(Action.RETRY)
+        self.cancel.disabled = run.state in (
+            RunState.COMPLETED,
+            RunState.CANCELLED,
+        ) or not self._may(Action.CANCEL)
         self.approve.disabled = self.deny.disabled = not self._may(Action.DECIDE)
         self.send.disabled = not self._may(self._reply_action())
         self.emit.disabled = not self._may(Action.DEBUG_EVENT)
@@ -328,7 +330,11 @@ class RunView(Viewer):
             self._reload.poke()
         elif change.beat is not None:
             self._reload.beat()
-            if self.run and self.run.state in ("sleeping", "running", "waiting"):
+            if self.run and self.run.state in (
+                RunState.SLEEPING,
+                RunState.RUNNING,
+                RunState.WAITING,
+            ):
                 self._render_summary()  # countdowns and running durations tick without a query
 
     # -- acting ----------------------------------------------------------------------------------
@@ -380,7 +386,7 @@ class RunView(Viewer):
             self._say(str(err), ok=False)
             return
         self.reason.value = ""
-        self._say("Approved." if decision == "approve" else "Denied.")
+        self._say("Approved." if decision == GateDecision.APPROVE else "Denied.")
 
     def _command(self, which: str) -> None:
         try:

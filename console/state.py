@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 
 from engine_adapter.model import domain
 from engine_adapter.model.names import short_run_id
+from engine_adapter.model.vocab import AuthorKind, EntryKind, StepStatus, TriggerKind
 from engine_adapter.read import step_report, step_tree
 from engine_adapter.read.read_model import RunView
 from engine_adapter.recipes import recipe_text
@@ -105,15 +106,15 @@ def badge(beat: dict[str, Any], now: datetime) -> Badge:
 
 # -- the stepper -----------------------------------------------------------------------------------
 
-STATUS_ICONS = {
-    "pending": "○",
-    "active": "◉",
-    "sleeping": "☾",
-    "waiting": "⧗",
-    "gate": "✋",
-    "completed": "✓",
-    "failed": "✗",
-    "skipped": "–",
+STATUS_ICONS: dict[StepStatus, str] = {
+    StepStatus.PENDING: "○",
+    StepStatus.ACTIVE: "◉",
+    StepStatus.SLEEPING: "☾",
+    StepStatus.WAITING: "⧗",
+    StepStatus.GATE: "✋",
+    StepStatus.COMPLETED: "✓",
+    StepStatus.FAILED: "✗",
+    StepStatus.SKIPPED: "–",
 }
 
 
@@ -129,7 +130,7 @@ def related_runs_html(run: RunView) -> str:
             f"{html.escape(str(parent.get('branch')))})"
         )
     trigger = run.trigger or {}
-    if trigger.get("kind") == "rerun":
+    if trigger.get("kind") == TriggerKind.RERUN:
         parts.append(
             f'rerun of <a href="{run_url(trigger["run_id"])}">{short_run_id(trigger["run_id"])}'
             f"</a> from step {html.escape(str(trigger.get('from')))}"
@@ -165,12 +166,12 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
     for depth, step in step_tree.flatten(run.steps):
         status = step["status"]
         detail = step.get("reason") or ""
-        if status == "sleeping" and run.wake_at:
+        if status == StepStatus.SLEEPING and run.wake_at:
             left = (run.wake_at - now).total_seconds()
             detail = f"wakes in {age_text(left)}" if left > 0 else "waking"
-        elif status == "gate":
+        elif status == StepStatus.GATE:
             detail = "waiting for a human"
-        elif status == "waiting":
+        elif status == StepStatus.WAITING:
             detail = "waiting for an event"
         elif step["kind"] == "branch" and step.get("run_id"):
             detail = f"run {short_run_id(step['run_id'])}"
@@ -180,7 +181,11 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
             detail = " · ".join(d for d in (detail, tokens_text(step["tokens"])) if d)
         output = step.get("output")
         preview = "" if output is None else as_text(output).strip().splitlines()[-1:] or [""]
-        if status == "failed" and step["kind"] in domain.BOT_KINDS and not step.get("tail"):
+        if (
+            status == StepStatus.FAILED
+            and step["kind"] in domain.BOT_KINDS
+            and not step.get("tail")
+        ):
             preview = "(no output)"
         indent = "\u2003" * depth  # em spaces: nesting reads as indentation in any font
         rows.append(
@@ -190,7 +195,7 @@ def stepper_rows(run: RunView, now: datetime, highlight: str | None = None) -> l
                 "status": f"{STATUS_ICONS.get(status, '')} {status}",
                 "detail": detail,
                 "attempts": 0
-                if status == "skipped"
+                if status == StepStatus.SKIPPED
                 else step.get("attempts")
                 or (step.get("tries", 0) if step["kind"] in domain.BOT_KINDS else 0),
                 "duration": _duration(step, now),
@@ -220,7 +225,7 @@ def step_details_html(run: RunView) -> str:
     parts = []
     for _, step in step_tree.flatten(run.steps):
         name = html.escape(step["id"])
-        if step.get("status") == "failed" and step["kind"] in domain.BOT_KINDS:
+        if step.get("status") == StepStatus.FAILED and step["kind"] in domain.BOT_KINDS:
             tail = step.get("tail") or "(the step wrote no output)"
             took = step_report.attempts_text(step.get("attempt_list") or [])
             parts.append(
@@ -271,7 +276,7 @@ def _call_html(call: dict[str, Any]) -> str:
 COLLAPSE_LINES = 12
 # An agent's turns and tool results: compact in the thread (a few lines), the rest one click away.
 AGENT_COLLAPSE_LINES = 3
-AGENT_LABELS = {"agent.assistant": "model turn", "agent.tool": "tool result"}
+AGENT_LABELS = {EntryKind.AGENT_ASSISTANT: "model turn", EntryKind.AGENT_TOOL: "tool result"}
 
 
 @dataclass(frozen=True)
@@ -289,12 +294,19 @@ class EntryView:
 def entry_view(entry: dict[str, Any]) -> EntryView:
     kind = entry["kind"]
     author_kind = entry["author_kind"]
-    who = {"system": "System", "human": entry["author"], "bot": f"{entry['author']} (bot)"}[
-        author_kind
-    ]
+    who = {
+        AuthorKind.SYSTEM: "System",
+        AuthorKind.HUMAN: entry["author"],
+        AuthorKind.BOT: f"{entry['author']} (bot)",
+    }[author_kind]
     if kind.startswith("signal."):
         who += " · " + kind.removeprefix("signal.dispatch.")
-    elif kind in ("instruction", "question", "progress", "decision"):
+    elif kind in (
+        EntryKind.INSTRUCTION,
+        EntryKind.QUESTION,
+        EntryKind.PROGRESS,
+        EntryKind.DECISION,
+    ):
         who += f" · {kind}"
     elif kind in AGENT_LABELS:
         who += f" · {AGENT_LABELS[kind]}"

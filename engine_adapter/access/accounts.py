@@ -21,6 +21,7 @@ import psycopg
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.identity import ACCOUNT_NAME as NAME
 from engine_adapter.model.identity import Actor, os_user
+from engine_adapter.model.vocab import NotifyEvent
 from engine_adapter.store import db
 
 CHANNELS = ("email", "webhook")
@@ -173,7 +174,7 @@ def check_channel(channel: str, target: str) -> str:
     if channel not in CHANNELS:
         raise AccountError(f"channel {channel!r} must be one of {', '.join(CHANNELS)}")
     errors: list[str] = []
-    parse_notify([{"when": ["gate"], channel: target}], errors)
+    parse_notify([{"when": [NotifyEvent.GATE], channel: target}], errors)
     if errors:
         raise AccountError("; ".join(e.replace("notify[0].", "--") for e in errors))
     return target

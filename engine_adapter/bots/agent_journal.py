@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 
 from engine_adapter.model import names
+from engine_adapter.model.vocab import AuthorKind, EntryKind
 from engine_adapter.runs import thread_entries
 from engine_adapter.store import db
 
@@ -42,12 +43,12 @@ class ThreadJournal:
             dict(run_id=self.run_id, step_key=self.journal_key, after=after),
         )
 
-    def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
+    def append(self, kind: EntryKind, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
         with self.conn.transaction():
             seq = thread_entries.append(
                 self.conn,
                 self.run_id,
-                "bot",
+                AuthorKind.BOT,
                 self.bot,
                 kind,
                 text,

@@ -38,10 +38,11 @@ from engine_adapter.model.domain import (
     PAUSING_TOOLS,
     PROPOSE_CHANGE,
 )
+from engine_adapter.model.vocab import EntryKind
 from engine_adapter.read import step_report
 from engine_adapter.store.workers import crash_point
 
-ASSISTANT, TOOL = "agent.assistant", "agent.tool"  # the journal's entry kinds
+ASSISTANT, TOOL = EntryKind.AGENT_ASSISTANT, EntryKind.AGENT_TOOL  # the journal's entry kinds
 _SUMMARY_CHARS = 1000  # a tool result in the thread (the console folds it to a few lines)
 MODEL_RETRIES = 6  # transient model errors, retried with backoff (about a minute in all)
 
@@ -67,7 +68,7 @@ class Journal(Protocol):
         """The step's journal entries' data, in thread order."""
         ...
 
-    def append(self, kind: str, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
+    def append(self, kind: EntryKind, text: str, dedupe_key: str, data: dict[str, Any]) -> bool:
         """Append one entry; False when its dedupe key was written before (another attempt)."""
         ...
 
@@ -337,7 +338,7 @@ class AgentLoop:
 
     def record(
         self,
-        kind: str,
+        kind: EntryKind,
         text: str,
         suffix: str,
         turn: int,

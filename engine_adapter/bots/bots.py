@@ -28,6 +28,7 @@ from engine_adapter.catalog.bot_config import BotConfig
 from engine_adapter.model import names
 from engine_adapter.model.domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import AttemptOutcome, AuthorKind, EntryKind, StepKind
 from engine_adapter.read import step_report
 from engine_adapter.recipes.recipes import is_reserved_env
 from engine_adapter.runs import thread_entries
@@ -132,7 +133,9 @@ class BotSlot:
             log.exception("attempt %s of %s failed inside the bot", claim.attempt, claim.step_key)
             if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self.conn.rollback()
-            self.report(claim, "failed", f"bot error: {type(err).__name__}: {err}", None)
+            self.report(
+                claim, AttemptOutcome.FAILED, f"bot error: {type(err).__name__}: {err}", None
+            )
 
     # -- claim --------------------------------------------------------------------------------
     def claim(self) -> Claim | None:
@@ -181,9 +184,9 @@ class BotSlot:
                 thread_entries.append(
                     self.conn,
                     claim.run_id,
-                    "bot",
+                    AuthorKind.BOT,
                     claim.bot,
-                    "progress",
+                    EntryKind.PROGRESS,
                     f"Attempt {claim.attempt} of step {names.step_id_of(parsed.step)} starting.",
                     step_key=claim.step_key,
                     data={"attempt": claim.attempt},
@@ -201,7 +204,7 @@ class BotSlot:
         if claim.lost_attempt is not None and not claim.instruction.retry.retries_lost:
             self.report(
                 claim,
-                "failed",
+                AttemptOutcome.FAILED,
                 f"Attempt {claim.lost_attempt} was lost (its bot stopped or lost its lease before "
                 "it finished), and retry_on does not name lost: the step runs at most once, so "
                 "it is not run again.",
@@ -222,9 +225,9 @@ class BotSlot:
                 )
             step_limits.for_step(claim.instruction.limits)  # within this host's ceilings
         except (SandboxError, OSError, step_limits.LimitError) as err:
-            self.report(claim, "failed", f"the step cannot run: {err}", None)
+            self.report(claim, AttemptOutcome.FAILED, f"the step cannot run: {err}", None)
             return
-        if kind == "dispatch_task":
+        if kind == StepKind.DISPATCH_TASK:
             agent = db.fetch_row(self.conn, "run_agent", dict(run_id=claim.run_id))["agent"]
             if agent is not None:
                 self.run_agent(claim, BotConfig.from_dict(agent), workdir, timeout_s)
@@ -233,7 +236,7 @@ class BotSlot:
             if backend is None:
                 self.report(
                     claim,
-                    "failed",
+                    AttemptOutcome.FAILED,
                     (
                         f"bot {claim.bot!r} has no model and no command: configure it as an "
                         "agent bot (`threadline bot apply bots.yaml`, README: Agent bots), or "
@@ -259,7 +262,11 @@ class BotSlot:
             return
         if result.limit:  # one of its limits ended it: the step fails, naming it
             self.report(
-                claim, "failed", self.summarise(result, timeout_s), result, reason=result.limit
+                claim,
+                AttemptOutcome.FAILED,
+                self.summarise(result, timeout_s),
+                result,
+                reason=result.limit,
             )
             return
         if result.stopped:
@@ -270,14 +277,15 @@ class BotSlot:
             )
             self.cancel_claim(claim)
             return
-        status = "completed" if result.exit_code == 0 and not result.timed_out else "failed"
+        ok = result.exit_code == 0 and not result.timed_out
+        status = AttemptOutcome.COMPLETED if ok else AttemptOutcome.FAILED
         why = step_report.failure_why(result.exit_code, result.timed_out, timeout_s, None)
         self.report(
             claim,
             status,
             self.summarise(result, timeout_s),
             result,
-            reason=why if status == "failed" else None,
+            reason=why if status == AttemptOutcome.FAILED else None,
         )
 
     def run_command(
@@ -363,7 +371,7 @@ class BotSlot:
                 self.cancel_claim(claim)
             log.info("agent loop of attempt %s of %s stopped", claim.attempt, claim.step_key)
             return
-        if outcome.status == "failed" and not outcome.retryable:
+        if outcome.status == AttemptOutcome.FAILED and not outcome.retryable:
             if claim.failures < claim.instruction.retries:
                 outcome = replace(
                     outcome,
@@ -449,9 +457,9 @@ class BotSlot:
             thread_entries.append(
                 self.conn,
                 claim.run_id,
-                "bot",
+                AuthorKind.BOT,
                 claim.bot,
-                "progress",
+                EntryKind.PROGRESS,
                 text,
                 step_key=claim.step_key,
                 data={"attempt": claim.attempt},
@@ -506,7 +514,7 @@ class BotSlot:
         retry = retry and policy.retries(exit_code, bool(result and result.timed_out))
         backoff = note = None
         why = step_report.said_why(reason, exit_code, output)
-        if status == "failed" and retry and claim.failures < retries:
+        if status == AttemptOutcome.FAILED and retry and claim.failures < retries:
             backoff = round(policy.wait_s(claim.failures, random.uniform(0.8, 1.2)), 3)
             took = step_report.duration_text(result.duration_s if result else duration_s)
             left = retries - claim.failures
@@ -543,7 +551,7 @@ class BotSlot:
                 if status == PAUSED
                 else (
                     f'step "{step_id}" failed: {why}'
-                    if status == "failed"
+                    if status == AttemptOutcome.FAILED
                     else f"step {step_id} {status}"
                 ),
                 payload=Jsonb(payload),

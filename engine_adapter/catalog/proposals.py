@@ -126,7 +126,7 @@ def _step_risks(before: dict[str, dict], after: dict[str, dict]) -> list[str]:
     high: list[str] = []
     for sid, step in after.items():
         was = before.get(sid) or {}
-        if domain.RUN_COMMAND in step and was.get("run_command") != step[domain.RUN_COMMAND]:
+        if domain.RUN_COMMAND in step and was.get(domain.RUN_COMMAND) != step[domain.RUN_COMMAND]:
             high.append(f"step {sid} runs a new command")
         if domain.WORKFLOW in step and was != step:
             high.append(f"step {sid} starts workflow {step[domain.WORKFLOW]} (new or changed)")

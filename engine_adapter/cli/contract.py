@@ -25,6 +25,7 @@ from referencing import Registry, Resource
 
 from engine_adapter.model import domain
 from engine_adapter.model.identity import Actor
+from engine_adapter.model.vocab import EnvelopeStatus, GateDecision, RunState, TriggerKind
 from engine_adapter.read.read_model import show_run
 from engine_adapter.recipes.recipes import _SLUG as SLUG
 from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text, walk_steps
@@ -35,9 +36,9 @@ SCHEMAS = Path(__file__).with_name("schemas")
 EXIT_OK, EXIT_INVALID, EXIT_CONTRACT, EXIT_POLICY, EXIT_INTERNAL = 0, 10, 20, 30, 40
 POLL_S = 0.1
 STATUS = {  # run state -> envelope status, where the run has stopped
-    domain.COMPLETED: "ok",
-    domain.FAILED: "failed",
-    domain.CANCELLED: "cancelled",
+    RunState.COMPLETED: EnvelopeStatus.OK,
+    RunState.FAILED: EnvelopeStatus.FAILED,
+    RunState.CANCELLED: EnvelopeStatus.CANCELLED,
 }
 
 Emit = Callable[[dict[str, Any]], None]
@@ -101,7 +102,7 @@ def read_request(text: str, name: str) -> dict[str, Any]:
 def error_envelope(err: ContractError, run_id: str | None = None) -> dict[str, Any]:
     return {
         "ok": False,
-        "status": "failed",
+        "status": EnvelopeStatus.FAILED,
         "run_id": run_id,
         "workflow": None,
         "output": None,
@@ -319,7 +320,12 @@ def run(
             slug,
             payload,
             idempotency_key=manual_key(slug, key),
-            trigger={"kind": "manual", "caller": actor.name, "request_id": key, "via": "contract"},
+            trigger={
+                "kind": TriggerKind.MANUAL,
+                "caller": actor.name,
+                "request_id": key,
+                "via": "contract",
+            },
             actor=actor,
         )
     except Paused as err:
@@ -373,14 +379,16 @@ def envelope_of(
     conn: psycopg.Connection[Any], view: dict[str, Any], actor: Actor, policy: Policy
 ) -> dict[str, Any]:
     gate = view["gate"]
-    status = "needs_approval" if gate else STATUS.get(view["state"], "failed")
+    status = (
+        EnvelopeStatus.NEEDS_APPROVAL if gate else STATUS.get(view["state"], EnvelopeStatus.FAILED)
+    )
     steps = [_step(node, policy) for node in view["steps"]]
     output = view["outputs"] or next(
         (s["output"] for s in reversed(steps) if s["status"] == domain.COMPLETED), None
     )
     failed = next((s for s in steps if s["status"] == domain.FAILED), None)
     return {
-        "ok": status in ("ok", "needs_approval"),
+        "ok": status in (EnvelopeStatus.OK, EnvelopeStatus.NEEDS_APPROVAL),
         "status": status,
         "run_id": view["run_id"],
         "workflow": {"slug": view["workflow"], "version": view["workflow_version"]},
@@ -388,7 +396,7 @@ def envelope_of(
         "steps": steps,
         "requires_approval": _approval(conn, view, actor) if gate else None,
         "error": None
-        if status != "failed"
+        if status != EnvelopeStatus.FAILED
         else {
             "type": "step_failed",
             "message": f"step {failed['id']} failed: {failed['reason'] or failed['output']}"
@@ -450,7 +458,7 @@ def resume(
         run_id = resolve_run_id(conn, request["run_id"])
     except (RunIdError, RunNotFound) as err:
         raise ContractError(EXIT_CONTRACT, "resume_refused", str(err)) from None
-    decision = request.get("decision", "approve")
+    decision = request.get("decision", GateDecision.APPROVE)
     try:
         redeemed = resume_tokens.redeem(
             conn, request["resume_token"], decision, actor.via, request.get("reason"), run_id
@@ -458,7 +466,7 @@ def resume(
     except (resume_tokens.TokenRefused, DecisionRefused) as err:
         raise ContractError(EXIT_CONTRACT, "resume_refused", str(err)) from None
     follower = Follower(conn, run_id, emit)
-    kind = "approval.approved" if decision == "approve" else "approval.denied"
+    kind = "approval.approved" if decision == GateDecision.APPROVE else "approval.denied"
     emit(follower.event(kind, gate=redeemed.gate_key, by=redeemed.actor.name))
     emit(follower.event("run.resumed"))
     policy = Policy.from_request(request.get("policy"))

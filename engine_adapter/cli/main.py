@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine_adapter.model.vocab import AuthorKind, TriggerKind
+
 EXIT_INVALID = 10  # recipe validate: the recipe is invalid
 EXIT_DATABASE = 3  # the database refused or failed (one line, no traceback)
 AS_HELP = (
@@ -454,7 +456,7 @@ def cmd_spawn(args: argparse.Namespace) -> int:
             args.slug,
             payload,
             idempotency_key=manual_key(args.slug, request_id),
-            trigger={"kind": "manual", **_caller(args), "request_id": request_id},
+            trigger={"kind": TriggerKind.MANUAL, **_caller(args), "request_id": request_id},
             actor=_actor(args),
         )
     value: dict[str, Any] = {"run_id": result.run_id, "created": result.created}
@@ -816,7 +818,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             ]
         lines.append("")
         for e in r["thread"]:
-            who = e["author"] if e["author_kind"] != "system" else "System"
+            who = e["author"] if e["author_kind"] != AuthorKind.SYSTEM else "System"
             lines.append(f"#{e['seq']:<3} {who} [{e['kind']}] {e['text'].rstrip()}")
         return "\n".join(lines)
 

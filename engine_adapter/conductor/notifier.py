@@ -40,6 +40,7 @@ import psycopg
 
 from engine_adapter.access import accounts
 from engine_adapter.model.domain import RetryPolicy
+from engine_adapter.model.vocab import NotifyEvent
 from engine_adapter.recipes.notify_spec import (
     Allowlist,
     address_kind,
@@ -170,7 +171,7 @@ class Notifier:
     def links(self, due: Due) -> dict[str, str]:
         """Resume links for a gate still open: decide it as the notification's subject, an
         account, sent only to a channel it registered (never where a recipe pointed)."""
-        if due.event == "failed" or due.subject is None:
+        if due.event == NotifyEvent.FAILED or due.subject is None:
             return {}
         if not accounts.registered(self.conn, due.subject, due.channel, due.target):
             return {}
@@ -183,7 +184,11 @@ class Notifier:
         return {"approve": f"{url}?decision=approve", "deny": f"{url}?decision=deny"}
 
 
-_EVENTS = {"gate": "a gate opened", "failed": "the run failed", "waiting": "a gate is waiting"}
+_EVENTS = {
+    NotifyEvent.GATE: "a gate opened",
+    NotifyEvent.FAILED: "the run failed",
+    NotifyEvent.WAITING: "a gate is waiting",
+}
 
 
 def _shown(due: Due) -> str:

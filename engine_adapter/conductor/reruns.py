@@ -14,6 +14,7 @@ from engine_adapter.access import authorization
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model import domain, names
 from engine_adapter.model.identity import Actor
+from engine_adapter.model.vocab import AuthorKind, EntryKind, TriggerKind
 from engine_adapter.read import step_tree
 from engine_adapter.read.read_model import run_facts
 from engine_adapter.recipes.recipes import find_step_doc, step_docs
@@ -73,16 +74,21 @@ def rerun(
             conn,
             run["workflow"],
             run["payload"] if payload is None else payload,
-            trigger={"kind": "rerun", "run_id": run_id, "from": from_step, "caller": actor.label},
+            trigger={
+                "kind": TriggerKind.RERUN,
+                "run_id": run_id,
+                "from": from_step,
+                "caller": actor.label,
+            },
             snapshot=Snapshot(run["recipe"], run["workflow_version"], run["recipe_hash"]),
             carried=carried,
         )
         thread_entries.append(
             conn,
             run_id,
-            "human",
+            AuthorKind.HUMAN,
             actor.label,
-            "note",
+            EntryKind.NOTE,
             f"Rerun from step {from_step} by {actor.label}: run "
             f"{names.short_run_id(spawned.run_id)}.",
             data={"rerun": spawned.run_id, "from": from_step, **actor.as_record()},

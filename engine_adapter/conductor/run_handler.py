@@ -27,6 +27,7 @@ from engine_adapter.model import domain, names
 from engine_adapter.model.domain import StepResult
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import AwaitKind, EntryKind, NotifyEvent, RunState
 from engine_adapter.read import step_report
 from engine_adapter.recipes import expressions
 from engine_adapter.recipes.recipes import (
@@ -46,6 +47,8 @@ from engine_adapter.store.workers import crash_point
 
 INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
 _BLOCKS = (*domain.BLOCK_KINDS, domain.WORKFLOW)
+# The dedupe key of the run's closing note, however it ends: stored, so kept as first written.
+END_NOTE = "completed"
 
 
 class EndRun(Exception):
@@ -541,9 +544,9 @@ class RunHandler:
                 path,
                 try_no,
                 key,
-                entry_kind="instruction",
-                state="running",
-                await_kind="bot",
+                entry_kind=EntryKind.INSTRUCTION,
+                state=RunState.RUNNING,
+                await_kind=AwaitKind.BOT,
                 data=instruction.to_data(),
                 text=text,
             )
@@ -798,7 +801,9 @@ class RunHandler:
             }
             seq = self.note(text, key, f"wait:{key}", data=data)
             if seq is not None:
-                self.set_state("waiting", path, try_no, await_key=key, await_kind="event")
+                self.set_state(
+                    RunState.WAITING, path, try_no, await_key=key, await_kind=AwaitKind.EVENT
+                )
             db.fetch_one(
                 self.conn,
                 "register_wait",
@@ -816,9 +821,9 @@ class RunHandler:
         try_no: int,
         key: str,
         *,
-        entry_kind: str,
-        state: str,
-        await_kind: str,
+        entry_kind: EntryKind,
+        state: RunState,
+        await_kind: AwaitKind,
         data: dict[str, Any],
         text: str | None = None,
     ) -> dict[str, Any]:
@@ -856,10 +861,10 @@ class RunHandler:
                     "wake": wake,
                 },
             )["seq"]
-            if seq is not None and entry_kind == "question":
+            if seq is not None and entry_kind == EntryKind.QUESTION:
                 # The recipe's `notify` rules hear of the gate.
                 notifications.enqueue(
-                    self.conn, self.run_id, self.recipe, "gate", key, self.headline(text)
+                    self.conn, self.run_id, self.recipe, NotifyEvent.GATE, key, self.headline(text)
                 )
         crash_point("after_send")
         return {"ok": True, "data": data}
@@ -879,9 +884,9 @@ class RunHandler:
             path,
             try_no,
             key,
-            entry_kind="question",
-            state="waiting",
-            await_kind="gate",
+            entry_kind=EntryKind.QUESTION,
+            state=RunState.WAITING,
+            await_kind=AwaitKind.GATE,
             data=data,
             text=text,
         )
@@ -932,7 +937,7 @@ class RunHandler:
             except (RenderError, ValueError, OverflowError, OSError) as err:
                 self.note(f"Step {step.id} failed: {err}", key, f"render:{key}")
                 return {"ok": False, "error": str(err)}
-            self.set_state("sleeping", path, try_no, wake_at=wake)
+            self.set_state(RunState.SLEEPING, path, try_no, wake_at=wake)
             self.note(
                 f"Sleeping until {wake.isoformat(timespec='seconds')} (step {step.id}).",
                 key,
@@ -952,7 +957,7 @@ class RunHandler:
 
         def mark_failed() -> bool:
             with self.conn.transaction():
-                self.set_state("failed", path, try_no)
+                self.set_state(RunState.FAILED, path, try_no)
                 tail = step_report.tail(as_text(result.output)) or "(no output)"
                 why = f": {result.reason}" if result.reason else ""
                 self.note(  # the id quoted: a step named "maybe" must not read as a guess
@@ -965,11 +970,11 @@ class RunHandler:
                     self.conn,
                     self.run_id,
                     self.recipe,
-                    "failed",
+                    NotifyEvent.FAILED,
                     key,
                     self.headline(f"step {step_id} failed{why}"),
                 )
-                db.notify(self.conn, self.run_id, "failed")
+                db.notify(self.conn, self.run_id, RunState.FAILED)
             return True
 
         self.ctx.step(names.checkpoint(names.FAILED, path, try_no), mark_failed)
@@ -978,7 +983,7 @@ class RunHandler:
     def end_cancelled(self, step: Step, path: str, try_no: int, result: StepResult) -> None:
         key = names.step_key(self.run_id, path, try_no)
         with self.conn.transaction():
-            self.set_state("cancelled", path, try_no)
+            self.set_state(RunState.CANCELLED, path, try_no)
             self.note(
                 f"Run cancelled: gate {step.id} {result.reason or 'denied'}.",
                 key,
@@ -986,7 +991,7 @@ class RunHandler:
             )
             db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
             child_runs.cancel_open_children(self.conn, self.run_id, "its parent run was cancelled")
-            db.notify(self.conn, self.run_id, "cancelled")
+            db.notify(self.conn, self.run_id, RunState.CANCELLED)
         raise CancelledTask()
 
     def end_by_policy(self, path: str, try_no: int, why: str) -> None:
@@ -995,11 +1000,11 @@ class RunHandler:
 
         def end() -> bool:
             with self.conn.transaction():
-                self.set_state("cancelled", path, try_no)
+                self.set_state(RunState.CANCELLED, path, try_no)
                 self.note(f"Run cancelled by its policy: {why}.", None, f"policy:{path}:{try_no}")
                 db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
                 child_runs.cancel_open_children(self.conn, self.run_id, "its parent was cancelled")
-                db.notify(self.conn, self.run_id, "cancelled")
+                db.notify(self.conn, self.run_id, RunState.CANCELLED)
             return True
 
         self.ctx.step(names.checkpoint(names.FAILED, path, try_no, "policy"), end)
@@ -1018,15 +1023,15 @@ class RunHandler:
                 db.q("set_run_outputs"), dict(run_id=self.run_id, outputs=Jsonb(record))
             )
             if ended is None:
-                self.set_state("completed", None, None)
-                self.note("Run completed.", None, "completed")
-                db.notify(self.conn, self.run_id, "completed")
+                self.set_state(RunState.COMPLETED, None, None)
+                self.note("Run completed.", None, END_NOTE)
+                db.notify(self.conn, self.run_id, RunState.COMPLETED)
             else:
                 step_id = names.step_id_of(ended.path)
-                self.set_state("failed", ended.path, None)
+                self.set_state(RunState.FAILED, ended.path, None)
                 why = ended.result.reason or as_text(ended.result.output)[-500:]
-                self.note(f"Run failed at step {step_id}: {why}", None, "completed")
-                db.notify(self.conn, self.run_id, "failed")
+                self.note(f"Run failed at step {step_id}: {why}", None, END_NOTE)
+                db.notify(self.conn, self.run_id, RunState.FAILED)
         return True
 
     def declared_outputs(self) -> dict[str, Any]:
@@ -1042,12 +1047,12 @@ class RunHandler:
     # -- helpers ------------------------------------------------------------------------------
     def set_state(
         self,
-        state: str,
+        state: RunState,
         step: str | None,
         try_no: int | None,
         *,
         await_key: str | None = None,
-        await_kind: str | None = None,
+        await_kind: AwaitKind | None = None,
         wake_at: datetime | None = None,
     ) -> None:
         run_state.set_run_state(

@@ -52,7 +52,9 @@ from engine_adapter.ingress.webhook_auth import (
     SignatureError,
     verify,
 )
+from engine_adapter.model.domain import PERSON_DECISIONS
 from engine_adapter.model.settings import database_url
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.recipes.render import as_text
 from engine_adapter.recipes.webhook_spec import MappingError, map_payload, resolve, secret_env
 from engine_adapter.runs import resume_tokens
@@ -157,7 +159,12 @@ def receive(
 
     if trigger["event"]:
         return _deliver(conn, trigger, d, delivery, signature, payload)
-    run_trigger = {"kind": "webhook", "path": d.path, "delivery": delivery, "caller": d.caller}
+    run_trigger = {
+        "kind": TriggerKind.WEBHOOK,
+        "path": d.path,
+        "delivery": delivery,
+        "caller": d.caller,
+    }
     try:
         with conn.transaction():
             spawned = spawn(
@@ -261,7 +268,7 @@ def resume_link(conn: psycopg.Connection[Any], token: str, body: bytes) -> Reply
     if not isinstance(request, dict) or set(request) - {"decision", "reason"}:
         return _error(400, 'the body must be {"decision": "approve" | "deny", "reason": "..."}')
     decision, reason = request.get("decision"), request.get("reason")
-    if decision not in ("approve", "deny"):
+    if decision not in PERSON_DECISIONS:
         return _error(400, f"decision must be approve or deny, not {as_text(decision)[:40]!r}")
     if reason is not None and (not isinstance(reason, str) or len(reason) > 2000):
         return _error(400, "reason must be a string of at most 2000 characters")

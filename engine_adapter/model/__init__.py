@@ -8,4 +8,5 @@ __all__ = [
     "names",
     "recipe_values",
     "settings",
+    "vocab",
 ]

@@ -1,5 +1,6 @@
-"""The domain's vocabulary, defined once: step kinds, run and step states, the gate outcome, a
-step's result (the payload of its done event) and the instruction a conductor hands a bot.
+"""The domain's vocabulary: groups of step kinds and run states (the words themselves are the
+enums of `vocab.py`; the short names here are their members), the gate outcome, a step's result
+(the payload of its done event) and the instruction a conductor hands a bot.
 
 Names of keys, events and checkpoints live in `names.py`; everything else that more than one
 module must agree on lives here and is imported from here.
@@ -11,18 +12,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-# -- step kinds ----------------------------------------------------------------------------------
-RUN_COMMAND = "run_command"
-DISPATCH_TASK = "dispatch_task"
-SLEEP = "sleep"
-SLEEP_UNTIL = "sleep_until"
-HUMAN_GATE = "human_gate"
-WAIT_FOR_EVENT = "wait_for_event"
-WORKFLOW = "workflow"  # a sub-workflow: a child run of another workflow
-CONDITIONAL = "conditional"  # `if` with `then` / `else` step lists
-PARALLEL = "parallel"  # branches run at once, each as a child run
-FOREACH = "foreach"  # the same steps once per item of a list
-REPEAT = "repeat"  # the same steps again until a condition holds
+from engine_adapter.model.vocab import (
+    AttemptOutcome,
+    GateDecision,
+    RunState,
+    StepKind,
+    StepStatus,
+    TriggerKind,
+)
+
+# -- step kinds (short names for StepKind's members) ---------------------------------------------
+RUN_COMMAND, DISPATCH_TASK = StepKind.RUN_COMMAND, StepKind.DISPATCH_TASK
+SLEEP, SLEEP_UNTIL = StepKind.SLEEP, StepKind.SLEEP_UNTIL
+HUMAN_GATE, WAIT_FOR_EVENT = StepKind.HUMAN_GATE, StepKind.WAIT_FOR_EVENT
+WORKFLOW, CONDITIONAL = StepKind.WORKFLOW, StepKind.CONDITIONAL
+PARALLEL, FOREACH, REPEAT = StepKind.PARALLEL, StepKind.FOREACH, StepKind.REPEAT
 
 BOT_KINDS = (RUN_COMMAND, DISPATCH_TASK)  # done by a bot
 # What a dispatch_task step may let an agent bot call (`tools:`); `finish` is always available.
@@ -39,7 +43,7 @@ AGENT_TOOLS = (
 ASK_HUMAN, START_WORKFLOW, PROPOSE_CHANGE = "ask_human", "start_workflow", "propose_change"
 PAUSING_TOOLS = (ASK_HUMAN, START_WORKFLOW, PROPOSE_CHANGE)
 # A round of an agent step that ended on a pausing tool: its bot result's status, never a step's.
-PAUSED = "paused"
+PAUSED = AttemptOutcome.PAUSED
 SLEEP_KINDS = (SLEEP, SLEEP_UNTIL)
 # Steps that do one thing, in the order a recipe names them (a step has exactly one of these keys).
 LEAF_KINDS = (RUN_COMMAND, DISPATCH_TASK, SLEEP, SLEEP_UNTIL, HUMAN_GATE, WAIT_FOR_EVENT, WORKFLOW)
@@ -48,48 +52,42 @@ BLOCK_KINDS = (CONDITIONAL, PARALLEL, FOREACH, REPEAT)
 KINDS = (*LEAF_KINDS, *BLOCK_KINDS)
 KEYED_KINDS = (*LEAF_KINDS, PARALLEL, FOREACH, REPEAT)  # kinds named by a key of the same name
 
-# -- run states ----------------------------------------------------------------------------------
-PENDING, QUEUED, RUNNING, SLEEPING, WAITING = "pending", "queued", "running", "sleeping", "waiting"
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
-RUN_STATES = (PENDING, QUEUED, RUNNING, SLEEPING, WAITING, COMPLETED, FAILED, CANCELLED)
+# -- run states (short names for RunState's members) ---------------------------------------------
+PENDING, QUEUED, RUNNING = RunState.PENDING, RunState.QUEUED, RunState.RUNNING
+SLEEPING, WAITING = RunState.SLEEPING, RunState.WAITING
+COMPLETED, FAILED, CANCELLED = RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED
+RUN_STATES = tuple(RunState)
 # No work happens without a person: a failed run waits for a retry.
 FINISHED = (COMPLETED, FAILED, CANCELLED)
 # Nothing can resume them: a failed top-level run parks on a retry, so it is not ended.
 ENDED = (COMPLETED, CANCELLED)
 
 # -- step statuses (the stepper, `show`, the notebooks) ------------------------------------------
-ACTIVE, GATE, SKIPPED, CARRIED_OVER = "active", "gate", "skipped", "carried_over"
-STEP_STATUSES = (
-    PENDING,
-    ACTIVE,
-    SLEEPING,
-    GATE,
-    WAITING,
-    COMPLETED,
-    FAILED,
-    CANCELLED,
-    SKIPPED,
-    CARRIED_OVER,
-)
+ACTIVE, GATE = StepStatus.ACTIVE, StepStatus.GATE
+SKIPPED, CARRIED_OVER = StepStatus.SKIPPED, StepStatus.CARRIED_OVER
+STEP_STATUSES = tuple(StepStatus)
 # A step's status while the run is in a state and the step is the run's current one.
-CURRENT_STEP_STATUS = {
+CURRENT_STEP_STATUS: dict[RunState, StepStatus] = {
     RUNNING: ACTIVE,
-    SLEEPING: SLEEPING,
+    SLEEPING: StepStatus.SLEEPING,
     WAITING: GATE,
-    FAILED: FAILED,
-    PENDING: PENDING,
-    QUEUED: PENDING,
+    FAILED: StepStatus.FAILED,
+    PENDING: StepStatus.PENDING,
+    QUEUED: StepStatus.PENDING,
 }
 
 # -- triggers ------------------------------------------------------------------------------------
-TRIGGER_KINDS = ("manual", "schedule", "webhook", "event", "parent", "rerun")
+TRIGGER_KINDS = tuple(TriggerKind)
 
 # -- gates ---------------------------------------------------------------------------------------
-APPROVE, DENY, TIMEOUT, REPLY = "approve", "deny", "timeout", "reply"
+APPROVE, DENY = GateDecision.APPROVE, GateDecision.DENY
+TIMEOUT, REPLY = GateDecision.TIMEOUT, GateDecision.REPLY
 # A human_gate without a `timeout` takes its on_timeout path after a day (an agent's ask_human
 # question waits until someone answers).
 DEFAULT_GATE_TIMEOUT_S = 24 * 3600
-DECISIONS = (APPROVE, DENY, TIMEOUT, REPLY)
+DECISIONS = tuple(GateDecision)
+# What a person decides at a gate by name (a reply answers an agent; a timeout is no one's).
+PERSON_DECISIONS = (APPROVE, DENY)
 
 
 @dataclass(frozen=True)
@@ -207,7 +205,7 @@ def bot_result(
 # mid-attempt). Without it, every failure is retried. A lost attempt never spends one of `retries`
 # (a crashed machine is not the command's failure); a `retry_on` without "lost" makes the step run
 # at most once across bot crashes: a lost attempt fails it instead of running it again.
-LOST = "lost"
+LOST = AttemptOutcome.LOST
 RETRY_CLASSES = ("failure", "timeout", LOST)
 DEFAULT_BACKOFF_S, DEFAULT_MAX_BACKOFF_S = 1.0, 60.0
 

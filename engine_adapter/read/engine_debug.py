@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from engine_adapter.model import names
+from engine_adapter.model.vocab import TaskState
 from engine_adapter.store import db
 
 
@@ -63,7 +64,8 @@ def run_debug(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
             for w in waits
         ],
         "sleep_until": next(
-            (a["available_at"] for a in reversed(attempts) if a["state"] == "sleeping"), None
+            (a["available_at"] for a in reversed(attempts) if a["state"] == TaskState.SLEEPING),
+            None,
         ),
         "bot_attempts": [
             {

@@ -10,6 +10,7 @@ import psycopg
 
 from engine_adapter.catalog.bot_backends import bots_without_backend
 from engine_adapter.model.domain import FINISHED
+from engine_adapter.model.vocab import AwaitKind, RunState, TaskState
 from engine_adapter.read import step_tree
 from engine_adapter.runs import gates, pause
 from engine_adapter.runs.thread_entries import RunNotFound
@@ -19,7 +20,11 @@ from engine_adapter.store.workers import list_workers
 
 def run_state(run: dict[str, Any], task: dict[str, Any] | None) -> str:
     """Our state of record, overridden where the engine itself ended the task."""
-    if task and task["state"] in ("failed", "cancelled") and run["state"] not in FINISHED:
+    if (
+        task
+        and task["state"] in (TaskState.FAILED, TaskState.CANCELLED)
+        and run["state"] not in FINISHED
+    ):
         return task["state"]
     return run["state"]
 
@@ -108,7 +113,7 @@ def run_view(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
         payload=run["payload"],
         created_at=run["created_at"],
         finished_at=run["finished_at"],
-        wake_at=run["wake_at"] if state == "sleeping" else None,
+        wake_at=run["wake_at"] if state == RunState.SLEEPING else None,
         await_key=run["await_key"] if run["awaiting"] else None,
         gate=_gate_view(run),
         event_wait=_event_wait(conn, run),
@@ -134,7 +139,7 @@ def show_run(
 
 def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> dict[str, Any] | None:
     """The outside event a run waits for ({events, key}), or None."""
-    if not (run["awaiting"] and run["await_kind"] == "event"):
+    if not (run["awaiting"] and run["await_kind"] == AwaitKind.EVENT):
         return None
     row = db.fetch_one(conn, "event_wait", dict(step_key=run["await_key"]))
     return None if row is None else {"events": row["names"], "key": row["key"]}

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 import psycopg
 
 from engine_adapter.model.domain import RUN_STATES, TRIGGER_KINDS
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
 
 PAGE_SIZE = 50
@@ -138,7 +139,7 @@ class RunRow:
             **{f.name: row[f.name] for f in fields(cls)}
             | {
                 "run_id": str(row["run_id"]),
-                "trigger_kind": row["trigger_kind"] or "manual",
+                "trigger_kind": row["trigger_kind"] or TriggerKind.MANUAL,
             }
         )
 

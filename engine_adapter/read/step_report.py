@@ -13,6 +13,7 @@ import signal
 from typing import Any, Iterable
 
 from engine_adapter.model.names import ROUND_MARK, split_step_key
+from engine_adapter.model.vocab import AttemptOutcome, EntryKind, StepKind, StepStatus
 
 TAIL_LINES = 10  # a failed step's last lines of output, as the thread, CLI and console show them
 TAIL_CHARS = 1500
@@ -132,9 +133,9 @@ def attempts_of(
             {
                 "try": try_no,
                 "attempt": claim["attempt"],
-                "status": claim["outcome"] or "running",
+                "status": claim["outcome"] or AttemptOutcome.RUNNING,
                 "exit_code": exit_code,
-                "why": why if claim["outcome"] == "failed" else None,
+                "why": why if claim["outcome"] == AttemptOutcome.FAILED else None,
                 "started_at": started.isoformat(),
                 "finished_at": finished.isoformat() if finished else None,
                 "duration_s": round((finished - started).total_seconds(), 3) if finished else None,
@@ -148,11 +149,11 @@ def attempts_text(attempts: list[dict[str, Any]]) -> str:
     if not attempts:
         return ""
     if len(attempts) == 1:
-        return duration_text(attempts[0]["duration_s"]) or "running"
+        return duration_text(attempts[0]["duration_s"]) or AttemptOutcome.RUNNING
     parts = []
     for a in attempts:
         label = f"try {a['try']}" + (f".{a['attempt']}" if _several_in_try(attempts, a) else "")
-        text = f"{label}: {duration_text(a['duration_s']) or 'running'}"
+        text = f"{label}: {duration_text(a['duration_s']) or AttemptOutcome.RUNNING}"
         text += _MARKS.get(a["status"], "")
         if a.get("why"):
             text += f" {a['why']}"
@@ -167,7 +168,7 @@ def attempts_brief(attempts: list[dict[str, Any]]) -> str:
     parts = []
     for try_no in tries:
         these = [
-            (duration_text(a["duration_s"]) or "running") + _MARKS.get(a["status"], "")
+            (duration_text(a["duration_s"]) or AttemptOutcome.RUNNING) + _MARKS.get(a["status"], "")
             for a in attempts
             if a["try"] == try_no
         ]
@@ -175,7 +176,12 @@ def attempts_brief(attempts: list[dict[str, Any]]) -> str:
     return " · ".join(parts)
 
 
-_MARKS = {"completed": " ✓", "failed": " ✗", "lost": " lost", "cancelled": " cancelled"}
+_MARKS = {
+    AttemptOutcome.COMPLETED: " ✓",
+    AttemptOutcome.FAILED: " ✗",
+    AttemptOutcome.LOST: " lost",
+    AttemptOutcome.CANCELLED: " cancelled",
+}
 
 
 def _several_in_try(attempts: list[dict[str, Any]], a: dict[str, Any]) -> bool:
@@ -194,7 +200,7 @@ def tool_calls(entries: Iterable[dict[str, Any]], journal_key: str) -> list[dict
             continue
         turn = key[len(prefix) :].split(":", 1)[0]
         message = (entry.get("data") or {}).get("message") or {}
-        if entry["kind"] == "agent.assistant":
+        if entry["kind"] == EntryKind.AGENT_ASSISTANT:
             for i, tc in enumerate(message.get("tool_calls") or []):
                 function = tc.get("function") or {}
                 calls[f"{turn}:{i}"] = {
@@ -203,7 +209,7 @@ def tool_calls(entries: Iterable[dict[str, Any]], journal_key: str) -> list[dict
                     "arguments": _arguments(function.get("arguments") or ""),
                     "result": None,
                 }
-        elif entry["kind"] == "agent.tool":
+        elif entry["kind"] == EntryKind.AGENT_TOOL:
             _, _, index = key[len(prefix) :].partition(":tool:")
             call = calls.get(f"{turn}:{index}")
             if call is not None:
@@ -265,13 +271,13 @@ def detail_lines(node: dict[str, Any], indent: str) -> list[str]:
     attempts = node.get("attempt_list") or []
     if attempts and (len(attempts) > 1 or attempts[0]["duration_s"] is not None):
         lines.append(f"{indent}took {attempts_text(attempts)}")
-    if node.get("status") == "failed":
+    if node.get("status") == StepStatus.FAILED:
         if node.get("why"):
             lines.append(f"{indent}why: {node['why']}")
         if node.get("tail"):
             lines.append(f"{indent}last lines of output:")
             lines += [f"{indent}  | {line}" for line in node["tail"].splitlines()]
-        elif node.get("kind") in ("run_command", "dispatch_task"):
+        elif node.get("kind") in (StepKind.RUN_COMMAND, StepKind.DISPATCH_TASK):
             lines.append(f"{indent}(the step wrote no output)")
     for call in node.get("tool_calls") or []:
         lines.append(f"{indent}↳ {call_text(call)}")

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from engine_adapter.model import domain, names
+from engine_adapter.model.vocab import AwaitKind, EntryKind
 from engine_adapter.read import step_report
 from engine_adapter.recipes.recipes import branches_of
 
@@ -46,12 +47,13 @@ class RunFacts:
         self.exits = {
             (r["step_key"], r["data"]["attempt"]): r["data"].get("exit_code")
             for r in self.reports
-            if r["kind"] in ("progress", "message") and r["data"].get("attempt") is not None
+            if r["kind"] in (EntryKind.PROGRESS, EntryKind.MESSAGE)
+            and r["data"].get("attempt") is not None
         }
         self.whys = {
             (r["step_key"], r["data"]["attempt"]): why
             for r in self.reports
-            if r["kind"] == "progress" and (why := step_report.note_why(r.get("line")))
+            if r["kind"] == EntryKind.PROGRESS and (why := step_report.note_why(r.get("line")))
         }
         for name in self.checkpoints:
             parsed = names.parse_checkpoint(name)
@@ -155,7 +157,7 @@ def _current(facts: RunFacts, path: str) -> str | None:
     """The step's status if it is the run's current step and the run is not finished."""
     if facts.run["current_step"] != path or facts.state in (domain.COMPLETED, domain.CANCELLED):
         return None
-    if facts.state == domain.WAITING and facts.run.get("await_kind") == "event":
+    if facts.state == domain.WAITING and facts.run.get("await_kind") == AwaitKind.EVENT:
         return domain.WAITING  # for an outside event, not a person
     return domain.CURRENT_STEP_STATUS.get(facts.state, domain.ACTIVE)
 

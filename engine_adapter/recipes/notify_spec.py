@@ -28,8 +28,9 @@ from urllib.parse import urlsplit
 
 from engine_adapter.model.identity import ACCOUNT_NAME
 from engine_adapter.model.recipe_values import format_duration, parse_duration, quote
+from engine_adapter.model.vocab import NotifyEvent
 
-EVENTS = ("gate", "failed", "waiting")  # a gate opens; the run fails; a gate waits past `after`
+EVENTS = tuple(NotifyEvent)
 KEYS = ("when", "webhook", "email", "to", "after")
 TARGETS = ("webhook", "email", "to")
 MAX_RULES = 20
@@ -137,9 +138,9 @@ def _parse_rule(
             after_s = parse_duration(d["after"])
         except ValueError as err:
             errors.append(f"{where}.after: {err}")
-        if "waiting" not in when:
+        if NotifyEvent.WAITING not in when:
             errors.append(f"{where}.after: only applies with when: [waiting]")
-    elif "waiting" in when:
+    elif NotifyEvent.WAITING in when:
         errors.append(f"{where}.after: required with waiting (how long a gate waits first)")
     if isinstance(to, str):
         to = [to]

@@ -18,10 +18,11 @@ class _RecipeDumper(yaml.SafeDumper):
 
 def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(value), style=style)
 
 
 _RecipeDumper.add_representer(str, _text)
+_RecipeDumper.add_multi_representer(str, _text)  # a vocabulary's member (a StrEnum) is its text
 
 
 def recipe_yaml(recipe: dict[str, Any]) -> str:

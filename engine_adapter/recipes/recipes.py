@@ -30,6 +30,7 @@ from engine_adapter.model.recipe_values import (
 
 # short: nearly every message here quotes a value
 from engine_adapter.model.recipe_values import quote as _q
+from engine_adapter.model.vocab import StepKind
 from engine_adapter.recipes import cron, expressions, payload_schema, recipe_doc, shell_context
 from engine_adapter.recipes.notify_spec import NotifyRule, parse_notify
 from engine_adapter.recipes.webhook_spec import Webhook, parse_webhooks
@@ -556,12 +557,12 @@ def _parse_leaf_text(
     in_loop: bool,
     errors: list[str],
 ) -> Any:
-    if kind == "sleep":
+    if kind == StepKind.SLEEP:
         try:
             text = format_duration(parse_duration(text))
         except ValueError as err:
             errors.append(f"{path}.sleep: {err}")
-    elif kind == "sleep_until" and isinstance(text, (datetime, date)):
+    elif kind == StepKind.SLEEP_UNTIL and isinstance(text, (datetime, date)):
         if not isinstance(text, datetime) or text.tzinfo is None:
             errors.append(f"{path}.sleep_until: {_q(text)} has no timezone (add Z or +hh:mm)")
         elif problem := check_wake(text):
@@ -569,7 +570,7 @@ def _parse_leaf_text(
         text = text.isoformat()
     elif kind and (not isinstance(text, str) or not text.strip()):
         errors.append(f"{path}.{kind}: must be a non-empty string, got {_q(text)}")
-    elif kind == "sleep_until" and not find_placeholders(text):
+    elif kind == StepKind.SLEEP_UNTIL and not find_placeholders(text):
         try:
             wake = datetime.fromisoformat(text.strip())
             if wake.tzinfo is None:
@@ -581,9 +582,9 @@ def _parse_leaf_text(
                 f"{path}.sleep_until: {_q(text)} is not an ISO-8601 timestamp or a {{placeholder}}"
             )
         text = text.strip()
-    if kind and kind != "sleep" and isinstance(text, str):
+    if kind and kind != StepKind.SLEEP and isinstance(text, str):
         _check_placeholders(text, f"{path}.{kind}", earlier, errors, in_loop)
-    if kind == "run_command" and isinstance(text, str):
+    if kind == StepKind.RUN_COMMAND and isinstance(text, str):
         _check_command(text, f"{path}.{kind}", errors)
     return text
 

@@ -15,6 +15,7 @@ import psycopg
 
 from engine_adapter.model import domain, names
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.runs import run_state, thread_entries
 from engine_adapter.runs.spawn import ChildOf, Snapshot, SpawnError, spawn
 from engine_adapter.store import db
@@ -57,7 +58,7 @@ def spawn_branch(
             parent["workflow"],
             payload,
             trigger={
-                "kind": "parent",
+                "kind": TriggerKind.PARENT,
                 "run_id": parent_id,
                 "step": path,
                 "branch": branch.name,
@@ -106,7 +107,7 @@ def spawn_workflow(
                 workflow,
                 payload,
                 trigger={
-                    "kind": "parent",
+                    "kind": TriggerKind.PARENT,
                     "run_id": parent_id,
                     "step": path,
                     "branch": branch,
@@ -202,7 +203,7 @@ def cancel_run_tree(conn: psycopg.Connection[Any], run_id: str, why: str) -> boo
         f"Run cancelled: {why}.",
         dedupe_key="cancelled-by-parent",
     )
-    db.notify(conn, run_id, "cancelled")
+    db.notify(conn, run_id, domain.CANCELLED)
     cancel_open_children(conn, run_id, "its parent run was cancelled")
     return True
 

@@ -14,6 +14,7 @@ from engine_adapter.model import names
 from engine_adapter.model.domain import ENDED, FINISHED
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import AuthorKind, EntryKind, RunState, TaskState
 from engine_adapter.runs import child_runs, run_limits, run_state, thread_entries
 from engine_adapter.store import db
 
@@ -37,21 +38,23 @@ def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: st
         if run["state"] in ENDED or (run["parent_run_id"] and run["state"] in FINISHED):
             raise CommandRefused(f"run {run_id} is already {run['state']}")
         db.fetch_one(conn, "cancel_engine_task", dict(queue=QUEUE, run_id=run_id))
-        run_state.set_run_state(conn, run_id, "cancelled", run["current_step"], run["current_try"])
+        run_state.set_run_state(
+            conn, run_id, RunState.CANCELLED, run["current_step"], run["current_try"]
+        )
         text = f"Run cancelled by {actor.label}" + (f": {reason}" if reason else ".")
         thread_entries.append(
             conn,
             run_id,
-            "human",
+            AuthorKind.HUMAN,
             actor.label,
-            "decision",
+            EntryKind.DECISION,
             text,
             data={"decision": "cancel", **actor.as_record()},
         )
         child_runs.cancel_open_children(
             conn, run_id, f"its parent run was cancelled by {actor.label}"
         )
-        db.notify(conn, run_id, "cancelled")
+        db.notify(conn, run_id, RunState.CANCELLED)
 
 
 def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
@@ -60,22 +63,22 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
     with authorization.change(conn, actor, authorization.Action.RETRY, run_id=run_id):
         run = run_state.lock_run(conn, run_id)
         task = db.fetch_one(conn, "engine_task", dict(run_id=run_id))
-        if task and task["state"] == "failed":
+        if task and task["state"] == TaskState.FAILED:
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
             changed = _retake_bot_settings(conn, run_id)
             thread_entries.append(
                 conn,
                 run_id,
-                "human",
+                AuthorKind.HUMAN,
                 actor.label,
-                "decision",
+                EntryKind.DECISION,
                 f"Retry requested by {actor.label} (engine retry)." + _then(changed),
                 data={**actor.as_record(), "bot_settings_changed": changed},
             )
             db.notify(conn, run_id, "retry")
             return f"{run_id}:engine"
-        if run["state"] != "failed":
+        if run["state"] != RunState.FAILED:
             raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
         if run["parent_run_id"]:
             raise CommandRefused(
@@ -89,14 +92,16 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             "emit_retry",
             dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
         )
-        run_state.set_run_state(conn, run_id, "running", run["current_step"], run["current_try"])
+        run_state.set_run_state(
+            conn, run_id, RunState.RUNNING, run["current_step"], run["current_try"]
+        )
         changed = _retake_bot_settings(conn, run_id)
         thread_entries.append(
             conn,
             run_id,
-            "human",
+            AuthorKind.HUMAN,
             actor.label,
-            "decision",
+            EntryKind.DECISION,
             f"Retry requested by {actor.label}: step {run['current_step']} gets try "
             f"{run['current_try'] + 1}." + _then(changed),
             data={"decision": "retry", **actor.as_record(), "bot_settings_changed": changed},
@@ -155,9 +160,9 @@ def emit_debug_event(
         thread_entries.append(
             conn,
             run_id,
-            "human",
+            AuthorKind.HUMAN,
             actor.label,
-            "note",
+            EntryKind.NOTE,
             f"{actor.label} emitted event {event} (debug).",
             data={"event": event, "payload": payload, **actor.as_record()},
         )

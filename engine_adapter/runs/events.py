@@ -20,6 +20,7 @@ from engine_adapter.access.authorization import Action, transaction
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.recipe_values import EVENT_NAME
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.runs import pause
 from engine_adapter.runs.spawn import SpawnError, check_payload, spawn
 from engine_adapter.store import db
@@ -66,7 +67,7 @@ def emit(
     if key is not None and (not key.strip() or len(key) > MAX_EVENT_ID):
         raise SpawnError(f"event key {key!r} must be 1 to {MAX_EVENT_ID} characters")
     payload = check_payload(payload)  # refused even when no workflow listens
-    trigger: dict[str, Any] = {"kind": "event", "event": name, "event_id": event_id}
+    trigger: dict[str, Any] = {"kind": TriggerKind.EVENT, "event": name, "event_id": event_id}
     if caller:
         trigger["caller"] = caller
     runs = []

@@ -20,9 +20,10 @@ from engine_adapter.access.authorization import (
     record,
     why_not,
 )
-from engine_adapter.model.domain import DISPATCH_TASK, decision_result
+from engine_adapter.model.domain import DISPATCH_TASK, PERSON_DECISIONS, decision_result
 from engine_adapter.model.identity import SYSTEM, Actor, name_of_label
 from engine_adapter.model.names import step_id_of
+from engine_adapter.model.vocab import AuthorKind, AwaitKind, EntryKind, GateDecision
 from engine_adapter.recipes.recipes import find_step_doc
 from engine_adapter.runs.run_state import emit_step_done, lock_run
 from engine_adapter.runs.thread_entries import append, system_note
@@ -48,7 +49,7 @@ class NotDecider(DecisionRefused, RuleRefusal):
 def current_gate(run: dict[str, Any]) -> dict[str, Any] | None:
     """The gate the run is parked at, or None: a human_gate step, or an agent step's ask_human
     question, which any reply answers (from anyone who may decide gates)."""
-    if not (run["awaiting"] and run["await_kind"] == "gate"):
+    if not (run["awaiting"] and run["await_kind"] == AwaitKind.GATE):
         return None
     step = find_step_doc(run["recipe"], step_id_of(run["current_step"] or ""))
     if step is not None and DISPATCH_TASK in step:
@@ -84,7 +85,9 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
         data = actor.as_record()
         if decision and not refusal:  # the gate's answer, not steering for an agent
             data = {**data, "answered": run["await_key"]}
-        seq = append(conn, run_id, "human", actor.label, "message", text, data=data)
+        seq = append(
+            conn, run_id, AuthorKind.HUMAN, actor.label, EntryKind.MESSAGE, text, data=data
+        )
         assert seq is not None  # None only for a dedupe_key seen before
         if gate is None:
             return ReplyOutcome(seq, None, None)
@@ -118,7 +121,7 @@ def decide(
     its approvers, acting for someone else, or the run's initiator unless the gate allows
     self-approval).
     """
-    if decision not in ("approve", "deny"):
+    if decision not in PERSON_DECISIONS:
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
     try:
         return _decide(conn, run_id, decision, actor, reason, gate_key)
@@ -152,15 +155,15 @@ def _decide(
         refusal = _why_not_decider(conn, gate, run, actor)
         if refusal:
             raise NotDecider(refusal)
-        text = f"{'👍 approved' if decision == 'approve' else '👎 denied'}" + (
+        text = f"{'👍 approved' if decision == GateDecision.APPROVE else '👎 denied'}" + (
             f": {reason}" if reason else ""
         )
         append(
             conn,
             run_id,
-            "human",
+            AuthorKind.HUMAN,
             actor.label,
-            "decision",
+            EntryKind.DECISION,
             text,
             step_key=run["await_key"],
             data={"decision": decision, "reason": reason, **actor.as_record()},
@@ -210,15 +213,15 @@ def time_out_gate(conn: psycopg.Connection[Any], run_id: str, step_key: str) -> 
         append(
             conn,
             run_id,
-            "system",
+            AuthorKind.SYSTEM,
             "threadline",
-            "decision",
+            EntryKind.DECISION,
             f"Gate {gate['id']} timed out; taking its on_timeout path: "
             f"{gate.get('on_timeout', 'deny')}.",
             step_key=step_key,
-            data={"decision": "timeout"},
+            data={"decision": GateDecision.TIMEOUT},
         )
-        _record_decision(conn, run, "timeout", SYSTEM, gate.get("on_timeout", "deny"))
+        _record_decision(conn, run, GateDecision.TIMEOUT, SYSTEM, gate.get("on_timeout", "deny"))
         return True
 
 
@@ -300,17 +303,21 @@ def _initiator(conn: psycopg.Connection[Any], run: dict[str, Any]) -> str | None
 
 def _decision_from_reply(
     conn: psycopg.Connection[Any], gate: dict[str, Any], text: str, actor: Actor
-) -> str | None:
+) -> GateDecision | None:
     if gate.get("accept") == "any_reply":
         wanted = gate.get("from")
-        return "reply" if wanted is None or accounts.is_one_of(conn, actor, [wanted]) else None
+        return (
+            GateDecision.REPLY
+            if wanted is None or accounts.is_one_of(conn, actor, [wanted])
+            else None
+        )
     # A 👍 from someone who is not an approver is still a decision attempt: refused (and
     # audited) by _why_not_decider, with the reason as the thread's hint.
     lowered = text.strip().lower()
     if lowered.startswith(APPROVE_WORDS):
-        return "approve"
+        return GateDecision.APPROVE
     if lowered.startswith(DENY_WORDS):
-        return "deny"
+        return GateDecision.DENY
     return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from engine_adapter.access import accounts
+from engine_adapter.model.vocab import NotifyEvent
 from engine_adapter.recipes.notify_spec import NotifyRule
 from engine_adapter.store import db
 
@@ -64,7 +65,7 @@ def sweep_waiting(conn: psycopg.Connection[Any]) -> int:
         for i, raw in enumerate(gate["notify"] or []):
             rule = NotifyRule.from_dict(raw)
             if (
-                "waiting" in rule.when
+                NotifyEvent.WAITING in rule.when
                 and rule.after_s is not None
                 and gate["waited_s"] >= (rule.after_s)
             ):
@@ -74,7 +75,7 @@ def sweep_waiting(conn: psycopg.Connection[Any]) -> int:
                         conn,
                         str(gate["run_id"]),
                         {"notify": gate["notify"]},
-                        "waiting",
+                        NotifyEvent.WAITING,
                         gate["await_key"],
                         text,
                         only_rule=i,

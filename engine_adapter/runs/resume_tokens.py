@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from engine_adapter.model.domain import PERSON_DECISIONS
 from engine_adapter.model.identity import Actor
 from engine_adapter.runs import gates
 from engine_adapter.store import db
@@ -84,7 +85,7 @@ def redeem(
     """Decide the token's gate as its subject, and use the token up, in one transaction; a
     refusal (TokenRefused, DecisionRefused) writes only its audit row. `run_id`: the run the
     caller means; a token of another run is refused."""
-    if decision not in ("approve", "deny"):
+    if decision not in PERSON_DECISIONS:
         raise ValueError(f"decision must be approve or deny, not {decision!r}")
     found: dict[str, Any] | None = None
     try:

@@ -16,6 +16,7 @@ import psycopg
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.identity import Actor, name_of_label
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
 
 GLOBAL = "global"
@@ -31,7 +32,7 @@ def initiator_of(trigger: Mapping[str, Any]) -> str:
     of a manual run, a webhook's caller), else how it started ("schedule", "event", ...). A
     caller kept as a label ("root for bob", from a rerun --as) counts against its actor."""
     caller = trigger.get("caller")
-    return name_of_label(str(caller)) if caller else str(trigger.get("kind") or "manual")
+    return name_of_label(str(caller)) if caller else str(trigger.get("kind") or TriggerKind.MANUAL)
 
 
 def parse_scope(scope: str) -> tuple[str, str]:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.vocab import AwaitKind, RunState
 from engine_adapter.runs.thread_entries import RunNotFound
 from engine_adapter.store import db
 
@@ -28,12 +29,12 @@ def emit_step_done(conn: psycopg.Connection[Any], run_id: str, step_key: str, pa
 def set_run_state(
     conn: psycopg.Connection[Any],
     run_id: str,
-    state: str,
+    state: RunState,
     step: str | None,
     try_no: int | None,
     *,
     await_key: str | None = None,
-    await_kind: str | None = None,
+    await_kind: AwaitKind | None = None,
     wake_at: datetime | None = None,
 ) -> None:
     """Where the run stands; `awaiting` is armed exactly when an await key is given."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.recipes.cron import CronError, Schedule
 from engine_adapter.runs import pause, thread_entries
 from engine_adapter.runs.spawn import spawn
@@ -139,7 +140,7 @@ def _handle(
     if not due.fire:
         return Fired(slug, slot, None, len(due.skipped) + 1)
     trigger: dict[str, Any] = {
-        "kind": "schedule",
+        "kind": TriggerKind.SCHEDULE,
         "caller": caller,
         "slot": slot.isoformat(),
         "slot_local": schedule.label(slot),

@@ -27,6 +27,7 @@ from engine_adapter.catalog.workflows import get_workflow
 from engine_adapter.model.domain import TRIGGER_KINDS
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
+from engine_adapter.model.vocab import RunState, TriggerKind
 from engine_adapter.recipes import payload_schema, recipe_doc
 from engine_adapter.runs import pause, run_limits, thread_entries
 from engine_adapter.store import db
@@ -157,7 +158,7 @@ def spawn(
     child runs and schedule ticks among them, pass none).
     """
     payload = check_payload(payload)
-    trigger = trigger or {"kind": "manual"}
+    trigger = trigger or {"kind": TriggerKind.MANUAL}
     if trigger.get("kind") not in TRIGGER_KINDS:
         raise SpawnError(
             f"trigger kind {trigger.get('kind')!r} must be one of {', '.join(TRIGGER_KINDS)}"
@@ -243,9 +244,9 @@ def _spawn(
         )
         assert row is not None
         run_id = str(row["run_id"])
-        if row["created"] and row["state"] == "queued":  # say in the thread why it waits
+        if row["created"] and row["state"] == RunState.QUEUED:  # say in the thread why it waits
             note = run_limits.Caps.of(conn, run_id).waiting_note()
-            thread_entries.system_note(conn, run_id, note, dedupe_key="queued")
+            thread_entries.system_note(conn, run_id, note, dedupe_key=RunState.QUEUED)
     return Spawned(run_id, created=bool(row["created"]))
 
 
@@ -275,27 +276,27 @@ def _workflow(conn: psycopg.Connection[Any], slug: str, fresh: bool) -> dict[str
 
 def describe_trigger(trigger: dict[str, Any]) -> str:
     """How a run started, in words: "by schedule, slot 2026-11-23 07:00 Europe/Berlin"."""
-    kind, caller = trigger.get("kind", "manual"), trigger.get("caller")
-    if kind == "schedule":
+    kind, caller = trigger.get("kind", TriggerKind.MANUAL), trigger.get("caller")
+    if kind == TriggerKind.SCHEDULE:
         text = f"by schedule, slot {trigger.get('slot_local') or trigger.get('slot')}"
         if trigger.get("skipped"):
             n = trigger["skipped"]
             text += f" (catching up; {n} earlier slot{'s' if n != 1 else ''} skipped)"
         return text
-    if kind == "webhook":
+    if kind == TriggerKind.WEBHOOK:
         text = f"by webhook {trigger.get('path', '')}".rstrip()
         if trigger.get("delivery"):
             text += f", delivery {trigger['delivery']}"
         return text + (f", from {caller}" if caller else "")
-    if kind == "parent":
+    if kind == TriggerKind.PARENT:
         return (
             f"by run {trigger.get('run_id')}, step {trigger.get('step')}, "
             f"{trigger.get('what', 'branch')} {trigger.get('branch')}"
         )
-    if kind == "rerun":
+    if kind == TriggerKind.RERUN:
         text = f"as a rerun of run {trigger.get('run_id')} from step {trigger.get('from')}"
         return text + (f", by {caller}" if caller else "")
-    if kind == "event":
+    if kind == TriggerKind.EVENT:
         text = f"by event {trigger.get('event')}, id {trigger.get('event_id')}"
         return text + (f", emitted by {caller}" if caller else "")
     if trigger.get("on_behalf_of"):

@@ -7,6 +7,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from engine_adapter.model.vocab import AuthorKind, EntryKind
 from engine_adapter.store import db
 
 
@@ -17,9 +18,9 @@ class RunNotFound(LookupError):
 def append(
     conn: psycopg.Connection[Any],
     run_id: str,
-    author_kind: str,
+    author_kind: AuthorKind,
     author: str,
-    kind: str,
+    kind: EntryKind,
     text: str,
     *,
     step_key: str | None = None,
@@ -57,9 +58,9 @@ def system_note(
     return append(
         conn,
         run_id,
-        "system",
+        AuthorKind.SYSTEM,
         "threadline",
-        "note",
+        EntryKind.NOTE,
         text,
         step_key=step_key,
         dedupe_key=dedupe_key,

@@ -14,6 +14,7 @@ import pandas as pd
 import psycopg
 
 from engine_adapter.model import domain, names
+from engine_adapter.model.vocab import AttemptOutcome
 from engine_adapter.read import step_tree
 from engine_adapter.read.read_model import run_view
 from engine_adapter.recipes.render import as_text
@@ -287,7 +288,7 @@ def timeline_frame(conn: psycopg.Connection[Any], run_id: str) -> pd.DataFrame:
                     kind="attempt",
                     start=a["started_at"],
                     finish=finished or now,
-                    outcome=a["outcome"] or "running",
+                    outcome=a["outcome"] or AttemptOutcome.RUNNING,
                     detail=f"bot process {a['worker_id']}",
                 )
             )

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import psycopg
 
+from engine_adapter.model.domain import FINISHED
 from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
 from engine_adapter.read.read_model import show_run
 from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, STEP_DIRS_ENV
@@ -127,7 +128,7 @@ def wait_for_state(
 
         def reached() -> dict[str, Any] | None:
             run = seen["run"] = show_run(conn, run_id)
-            if run["state"] in ("completed", "cancelled", "failed") and run["state"] not in wanted:
+            if run["state"] in FINISHED and run["state"] not in wanted:
                 raise RunEndedElsewhere(_describe(run, wanted))
             return run if run["state"] in wanted else None
 

@@ -6,15 +6,18 @@ say (migration 045). Every refused attempt changes nothing.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from console import access, data, sessions
 from engine_adapter.access import authorization
 from engine_adapter.model import names
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.runs import commands, gates
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
 from engine_adapter.testing import harness
@@ -238,3 +241,36 @@ def test_an_approver_decides_only_a_gate_it_approves_and_only_as_itself(
 
 def raise_rollback() -> None:
     raise psycopg.Rollback()
+
+
+def test_a_console_session_acts_through_the_console_login_in_its_own_name(
+    conn, db_url, logins, waiting
+):
+    """The console's own path: a session opened at sign-in is the credential its writes present;
+    a signed-out one changes nothing more."""
+    run_id, key = waiting
+    data.configure(logins["console"])
+    try:
+        alice = access.Session("alice", frozenset({"approver"}), "password")
+        alice = replace(alice, sid=sessions.open_session("alice", "password", alice.roles))
+        otto = access.Session("otto", frozenset({"operator"}), "password")
+        otto = replace(otto, sid=sessions.open_session("otto", "password", otto.roles))
+        with db.connect(logins["console"]) as c:
+            gates.decide(c, run_id, "approve", access.session_actor(alice))
+            spawned = spawn(
+                c,
+                "gate",
+                trigger={"kind": "manual", "caller": "otto", "via": "console"},
+                actor=access.session_actor(otto),
+            )
+            harness.wait_for_state(db_url, spawned.run_id, "waiting")
+            assert sessions.close(otto.sid) == "otto"
+            before = counts(conn)
+            with pytest.raises(authorization.Refused, match="signed out"):
+                commands.cancel_run(c, spawned.run_id, access.session_actor(otto))
+            assert counts(conn) == before
+    finally:
+        data.configure(None)
+    assert conn.execute(
+        "select actor, via from threadline.decisions where step_key = %s", (key,)
+    ).fetchone() == {"actor": "alice", "via": "console"}

@@ -17,7 +17,7 @@ FLOORS = [
     {"catalog"},
     {"runs"},
     {"read"},
-    {"conductor", "bots", "ingress", "testing"},
+    {"conductor", "bots", "ingress", "testing", "explore"},
     {"cli"},
 ]
 FLOOR = {part: i for i, parts in enumerate(FLOORS) for part in parts}

@@ -1,4 +1,4 @@
--- What each process role (and PUBLIC) may do in schemas threadline and absurd, as the server
+-- What each process role (and PUBLIC) may do in schemas threadline, threadline_read and absurd, as the server
 -- answers it (membership included): compared with the allowlist in sql/grants.txt (grants.py).
 
 -- role_privileges --
@@ -9,7 +9,7 @@ with who (role) as (
 ), rels as (
   select c.oid, c.relkind, format('%%I.%%I', n.nspname, c.relname) as name
     from pg_class c join pg_namespace n on n.oid = c.relnamespace
-   where n.nspname in ('threadline', 'absurd') and c.relkind in ('r', 'p', 'v', 'm', 'f', 'S')
+   where n.nspname in ('threadline', 'threadline_read', 'absurd') and c.relkind in ('r', 'p', 'v', 'm', 'f', 'S')
 ), table_privs (priv) as (
   select unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']
                 || case when current_setting('server_version_num')::int >= 170000
@@ -19,14 +19,14 @@ with who (role) as (
 ), routines as (
   select p.oid, format('%%I.%%I(%%s)', n.nspname, p.proname, oidvectortypes(p.proargtypes)) as name
     from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-   where n.nspname in ('threadline', 'absurd')
+   where n.nspname in ('threadline', 'threadline_read', 'absurd')
      and not exists (select 1 from pg_depend d
                       where d.classid = 'pg_proc'::regclass and d.objid = p.oid
                         and d.deptype = 'e')
 )
 select w.role, 'schema' as kind, s.nspname::text as object, x.priv as privilege
   from who w, pg_namespace s, (values ('USAGE'), ('CREATE')) x (priv)
- where s.nspname in ('threadline', 'absurd') and has_schema_privilege(w.role, s.oid, x.priv)
+ where s.nspname in ('threadline', 'threadline_read', 'absurd') and has_schema_privilege(w.role, s.oid, x.priv)
 union all
 select w.role, 'table', r.name, t.priv
   from who w, rels r, table_privs t

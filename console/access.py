@@ -35,6 +35,7 @@ from engine_adapter.model.settings import threadline_home
 from . import sessions
 from .sessions import SESSION_DAYS
 from .users import USERS_ENV, UsersFileError, load_users
+from engine_adapter.model.errors import Invalid
 
 log = logging.getLogger("threadline.console")
 
@@ -44,7 +45,7 @@ SESSION_COOKIE = "threadline_session"
 ALL_ROLES = frozenset(ROLES)
 
 
-class AccessError(ValueError):
+class AccessError(Invalid):
     """The console may not start as asked; the message says what to configure."""
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -33,15 +34,15 @@ from engine_adapter.access import api_tokens, authorization
 from engine_adapter.access.authorization import Action
 from engine_adapter.catalog import proposals, workflows
 from engine_adapter.ingress.hooks import parse_body
+from engine_adapter.model.errors import ThreadlineError, report_bug
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.vocab import GateDecision, TriggerKind
 from engine_adapter.read import read_model, run_list
 from engine_adapter.recipes import recipe_doc
-from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text
+from engine_adapter.recipes.recipes import Recipe, load_recipe_text
 from engine_adapter.runs import commands, gates
 from engine_adapter.runs.run_ids import RunIdError, digits, resolve_run_id
-from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
-from engine_adapter.runs.thread_entries import RunNotFound
+from engine_adapter.runs.spawn import manual_key, spawn
 
 from . import data
 
@@ -52,12 +53,21 @@ MAX_PARAM = 1000  # characters of one path or query parameter
 PATH_PARAMS = ("run_id", "slug", "proposal_id")
 ANY_JSON = ("payload", "recipe")  # body fields of any JSON type; every other one is a string
 MAX_SEQ = 2**63 - 1  # thread seqs and proposal ids are bigints
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
-class ApiError(Exception):
+class ApiError(ThreadlineError):
+    """An answer that is an error: its HTTP status and the message in its JSON body."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.status = self.http_status = status
+
+    @classmethod
+    def of(cls, err: ThreadlineError) -> ApiError:
+        """Any Threadline error as the status its kind maps to (a recipe's: every problem)."""
+        problems = getattr(err, "errors", None)
+        return cls(err.http_status, "; ".join(problems) if problems else str(err))
 
 
 @dataclass(frozen=True)
@@ -72,13 +82,20 @@ class Route:
 
 
 # -- the calls --------------------------------------------------------------------------------
+def _integer(query: dict[str, str], name: str, default: int) -> int:
+    """A query parameter that must be a whole number; a 400 naming it and the value otherwise."""
+    text = query.get(name)
+    if text is None:
+        return default
+    if not _INTEGER.fullmatch(text):
+        raise ApiError(400, f"{name}: {text[:20]!r} must be an integer")
+    return int(text)
+
+
 def _runs(conn: Any, actor: Actor, body: dict, query: dict[str, str]) -> dict[str, Any]:
-    try:
-        filters = run_list.RunFilters.from_params(query)
-        after = run_list.Cursor.decode(query["after"]) if query.get("after") else None
-        limit = int(query.get("limit", run_list.PAGE_SIZE))
-    except (run_list.FilterError, ValueError) as err:
-        raise ApiError(400, str(err)) from None
+    filters = run_list.RunFilters.from_params(query)  # FilterError (Invalid): a 400
+    after = run_list.Cursor.decode(query["after"]) if query.get("after") else None
+    limit = _integer(query, "limit", run_list.PAGE_SIZE)
     if not 1 <= limit <= 500:
         raise ApiError(400, f"limit: {limit} must be from 1 to 500")
     page = run_list.runs_page(conn, filters, after, limit)
@@ -99,10 +116,7 @@ def _steps(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> Any
 
 
 def _thread(conn: Any, actor: Actor, body: dict, query: dict, run_id: str) -> Any:
-    try:
-        after, limit = int(query.get("after", 0)), int(query.get("limit", 200))
-    except ValueError as err:
-        raise ApiError(400, f"after and limit must be integers: {err}") from None
+    after, limit = _integer(query, "after", 0), _integer(query, "limit", 200)
     if not 1 <= limit <= 1000 or not 0 <= after <= MAX_SEQ:
         raise ApiError(400, f"limit must be from 1 to 1000, after from 0 to {MAX_SEQ}")
     read_model.show_run(conn, run_id, thread_limit=0)  # RunNotFound for an unknown run
@@ -363,8 +377,8 @@ class ApiHandler(RequestHandler):
         route = self.routes[self.request.method or ""]  # prepare answered any other method
         try:
             status, value = await self.run(route, params)
-        except ApiError as err:
-            status, value = err.status, {"error": str(err)}
+        except ThreadlineError as err:  # the body, the query and the call's own
+            status, value = err.http_status, {"error": str(ApiError.of(err))}
         self.answer(status, value)
 
     # Every method goes through get: prepare answered a JSON 405 to any the path lacks.
@@ -383,28 +397,12 @@ class ApiHandler(RequestHandler):
                     if "run_id" in params:  # the id, or a unique prefix of it (run_ids.py)
                         params["run_id"] = resolve_run_id(conn, params["run_id"])
                     return 200, route.call(conn, actor, body, query, **params)
-                except ApiError:
-                    raise
-                except authorization.Refused as err:
-                    raise ApiError(403, str(err)) from None
-                except (RunNotFound, LookupError) as err:
-                    raise ApiError(404, str(err).strip("'\"")) from None
-                except proposals.ProposalError as err:
-                    status = {"not_found": 404, "invalid": 400, "refused": 403}.get(err.kind, 409)
-                    raise ApiError(status, str(err)) from None
-                except workflows.ProtectedChange as err:  # allowed only through a proposal
-                    raise ApiError(403, "; ".join(err.errors)) from None
-                except RecipeError as err:
-                    raise ApiError(422, "; ".join(err.errors)) from None
-                except (gates.DecisionRefused, commands.CommandRefused) as err:
-                    raise ApiError(409, str(err)) from None
-                except (SpawnError, ValueError) as err:
-                    raise ApiError(400, str(err)) from None
+                except ThreadlineError as err:  # its kind says the status (model/errors.py)
+                    raise ApiError.of(err) from None
                 except psycopg.DataError as err:  # a value the database cannot take
                     raise ApiError(400, f"invalid input: {str(err).splitlines()[0]}") from None
-                except Exception:  # a JSON answer, not Tornado's HTML page; the log has it
-                    log.exception("%s %s failed", route.method, route.path)
-                    raise ApiError(500, "internal error") from None
+                except Exception as err:  # a bug: a JSON 500, not Tornado's HTML; the log has it
+                    raise ApiError(500, report_bug(log, err, f"{route.method} {route.path}"))
 
         # Database calls block: in a worker thread, so the console's loop keeps serving pages.
         return await IOLoop.current().run_in_executor(None, call)
@@ -423,10 +421,7 @@ class ApiHandler(RequestHandler):
             if raw.strip():
                 raise ApiError(400, f"a {self.request.method} takes no body")
             return {}
-        try:
-            body = parse_body(raw or b"{}")
-        except ValueError as err:
-            raise ApiError(400, str(err)) from None
+        body = parse_body(raw or b"{}")  # Invalid: answered 400 by get()
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
         unknown = sorted(set(body) - set(route.body))
@@ -502,6 +497,8 @@ def openapi() -> dict[str, Any]:
                     ("409", "refused by the run's state (a gate closed, not an approver)"),
                     ("411", "a body sent without a Content-Length"),
                     ("413", f"a body over {MAX_BODY} bytes"),
+                    ("422", "a recipe that is invalid: every problem, by its path"),
+                    ("500", "a bug in Threadline: the server's log has its traceback"),
                 )
             },
         }

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from engine_adapter.model.errors import Invalid
 
 Entry = dict[str, Any]
 
@@ -53,7 +54,7 @@ class HashedFile:
         except FileNotFoundError:
             return []
         except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{self.path}: cannot be read: {err}") from None
+            raise Invalid(f"{self.path}: cannot be read: {err}") from None
         return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
     def _write(self, entries: list[Entry]) -> None:

@@ -10,10 +10,11 @@ import panel as pn
 from panel.viewable import Viewer
 
 from engine_adapter.access.authorization import Action
+from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.names import short_run_id
 from engine_adapter.model.vocab import GateDecision
 from engine_adapter.read import read_model
-from engine_adapter.runs import gates, thread_entries
+from engine_adapter.runs import gates
 
 from . import access, data, state
 from .live import Change
@@ -101,12 +102,7 @@ class NeedsYouPage(Viewer):
                     else:
                         gates.decide(conn, run_id, kind, actor, reason.value or None, gate_key=key)
                         text = f"{kind.capitalize()}d {short_run_id(run_id)} · {row['step']}."
-            except (
-                ValueError,
-                access.NotAllowed,
-                gates.DecisionRefused,
-                thread_entries.RunNotFound,
-            ) as err:
+            except ThreadlineError as err:  # refused, not found, already decided, empty
                 self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
                 return
             self.feedback.object = f'<div class="tl-ok">{html.escape(text)}</div>'

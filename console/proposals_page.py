@@ -11,6 +11,7 @@ from panel.viewable import Viewer
 
 from engine_adapter.access.authorization import Action
 from engine_adapter.catalog import proposals
+from engine_adapter.model.errors import ThreadlineError
 
 from . import access, data
 from .style import html_pane
@@ -96,7 +97,7 @@ class ProposalsPage(Viewer):
                 else:
                     proposals.review(conn, pid, kind == "approve", actor, note.value or None)
                     said = f"{'Approved' if kind == 'approve' else 'Rejected'} proposal #{pid}."
-        except (access.NotAllowed, proposals.ProposalError) as err:
+        except ThreadlineError as err:  # not allowed, no such proposal, stale, refused
             self.feedback.object = f'<div class="tl-error">{html.escape(str(err))}</div>'
             self.load()
             return

@@ -24,10 +24,11 @@ from engine_adapter.catalog.workflows import (
     rollback,
     version_text,
 )
+from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.recipes.recipes import Recipe, RecipeError
 from engine_adapter.runs.schedules import schedule_list
-from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
+from engine_adapter.runs.spawn import manual_key, spawn
 
 from . import access, data, state
 from .recipe_check import check_recipe_async
@@ -294,7 +295,7 @@ class RecipeEditor(Viewer):
         try:  # an old version may break a bound added since, or be the current one: say so
             with data.connection() as conn:
                 applied = rollback(conn, self.slug or "", str(version), actor)
-        except (RecipeError, LookupError) as err:
+        except ThreadlineError as err:  # invalid now, no such version, already current
             self.saved.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         self.saved.object = (
@@ -331,7 +332,7 @@ class RecipeEditor(Viewer):
                     idempotency_key=manual_key(self.slug or "", self._request_id),
                     actor=actor,
                 )
-        except (SpawnError, access.NotAllowed) as err:
+        except ThreadlineError as err:  # refused, paused, a payload the workflow refuses
             self.spawned.object = f'<span class="tl-error">{html.escape(str(err))}</span>'
             return
         self._spawned_at = time.monotonic()

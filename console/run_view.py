@@ -18,6 +18,7 @@ from panel.viewable import Viewer
 
 from engine_adapter.access.authorization import Action
 from engine_adapter.conductor import reruns
+from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.vocab import GateDecision, RunState
 from engine_adapter.read import read_model
 from engine_adapter.read.engine_debug import run_debug
@@ -359,7 +360,7 @@ class RunView(Viewer):
             actor = access.actor_for(self._reply_action(), "reply")
             with data.connection() as conn:
                 outcome = gates.reply(conn, self.run_id, text, actor)
-        except (ValueError, access.NotAllowed, gates.DecisionRefused, RunNotFound) as err:
+        except ThreadlineError as err:
             self._say(str(err), ok=False)
             return
         self.reply_box.value = ""
@@ -382,7 +383,7 @@ class RunView(Viewer):
                     self.reason.value or None,
                     gate_key=gate["key"] if gate else None,
                 )
-        except (ValueError, access.NotAllowed, gates.DecisionRefused) as err:
+        except ThreadlineError as err:
             self._say(str(err), ok=False)
             return
         self.reason.value = ""

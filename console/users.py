@@ -25,6 +25,7 @@ import psycopg
 
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.identity import ROLES, Actor
+from engine_adapter.model.errors import Invalid
 
 USERS_ENV = "THREADLINE_CONSOLE_USERS"
 # scrypt's recommended interactive cost: ~16 MiB and tens of milliseconds per check.
@@ -32,7 +33,7 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 NEW_FORM = '{"alice": {"password": "scrypt$…", "roles": ["operator", "approver"]}}'
 
 
-class UsersFileError(ValueError):
+class UsersFileError(Invalid):
     """The users file cannot be used; the message names the file and what is wrong."""
 
 
@@ -45,7 +46,7 @@ class User:
 
 def hash_password(password: str) -> str:
     if not password:
-        raise ValueError("password: empty")
+        raise Invalid("password: empty")
     salt = secrets.token_bytes(16)
     digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
     return "$".join(
@@ -136,7 +137,7 @@ def add_user(
     authorization layer decides (an admin's action) and audits, and the file is written inside
     the audited transaction, so a failed write leaves no allowed row."""
     if not name.strip() or name != name.strip():
-        raise ValueError(f"user name {name!r}: must be non-empty, without surrounding spaces")
+        raise Invalid(f"user name {name!r}: must be non-empty, without surrounding spaces")
     existing = load_users(path) if path.exists() else {}
     entry = {"password": hash_password(password), "roles": sorted(set(roles))}
     raw = {

@@ -23,11 +23,12 @@ from engine_adapter.model.identity import ACCOUNT_NAME as NAME
 from engine_adapter.model.identity import Actor, os_user
 from engine_adapter.model.vocab import NotifyEvent
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 CHANNELS = ("email", "webhook")
 
 
-class AccountError(ValueError):
+class AccountError(Invalid):
     """An account action refused or impossible as asked; nothing was written."""
 
 

@@ -18,11 +18,12 @@ from engine_adapter.access import accounts
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.identity import ROLES, Actor
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 PREFIX = "tl_api_"
 
 
-class TokenError(ValueError):
+class TokenError(Invalid):
     """A token that cannot be created or revoked as asked; nothing was written."""
 
 

@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 
 from engine_adapter.model.identity import Actor
 from engine_adapter.store import db
+from engine_adapter.model import errors
 
 
 class Action(StrEnum):
@@ -109,7 +110,7 @@ RULES: dict[Action, Rule] = {
 UNAUDITED_DOORS = ("system", "link", "webhook")
 
 
-class Refused(PermissionError):
+class Refused(errors.Refused):
     """The actor may not do this; nothing was changed, and the refusal was audited."""
 
     def __init__(self, message: str, action: Action | None = None, reason: str = "") -> None:
@@ -118,7 +119,7 @@ class Refused(PermissionError):
         self.reason = reason or message
 
 
-class RuleRefusal(Exception):
+class RuleRefusal(errors.Refused):
     """A mixin for a refusal by a thing's own rule of who (a gate's approvers, a proposal's
     authors): `change` audits it as a refusal of its action."""
 

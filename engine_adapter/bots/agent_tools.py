@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from engine_adapter.model.errors import Invalid
 
 FINISH = "finish"
 MAX_FILE_BYTES = 256 * 1024  # what read_file hands the model, and write_file accepts
@@ -91,7 +92,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-class ToolError(ValueError):
+class ToolError(Invalid):
     """A bad tool call: answered to the model as an error, never a crash."""
 
 

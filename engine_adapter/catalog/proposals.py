@@ -27,6 +27,16 @@ from psycopg.types.json import Jsonb
 
 from engine_adapter.access.authorization import Action, RuleRefusal, change
 from engine_adapter.model import domain
+from engine_adapter.model.errors import (
+    CONTRACT_INVALID,
+    CONTRACT_MISMATCH,
+    CONTRACT_POLICY,
+    Conflict,
+    Invalid,
+    NotFound,
+    Refused,
+    ThreadlineError,
+)
 from engine_adapter.model.identity import Actor, name_of_label
 from engine_adapter.recipes.recipe_text import recipe_diff
 from engine_adapter.recipes.recipes import Recipe, step_docs
@@ -35,13 +45,25 @@ from engine_adapter.store import db
 ACTIVE = ("open", "approved")
 
 
-class ProposalError(ValueError):
+# A proposal error's kind -> how the doors answer it (HTTP status, contract exit, error type).
+_ANSWERS = {
+    "invalid": (Invalid.http_status, CONTRACT_INVALID, "invalid_workflow"),
+    "not_found": (NotFound.http_status, CONTRACT_INVALID, "workflow_not_found"),
+    "stale": (Conflict.http_status, CONTRACT_MISMATCH, "workflow_hash_mismatch"),
+    "not_allowed": (Conflict.http_status, CONTRACT_POLICY, "policy_violation"),
+    "refused": (Refused.http_status, CONTRACT_POLICY, "policy_violation"),
+}
+
+
+class ProposalError(ThreadlineError):
     """A proposal refused or not applied; the message says why. `kind`: invalid | stale |
-    not_allowed | not_found | refused."""
+    not_allowed | not_found | refused, each answered as _ANSWERS says (one class, since callers
+    raise it with the kind as a value)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+        self.http_status, self.contract_exit, self.envelope_type = _ANSWERS[kind]
 
 
 class AuthorRefused(ProposalError, RuleRefusal):

@@ -16,16 +16,17 @@ from engine_adapter.model.settings import QUEUE
 from engine_adapter.recipes.recipe_text import recipe_diff, shown_text
 from engine_adapter.recipes.recipes import Recipe, RecipeError, sub_workflows
 from engine_adapter.store import db
+from engine_adapter.model.errors import CONTRACT_INVALID, Conflict, NotFound, Refused
 
 # Raised by migration 003's trigger when another workflow holds a webhook path.
 _WEBHOOK_PATH_TAKEN = "webhook_triggers_pkey"
 
 
-class WorkflowNotFound(LookupError):
-    pass
+class WorkflowNotFound(NotFound):
+    contract_exit, envelope_type = CONTRACT_INVALID, "workflow_not_found"
 
 
-class ProtectedChange(RecipeError):
+class ProtectedChange(Refused, RecipeError):
     """A direct change to a protected workflow that only a reviewed proposal may make."""
 
 
@@ -235,11 +236,11 @@ def _path_back(slug: str, target: str, calls: Any, chain: list[str]) -> list[str
 
 
 # -- history ---------------------------------------------------------------------------------------
-class VersionNotFound(LookupError):
+class VersionNotFound(NotFound):
     """A version reference that names no version, or more than one."""
 
 
-class AlreadyCurrent(ValueError):
+class AlreadyCurrent(Conflict):
     """A rollback to the recipe the workflow has now: nothing to do, nothing written."""
 
 

@@ -23,7 +23,8 @@ import jsonschema
 import psycopg
 from referencing import Registry, Resource
 
-from engine_adapter.model import domain
+from engine_adapter.model import domain, errors
+from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.vocab import EnvelopeStatus, GateDecision, RunState, TriggerKind
 from engine_adapter.read.read_model import show_run
@@ -33,7 +34,13 @@ from engine_adapter.runs import resume_tokens
 from engine_adapter.store import db
 
 SCHEMAS = Path(__file__).with_name("schemas")
-EXIT_OK, EXIT_INVALID, EXIT_CONTRACT, EXIT_POLICY, EXIT_INTERNAL = 0, 10, 20, 30, 40
+EXIT_OK, EXIT_INVALID, EXIT_CONTRACT, EXIT_POLICY, EXIT_INTERNAL = (
+    errors.CONTRACT_OK,
+    errors.CONTRACT_INVALID,
+    errors.CONTRACT_MISMATCH,
+    errors.CONTRACT_POLICY,
+    errors.CONTRACT_INTERNAL,
+)
 POLL_S = 0.1
 STATUS = {  # run state -> envelope status, where the run has stopped
     RunState.COMPLETED: EnvelopeStatus.OK,
@@ -52,7 +59,7 @@ ENDED = {
 }
 
 
-class ContractError(Exception):
+class ContractError(ThreadlineError):
     """An answer that is an error envelope: its exit code, type and message."""
 
     def __init__(
@@ -60,6 +67,14 @@ class ContractError(Exception):
     ) -> None:
         super().__init__(message)
         self.code, self.kind, self.details = code, kind, details or []
+        self.contract_exit, self.envelope_type = code, kind
+
+    @classmethod
+    def of(cls, err: ThreadlineError) -> ContractError:
+        """Any Threadline error as its envelope: the exit code and type its kind maps to."""
+        if isinstance(err, ContractError):
+            return err
+        return cls(err.contract_exit, err.envelope_type, str(err), getattr(err, "errors", None))
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -280,7 +295,7 @@ def run(
 ) -> tuple[dict[str, Any], int]:
     """Start (or find) the run the request asks for and follow it: the envelope, exit code."""
     from engine_adapter.catalog.workflows import WorkflowNotFound, apply_recipe, get_workflow
-    from engine_adapter.runs.spawn import Paused, SpawnError, manual_key, spawn
+    from engine_adapter.runs.spawn import SpawnError, manual_key, spawn
 
     policy = Policy.from_request(request.get("policy"))
     started = time.monotonic()
@@ -296,7 +311,7 @@ def run(
             EXIT_INVALID, "invalid_workflow", "the workflow is invalid", err.errors
         ) from None
     except WorkflowNotFound as err:
-        raise ContractError(EXIT_INVALID, "workflow_not_found", str(err)) from None
+        raise ContractError.of(err) from None
     pinned = request.get("workflow_hash")
     if pinned is not None and pinned != _hash(current["hash"]):
         raise ContractError(
@@ -328,10 +343,8 @@ def run(
             },
             actor=actor,
         )
-    except Paused as err:
-        raise ContractError(EXIT_POLICY, "policy_violation", str(err)) from None
-    except SpawnError as err:
-        raise ContractError(EXIT_INVALID, "invalid_payload", str(err)) from None
+    except SpawnError as err:  # a pause is a refusal (policy), anything else the payload's
+        raise ContractError.of(err) from None
     run_id = spawned.run_id
     if not spawned.created:
         existing = show_run(conn, run_id, thread_limit=0)
@@ -474,15 +487,6 @@ def resume(
 
 
 # -- propose -----------------------------------------------------------------------------------
-_PROPOSAL_ERRORS = {  # proposals.ProposalError kind -> exit code, error type
-    "invalid": (EXIT_INVALID, "invalid_workflow"),
-    "not_found": (EXIT_INVALID, "workflow_not_found"),
-    "stale": (EXIT_CONTRACT, "workflow_hash_mismatch"),
-    "not_allowed": (EXIT_POLICY, "policy_violation"),
-    "refused": (EXIT_POLICY, "policy_violation"),
-}
-
-
 def propose(
     conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
@@ -499,9 +503,8 @@ def propose(
         row = proposals.propose(
             conn, request["workflow"], request["base_hash"], recipe, request["summary"], actor
         )
-    except proposals.ProposalError as err:
-        code, kind = _PROPOSAL_ERRORS[err.kind]
-        raise ContractError(code, kind, str(err)) from None
+    except proposals.ProposalError as err:  # its kind says which envelope (proposals.py)
+        raise ContractError.of(err) from None
     return {
         "ok": True,
         "status": "proposal_created",

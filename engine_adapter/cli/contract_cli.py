@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter.cli import contract
+from engine_adapter.model.errors import INTERNAL, ThreadlineError
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -40,22 +41,28 @@ def cmd_contract(args: argparse.Namespace) -> int:
         with _conn() as conn:
             do = {"run": contract.run, "resume": contract.resume, "propose": contract.propose}
             return _answer(*do[args.request](conn, request, _actor(args), _emit))
-    except contract.ContractError as err:
-        if args.request == "propose":
-            return _answer(contract.proposal_error(err), err.code)
-        return _answer(contract.error_envelope(err, run_id), err.code)
-    except Exception as err:  # the contract promises an envelope, even for our own bugs
-        # Standard error carries NDJSON only: where it happened goes into the envelope.
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        internal = contract.ContractError(
-            contract.EXIT_INTERNAL,
-            "internal_error",
-            f"{type(err).__name__}: {err}".strip(),
-            [f"at {Path(where.filename).name}:{where.lineno} in {where.name}"],
-        )
-        if args.request == "propose":
-            return _answer(contract.proposal_error(internal), internal.code)
-        return _answer(contract.error_envelope(internal, run_id), internal.code)
+    except ThreadlineError as err:  # its kind says the exit code and type (model/errors.py)
+        error = contract.ContractError.of(err)
+    except Exception as err:  # a bug, or the database gone: still exactly one envelope
+        error = _internal(err)
+    if args.request == "propose":
+        return _answer(contract.proposal_error(error), error.code)
+    return _answer(contract.error_envelope(error, run_id), error.code)
+
+
+def _internal(err: Exception) -> contract.ContractError:
+    """A bug's envelope: exit 40, its class and message, where it happened, then its traceback
+    (standard error carries NDJSON only, so the envelope is where it is kept)."""
+    where = traceback.extract_tb(err.__traceback__)[-1]
+    return contract.ContractError(
+        INTERNAL.contract_exit,
+        INTERNAL.envelope_type,
+        f"{type(err).__name__}: {err}".strip(),
+        [
+            f"at {Path(where.filename).name}:{where.lineno} in {where.name}",
+            *"".join(traceback.format_exception(err)).rstrip().splitlines(),
+        ],
+    )
 
 
 def add_commands(sub: Any) -> None:

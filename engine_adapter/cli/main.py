@@ -7,10 +7,12 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine_adapter.model.errors import Invalid, Refused
 from engine_adapter.model.vocab import AuthorKind, TriggerKind
 
 EXIT_INVALID = 10  # recipe validate: the recipe is invalid
@@ -160,11 +162,11 @@ def cmd_console_link(args: argparse.Namespace) -> int:
     from engine_adapter.model.settings import threadline_home
 
     if args.minutes < 1:
-        raise ValueError(f"--minutes: {args.minutes}; a link must work for at least a minute")
+        raise Invalid(f"--minutes: {args.minutes}; a link must work for at least a minute")
     try:
         token = tokens.mint(threadline_home(), os_user(), ttl_s=args.minutes * 60)
     except OSError as err:  # another account: Threadline's home is not theirs to write
-        raise ValueError(
+        raise Refused(
             f"cannot mint a sign-in link in {threadline_home()}: {err.strerror}; run this as "
             "the account that runs Threadline"
         ) from None
@@ -180,13 +182,13 @@ def cmd_console_user_add(args: argparse.Namespace) -> int:
 
     path = args.file or os.environ.get(USERS_ENV)
     if not path:
-        raise ValueError(f"--file: no users file named (or set {USERS_ENV})")
+        raise Invalid(f"--file: no users file named (or set {USERS_ENV})")
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = getpass.getpass(f"password for {args.name}: ")
         if getpass.getpass("again: ") != password:
-            raise ValueError("the passwords differ; nothing written")
+            raise Invalid("the passwords differ; nothing written")
     with _conn() as conn:  # the authorization layer decides and audits (an admin's action)
         add_user(Path(path).expanduser(), args.name, password, args.role, (conn, _actor(args)))
     print(f"{args.name} ({', '.join(sorted(set(args.role)))}) written to {path}")
@@ -439,7 +441,7 @@ def _payload(args: argparse.Namespace) -> Any:
     try:
         return json.loads(args.payload) if args.payload else {}
     except json.JSONDecodeError as err:
-        raise ValueError(f"--payload: not valid JSON: {err}") from None
+        raise Invalid(f"--payload: not valid JSON: {err}") from None
 
 
 def cmd_spawn(args: argparse.Namespace) -> int:
@@ -1336,32 +1338,15 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     # Each process names itself to Postgres (pg_stat_activity, the server's log): libpq reads it.
-    from engine_adapter.model.settings import NotConfigured, application_name
+    from engine_adapter.model.errors import INTERNAL, ThreadlineError
+    from engine_adapter.model.settings import application_name
 
     os.environ["PGAPPNAME"] = application_name(args.fn.__name__.removeprefix("cmd_"))
-
-    known: tuple[type[Exception], ...] = (NotConfigured,)
     try:
-        from engine_adapter.access import api_tokens, authorization
-        from engine_adapter.catalog import proposals
-        from engine_adapter.recipes import recipes
-        from engine_adapter.runs import commands, gates, spawn
-
-        known += (
-            authorization.Refused,
-            LookupError,
-            commands.CommandRefused,
-            gates.DecisionRefused,
-            spawn.SpawnError,
-            recipes.RecipeError,
-            api_tokens.TokenError,
-            proposals.ProposalError,
-            ValueError,
-        )
         return args.fn(args)
-    except known as err:
+    except ThreadlineError as err:  # meant for a person: its message, its kind's exit code
         print(f"threadline: {err}", file=sys.stderr)
-        return 2
+        return err.exit_code
     except psycopg.Error as err:
         # The database refused or failed: one line naming it (its class keeps a bug of ours
         # recognisable); anything else that is not ours to explain still shows its traceback.
@@ -1374,6 +1359,10 @@ def main(argv: list[str] | None = None) -> int:
         # stdout at /dev/null so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a shell reports a process ended by SIGPIPE
+    except Exception:  # a bug of ours: its traceback, then one line that says so
+        traceback.print_exc()
+        print(f"threadline: {INTERNAL.message}; its traceback is above", file=sys.stderr)
+        return INTERNAL.exit_code
 
 
 if __name__ == "__main__":

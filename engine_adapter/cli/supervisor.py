@@ -21,9 +21,10 @@ from pathlib import Path
 from engine_adapter.access import authorization
 from engine_adapter.catalog.bot_backends import bots_without_backend, missing_line
 from engine_adapter.catalog.workflows import apply_recipe
+from engine_adapter.model.errors import Conflict
 from engine_adapter.model.settings import DATABASE_URL_ENV, port_from_env, threadline_home
 from engine_adapter.recipes.recipes import load_recipe_file
-from engine_adapter.sandbox.sandbox import SandboxError, detect
+from engine_adapter.sandbox.sandbox import detect
 from engine_adapter.store import db, schema
 from engine_adapter.store.roles import ensure_logins
 
@@ -69,7 +70,7 @@ def ensure_port_free(port: int, what: str = "console", flag: str = "--port") -> 
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
-            raise ValueError(
+            raise Conflict(
                 f"{what} port {port} on 127.0.0.1 is in use: pass {flag} N (or --no-{what})"
             ) from None
 
@@ -146,10 +147,7 @@ def up(
         home.chmod(0o700)  # it holds the credentials: for its owner only
         log.info("made %s private to its owner (0700)", home)
     # What the bot process will find: refused here, before anything starts, if it cannot be had.
-    try:
-        steps = detect()
-    except SandboxError as err:
-        raise ValueError(str(err)) from None
+    steps = detect()  # SandboxError (Invalid): says what to change
     from engine_adapter.store.embedded import EmbeddedPostgres, home_lock
 
     embedded = None

@@ -31,6 +31,7 @@ from engine_adapter.runs import child_runs, retention, run_state, schedules
 from engine_adapter.store import db
 from engine_adapter.store.wakeups import Hold, Holds, Wake, route_wake
 from engine_adapter.store.workers import Worker
+from engine_adapter.model.errors import Invalid
 
 log = logging.getLogger("threadline.conductor")
 
@@ -112,14 +113,14 @@ class Executor:
 def thread_count() -> int:
     raw = os.environ.get(THREADS_ENV, str(DEFAULT_THREADS))
     if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{THREADS_ENV}={raw!r} must be a whole number of at least 1")
+        raise Invalid(f"{THREADS_ENV}={raw!r} must be a whole number of at least 1")
     return int(raw)
 
 
 def hold_seconds() -> float:
     raw = os.environ.get(HOLD_ENV, str(DEFAULT_HOLD_MS))
     if not raw.isdigit() or int(raw) > 60_000:
-        raise ValueError(f"{HOLD_ENV}={raw!r} must be a whole number of milliseconds, 0 to 60000")
+        raise Invalid(f"{HOLD_ENV}={raw!r} must be a whole number of milliseconds, 0 to 60000")
     return int(raw) / 1000
 
 
@@ -345,5 +346,5 @@ def main(url: str | None = None, threads: int | None = None) -> None:
         level=logging.INFO, format="%(asctime)s conductor %(levelname)s %(message)s"
     )
     if threads is not None and threads < 1:
-        raise ValueError(f"--threads {threads} must be at least 1")
+        raise Invalid(f"--threads {threads} must be at least 1")
     Conductor(url, threads).run_forever()

@@ -1,7 +1,7 @@
 """What the webhook ingress accepts of a request before it reads the body: the target, the raw
 header lines, the framing and the content type.
 
-Pure functions over what arrived; each returns None or a sentence naming the problem (ValueError
+Pure functions over what arrived; each returns None or a sentence naming the problem (Invalid
 for the target). Strict on purpose: a request two HTTP parsers could read differently (two
 Content-Lengths, a length beside a Transfer-Encoding, a folded header) is refused, so a proxy in
 front and this ingress can never disagree about where one request ends.
@@ -9,9 +9,12 @@ front and this ingress can never disagree about where one request ends.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from email.message import Message
 from urllib.parse import unquote_to_bytes
+
+from engine_adapter.model.errors import Invalid
 
 MAX_TARGET = 2048  # characters of path and query; a webhook path is at most 200
 
@@ -25,32 +28,30 @@ _CHARSET = re.compile(r'\s*charset\s*=\s*(?:utf-8|"utf-8")\s*', re.IGNORECASE)
 
 
 def request_path(target: str) -> str:
-    """The percent-decoded path of a request target (its query is ignored); ValueError naming
+    """The percent-decoded path of a request target (its query is ignored); Invalid naming
     what makes it unacceptable."""
     if len(target) > MAX_TARGET:
-        raise ValueError(
-            f"the request target is {len(target)} characters; the limit is {MAX_TARGET}"
-        )
+        raise Invalid(f"the request target is {len(target)} characters; the limit is {MAX_TARGET}")
     if not _VISIBLE.fullmatch(target):
         bad = next(c for c in target if not _VISIBLE.fullmatch(c))
-        raise ValueError(
+        raise Invalid(
             f"the request target holds {bad!r}: only visible ASCII is accepted "
             f"(percent-encode anything else)"
         )
     path = target.split("?", 1)[0]
     if _BAD_ESCAPE.search(path):
-        raise ValueError("the request path has a % that is not followed by two hex digits")
+        raise Invalid("the request path has a % that is not followed by two hex digits")
     try:
         decoded = unquote_to_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError("the request path, percent-decoded, is not UTF-8") from None
+        raise Invalid("the request path, percent-decoded, is not UTF-8") from None
     control = _CONTROL.search(decoded)
     if control:
-        raise ValueError(
+        raise Invalid(
             f"the request path, percent-decoded, holds the control character {control.group()!r}"
         )
     if any(segment in (".", "..") for segment in decoded.split("/")):
-        raise ValueError("the request path has a '.' or '..' segment")
+        raise Invalid("the request path has a '.' or '..' segment")
     return decoded
 
 
@@ -98,3 +99,11 @@ def content_type_problem(headers: Message) -> str | None:
 
 def _show(raw: bytes) -> str:
     return repr(raw[:60].decode("latin-1"))
+
+
+def ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address host spells out, or None for a name (which only DNS can answer)."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:  # ipaddress's way of saying "not an address"
+        return None

@@ -39,6 +39,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from engine_adapter.catalog.workflows import WorkflowNotFound
 from engine_adapter.ingress.hook_requests import (
+    ip_literal,
     content_type_problem,
     framing_problem,
     header_problem,
@@ -53,10 +54,11 @@ from engine_adapter.ingress.webhook_auth import (
     verify,
 )
 from engine_adapter.model.domain import PERSON_DECISIONS
+from engine_adapter.model.errors import Invalid, ThreadlineError, report_bug
 from engine_adapter.model.settings import database_url
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.recipes.render import as_text
-from engine_adapter.recipes.webhook_spec import MappingError, map_payload, resolve, secret_env
+from engine_adapter.recipes.webhook_spec import map_payload, resolve, secret_env
 from engine_adapter.runs import resume_tokens
 from engine_adapter.runs.events import emit
 from engine_adapter.runs.gates import DecisionRefused
@@ -154,7 +156,7 @@ def receive(
         return _error(409, f"workflow {trigger['workflow']!r} is disabled")
     try:
         payload = map_payload(parse_body(d.body), trigger["map"])
-    except ValueError as err:
+    except Invalid as err:  # not JSON, or a mapped field finds nothing
         return _error(400, str(err))
 
     if trigger["event"]:
@@ -212,7 +214,7 @@ def _deliver(
     if trigger["event_key"]:
         try:
             key = as_text(resolve(parse_body(d.body), trigger["event_key"]))
-        except (ValueError, MappingError) as err:
+        except Invalid as err:  # not JSON (parse_body), or the key finds nothing (MappingError)
             return _error(400, f"the event key {trigger['event_key']}: {err}")
     event_id = f"webhook:{d.path}:{signature or delivery}"
     try:
@@ -263,7 +265,7 @@ def resume_link(conn: psycopg.Connection[Any], token: str, body: bytes) -> Reply
     bound to, as the person it was issued to; a refusal writes only its audit row."""
     try:
         request = parse_body(body)
-    except ValueError as err:
+    except Invalid as err:
         return _error(400, f"the body is not JSON: {err}")
     if not isinstance(request, dict) or set(request) - {"decision", "reason"}:
         return _error(400, 'the body must be {"decision": "approve" | "deny", "reason": "..."}')
@@ -316,15 +318,15 @@ def _without_token(path: str) -> str:
 
 
 def parse_body(body: bytes) -> Any:
-    """The body as JSON; ValueError saying why not (NaN and Infinity are not JSON)."""
+    """The body as JSON; Invalid saying why not (NaN and Infinity are not JSON)."""
 
     def refuse(name: str) -> None:
-        raise ValueError(f"the body is not valid JSON: {name} is not a JSON value")
+        raise Invalid(f"the body is not valid JSON: {name} is not a JSON value")
 
     def integer(text: str) -> int:  # Python's own refusal would name a Python setting
         digits = len(text.lstrip("-"))
         if digits > sys.get_int_max_str_digits():
-            raise ValueError(
+            raise Invalid(
                 f"the body is not accepted: a number of {digits} digits (at most "
                 f"{sys.get_int_max_str_digits()})"
             )
@@ -333,11 +335,11 @@ def parse_body(body: bytes) -> Any:
     try:
         return json.loads(body, parse_constant=refuse, parse_int=integer)
     except RecursionError:
-        raise ValueError("the body is not accepted: JSON nested too deeply") from None
+        raise Invalid("the body is not accepted: JSON nested too deeply") from None
     except UnicodeDecodeError:
-        raise ValueError("the body is not valid JSON: not UTF-8 text") from None
+        raise Invalid("the body is not valid JSON: not UTF-8 text") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"the body is not valid JSON: {err}") from None
+        raise Invalid(f"the body is not valid JSON: {err}") from None
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
@@ -352,13 +354,13 @@ class Limits:
 
     def check(self) -> None:
         if self.max_bytes < 1 or self.connections < 1:
-            raise ValueError("--max-bytes and --max-connections must be positive")
+            raise Invalid("--max-bytes and --max-connections must be positive")
         for flag, seconds in (
             ("--request-timeout", self.request_s),
             ("--idle-timeout", self.idle_s),
         ):
             if not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails this too
-                raise ValueError(
+                raise Invalid(
                     f"{flag} must be more than 0 and at most {MAX_TIMEOUT_S:g} "
                     f"seconds, got {seconds:g}"
                 )
@@ -524,7 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
         """A target or headers this ingress will not interpret, whatever the method."""
         try:
             self.hook_path = request_path(self.path)
-        except ValueError as err:
+        except Invalid as err:
             return _error(400, str(err))
         problem = header_problem(self.header_lines) or framing_problem(self.headers)
         return None if problem is None else _error(400, problem)
@@ -555,9 +557,11 @@ class _Handler(BaseHTTPRequestHandler):
         except (PoolTimeout, psycopg.OperationalError) as err:
             log.error("database unavailable: %s", err)
             reply = _error(503, "the database is unavailable; retry later")
-        except Exception:  # answer rather than drop the connection; the log has the details
-            log.exception("request to %s failed", _without_token(self.hook_path))
-            reply = _error(500, "internal error")
+        except ThreadlineError as err:  # one the calls above did not answer themselves
+            reply = _error(err.http_status, str(err))
+        except Exception as err:  # a bug: answered rather than dropped; the log has its traceback
+            where = f"request to {_without_token(self.hook_path)}"
+            reply = _error(500, report_bug(log, err, where))
         self._send(reply, consumed=True)
         return None
 
@@ -700,14 +704,13 @@ def is_loopback(host: str) -> bool:
     """Whether every address host names is a loopback address ("" means every interface)."""
     if not host:
         return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        pass
+    literal = ip_literal(host)
+    if literal is not None:
+        return literal.is_loopback
     try:
         infos = socket.getaddrinfo(host, None)
     except socket.gaierror as err:
-        raise ValueError(f"--host {host!r}: cannot resolve it ({err.strerror})") from None
+        raise Invalid(f"--host {host!r}: cannot resolve it ({err.strerror})") from None
     return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
@@ -717,7 +720,7 @@ def check_bind(host: str, triggers: list[dict[str, Any]]) -> None:
     if unsigned and not is_loopback(host):
         names = ", ".join(f"{PREFIX}{t['path']} (workflow {t['workflow']})" for t in unsigned)
         where = host or "every interface"
-        raise ValueError(
+        raise Invalid(
             f"refusing to listen on {where}, which is not loopback: "
             f"these webhooks have no secret, so anyone who reaches the port could "
             f"start their runs: {names}. Give each `secret: env:NAME`, or listen on "
@@ -737,7 +740,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s hooks %(levelname)s %(message)s")
     limits.check()
     if tolerance <= 0:
-        raise ValueError("--tolerance must be positive")
+        raise Invalid("--tolerance must be positive")
     pool = ConnectionPool(
         url or database_url("hooks"),
         min_size=1,
@@ -763,7 +766,7 @@ def serve(
                 open_to_network=not is_loopback(host),
             )
         except OSError as err:
-            raise ValueError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+            raise Invalid(f"cannot listen on {host}:{port}: {err.strerror}") from None
         shown = f"[{host}]" if ":" in host else host
         print(f"hooks: listening on http://{shown}:{server.server_port}{PREFIX}<path>", flush=True)
         log.info(

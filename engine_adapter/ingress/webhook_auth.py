@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import re
 import time
+from engine_adapter.model.errors import Refused
 
 TIMESTAMP_HEADER = "X-Threadline-Timestamp"
 SIGNATURE_HEADER = "X-Threadline-Signature"
@@ -20,8 +21,10 @@ _SIGNATURE = re.compile(r"sha256=([0-9a-f]{64})")
 _TIMESTAMP = re.compile(r"\d{1,12}")  # Unix seconds
 
 
-class SignatureError(ValueError):
+class SignatureError(Refused):
     """The signature is missing, malformed or wrong, or its timestamp is outside the window."""
+
+    http_status = 401  # who sent it is not established
 
 
 def _digest(secret: str, timestamp: str, body: bytes) -> str:

@@ -4,6 +4,7 @@ settings. Pure Python; imports nothing else of Threadline.
 
 __all__ = [
     "domain",
+    "errors",
     "identity",
     "names",
     "recipe_values",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine_adapter.model.settings import credentials_path
+from engine_adapter.model.errors import Invalid
 
 DOORS = ("cli", "console", "link", "api", "webhook", "system")
 # What a person may do where a door assigns roles (the console's users file): a viewer reads;
@@ -43,13 +44,13 @@ class Actor:
     def __post_init__(self) -> None:
         unknown = set(self.roles or ()) - set(ROLES)
         if unknown:
-            raise ValueError(f"unknown roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
+            raise Invalid(f"unknown roles {sorted(unknown)}; roles are {', '.join(ROLES)}")
         if self.via not in DOORS:
-            raise ValueError(f"via {self.via!r} must be one of {', '.join(DOORS)}")
+            raise Invalid(f"via {self.via!r} must be one of {', '.join(DOORS)}")
         if not self.name.strip():
-            raise ValueError("an actor needs a name")
+            raise Invalid("an actor needs a name")
         if self.on_behalf_of is not None and not self.on_behalf_of.strip():
-            raise ValueError("--as: the name is empty")
+            raise Invalid("--as: the name is empty")
 
     @property
     def label(self) -> str:

@@ -10,6 +10,7 @@ import json
 import math
 import re
 from typing import Any
+from engine_adapter.model.errors import CONTRACT_INVALID, Invalid
 
 # Every duration (a sleep, a step or gate timeout, how far ahead a sleep_until lies): a year and
 # a day covers any real schedule, and keeps every deadline far inside what clocks can hold.
@@ -24,8 +25,11 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 EVENT_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")  # `on_event` and `threadline emit NAME`
 
 
-class RecipeError(ValueError):
+class RecipeError(Invalid):
     """A recipe is invalid; `errors` holds every problem as "<path>: <problem>"."""
+
+    http_status = 422  # the request was well formed; the recipe in it is not
+    contract_exit, envelope_type = CONTRACT_INVALID, "invalid_workflow"
 
     def __init__(self, errors: list[str], source: str | None = None) -> None:
         self.errors = list(errors)

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from engine_adapter.model.errors import Conflict, Invalid
 
 DATABASE_URL_ENV = "THREADLINE_DATABASE_URL"
 HOME_ENV = "THREADLINE_HOME"
@@ -20,8 +21,10 @@ def application_name(command: str) -> str:
     return f"threadline {command}"
 
 
-class NotConfigured(RuntimeError):
+class NotConfigured(Conflict):
     """No database to talk to: neither THREADLINE_DATABASE_URL nor a started embedded server."""
+
+    http_status = 503
 
 
 def threadline_home() -> Path:
@@ -34,7 +37,7 @@ def port_from_env(name: str) -> int | None:
     if not value:
         return None
     if not value.isdigit() or not 1 <= int(value) <= 65535:
-        raise ValueError(f"{name}={value!r}: not a port (a number from 1 to 65535)")
+        raise Invalid(f"{name}={value!r}: not a port (a number from 1 to 65535)")
     return int(value)
 
 

@@ -16,11 +16,12 @@ import psycopg
 from engine_adapter.model.domain import RUN_STATES, TRIGGER_KINDS
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 PAGE_SIZE = 50
 
 
-class FilterError(ValueError):
+class FilterError(Invalid):
     """A filter value that makes no sense; the message names the filter and the value."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
+from engine_adapter.model.errors import Invalid
 
 # Search far enough back that the latest slot is found across the largest daylight-saving shift.
 _MAX_SHIFT = timedelta(hours=3)
@@ -29,7 +30,7 @@ _ZONE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,30}(?:/[A-Za-z0-9_+-]{1,30}){0,2}")
 MAX_EXPR = 500
 
 
-class CronError(ValueError):
+class CronError(Invalid):
     """A cron expression or time zone is invalid; the message names the value."""
 
 

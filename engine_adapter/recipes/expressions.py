@@ -14,6 +14,7 @@ import json
 from typing import Any, Callable, Mapping
 
 import simpleeval
+from engine_adapter.model.errors import Invalid
 
 MAX_CHARS = 1000
 # The names an expression may start from; `item`, `index` and `iteration` only inside a loop.
@@ -29,7 +30,7 @@ _CONSTANTS = {
 }
 
 
-class ExpressionError(ValueError):
+class ExpressionError(Invalid):
     """An expression that cannot be used: it does not parse, or its evaluation failed."""
 
 

@@ -16,6 +16,7 @@ from datetime import date
 from typing import Any
 
 import yaml
+from engine_adapter.model.errors import Invalid
 
 MAX_CHARS = 256 * 1024
 MAX_DEPTH = 64
@@ -26,7 +27,7 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_$-]+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-class DocumentError(ValueError):
+class DocumentError(Invalid):
     """The text is no document, or the document breaks a bound; the message names where."""
 
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from engine_adapter.model.domain import step_value
 from engine_adapter.recipes import shell_context
 from engine_adapter.recipes.recipes import PLACEHOLDER
+from engine_adapter.model.errors import Invalid
 
 # Linux caps one environment string ("NAME=value" and its NUL) at 32 pages (MAX_ARG_STRLEN), and
 # all of them with the arguments at a quarter of the stack limit: stay well under both.
@@ -23,7 +24,7 @@ MAX_VALUES_BYTES = 1024 * 1024
 _NOT_NAME = re.compile(r"[^A-Za-z0-9]+")
 
 
-class RenderError(ValueError):
+class RenderError(Invalid):
     """A placeholder whose path resolves to nothing, or a value a step cannot take; names it."""
 
 

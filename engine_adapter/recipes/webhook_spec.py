@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine_adapter.model.recipe_values import EVENT_NAME, quote
+from engine_adapter.model.errors import Invalid
 
 KEYS = ("path", "secret", "map", "event", "key")
 MAX_PATH = 200
@@ -24,7 +25,7 @@ _EXPR = re.compile(r"\$(?:\.[A-Za-z0-9_-]+|\[\d{1,9}\])*")
 _SEGMENT = re.compile(r"\.([A-Za-z0-9_-]+)|\[(\d{1,9})\]")
 
 
-class MappingError(ValueError):
+class MappingError(Invalid):
     """A mapped field's expression finds nothing in the body."""
 
 

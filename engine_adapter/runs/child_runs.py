@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from engine_adapter.model import domain, names
+from engine_adapter.model.errors import NotFound
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.runs import run_state, thread_entries
@@ -128,7 +129,7 @@ def spawn_workflow(
                 branch,
                 spawned.run_id,
             )
-    except (SpawnError, LookupError) as err:
+    except (SpawnError, NotFound) as err:  # NotFound: no such workflow
         error = f"Step {names.step_id_of(path)}: workflow {workflow} could not start: {err}"
         with conn.transaction():
             thread_entries.system_note(

@@ -17,9 +17,10 @@ from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import AuthorKind, EntryKind, RunState, TaskState
 from engine_adapter.runs import child_runs, run_limits, run_state, thread_entries
 from engine_adapter.store import db
+from engine_adapter.model.errors import Conflict
 
 
-class CommandRefused(RuntimeError):
+class CommandRefused(Conflict):
     """The run is not in a state the command applies to; nothing was written."""
 
 

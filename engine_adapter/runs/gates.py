@@ -28,12 +28,13 @@ from engine_adapter.recipes.recipes import find_step_doc
 from engine_adapter.runs.run_state import emit_step_done, lock_run
 from engine_adapter.runs.thread_entries import append, system_note
 from engine_adapter.store import db
+from engine_adapter.model.errors import Conflict, Invalid, Refused
 
 APPROVE_WORDS = ("👍", "approve")
 DENY_WORDS = ("👎", "deny")
 
 
-class DecisionRefused(RuntimeError):
+class DecisionRefused(Conflict):
     """A decision that was not taken; nothing was written."""
 
 
@@ -67,7 +68,7 @@ class ReplyOutcome:
 def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -> ReplyOutcome:
     """A human reply: always kept in the thread; it releases an open gate when it decides it."""
     if not text.strip():
-        raise ValueError("reply text is empty")
+        raise Invalid("reply text is empty")
     with change(conn, actor, Action.REPLY, run_id=run_id):
         run = lock_run(conn, run_id)
         gate = current_gate(run)
@@ -122,10 +123,10 @@ def decide(
     self-approval).
     """
     if decision not in PERSON_DECISIONS:
-        raise ValueError(f"decision must be approve or deny, not {decision!r}")
+        raise Invalid(f"decision must be approve or deny, not {decision!r}")
     try:
         return _decide(conn, run_id, decision, actor, reason, gate_key)
-    except (DecisionRefused, PermissionError) as err:  # PermissionError: authorization.Refused
+    except (DecisionRefused, Refused) as err:  # Refused: authorization's
         # Audited in a transaction of its own, unless the caller's (a resume token's) is open:
         # the caller's rollback would take the row with it, so the caller audits.
         if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:

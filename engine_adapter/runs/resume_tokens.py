@@ -20,15 +20,19 @@ from engine_adapter.model.domain import PERSON_DECISIONS
 from engine_adapter.model.identity import Actor
 from engine_adapter.runs import gates
 from engine_adapter.store import db
+from engine_adapter.model.errors import CONTRACT_MISMATCH, Invalid, Refused
 
 PREFIX = "tl_rt_"
 DEFAULT_TTL_S = 24 * 3600
 _AT = "%Y-%m-%d %H:%M:%S %Z"
 
 
-class TokenRefused(RuntimeError):
+class TokenRefused(Refused):
     """A token that decides nothing (unknown, used, expired, another run's, the gate closed);
     nothing was written but the audit row."""
+
+    contract_exit = CONTRACT_MISMATCH
+    envelope_type = "resume_refused"
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ def redeem(
     refusal (TokenRefused, DecisionRefused) writes only its audit row. `run_id`: the run the
     caller means; a token of another run is refused."""
     if decision not in PERSON_DECISIONS:
-        raise ValueError(f"decision must be approve or deny, not {decision!r}")
+        raise Invalid(f"decision must be approve or deny, not {decision!r}")
     found: dict[str, Any] | None = None
     try:
         with conn.transaction():

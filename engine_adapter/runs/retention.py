@@ -26,6 +26,7 @@ from engine_adapter.model.recipe_values import (
     retention_seconds,
 )
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 BATCH = 100  # runs per transaction
 MAX_BATCHES = 50  # per job; the rest waits for the next one
@@ -34,7 +35,7 @@ TICKS_BATCH = 1000  # schedule slots per transaction
 EVERY_S = 3600.0
 
 
-class RetentionError(ValueError):
+class RetentionError(Invalid):
     pass
 
 

@@ -16,6 +16,7 @@ import psycopg
 
 from engine_adapter.runs.thread_entries import RunNotFound
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 MIN_PREFIX = 8
 FULL = 32  # hex digits in a uuid
@@ -27,7 +28,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class RunIdError(ValueError):
+class RunIdError(Invalid):
     """A run id that names no single run by its form: malformed, too short or ambiguous. Its
     reason says why without the value (for a page that shows the value already)."""
 

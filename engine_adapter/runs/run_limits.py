@@ -18,12 +18,13 @@ from engine_adapter.model.identity import Actor, name_of_label
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
+from engine_adapter.model.errors import Invalid
 
 GLOBAL = "global"
 INITIATOR = "initiator"
 
 
-class LimitError(ValueError):
+class LimitError(Invalid):
     pass
 
 

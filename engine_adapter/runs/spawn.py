@@ -31,6 +31,7 @@ from engine_adapter.model.vocab import RunState, TriggerKind
 from engine_adapter.recipes import payload_schema, recipe_doc
 from engine_adapter.runs import pause, run_limits, thread_entries
 from engine_adapter.store import db
+from engine_adapter.model.errors import CONTRACT_INVALID, Invalid, Refused
 
 # Conductor attempts: each conductor crash while it holds a run burns one; step failures never do.
 TASK_OPTIONS = {
@@ -42,11 +43,11 @@ NO_WORKFLOW, DISABLED, PAUSED, STALE = "TLS01", "TLS02", "TLS03", "TLS04"
 SPAWN_TRIES = 3
 
 
-class SpawnError(ValueError):
-    pass
+class SpawnError(Invalid):
+    contract_exit, envelope_type = CONTRACT_INVALID, "invalid_payload"
 
 
-class Paused(SpawnError):
+class Paused(Refused, SpawnError):
     """A new run refused while the global pause switch is on (pause.py)."""
 
 

@@ -9,9 +9,10 @@ from psycopg.types.json import Jsonb
 
 from engine_adapter.model.vocab import AuthorKind, EntryKind
 from engine_adapter.store import db
+from engine_adapter.model.errors import NotFound
 
 
-class RunNotFound(LookupError):
+class RunNotFound(NotFound):
     pass
 
 

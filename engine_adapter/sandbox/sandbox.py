@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, TypedDict
 
 from engine_adapter.model.settings import threadline_home
+from engine_adapter.model.errors import Invalid
 
 if TYPE_CHECKING:
     from engine_adapter.sandbox.step_fit import Fit
@@ -42,7 +43,7 @@ MODES = ("bwrap", "user", "none")
 RESOLVER_DIR = "/run/systemd/resolve"  # systemd-resolved's settings, kept in a step's own /run
 
 
-class SandboxError(RuntimeError):
+class SandboxError(Invalid):
     """The sandbox asked for cannot be set up; the message says what to change."""
 
 

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from engine_adapter.model.recipe_values import format_duration, parse_duration
 from engine_adapter.model.recipe_values import quote as _q
+from engine_adapter.model.errors import Invalid
 
 KEYS = ("memory", "pids", "cpu", "tmp", "output")
 SIZE_KEYS = ("memory", "tmp", "output")
@@ -54,7 +55,7 @@ _SIZE = re.compile(r"(\d{1,15})\s*(|B|K|KiB|M|MiB|G|GiB|T|TiB)")
 _FACTOR = {"": 1, "B": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}
 
 
-class LimitError(ValueError):
+class LimitError(Invalid):
     """A limit's value cannot be used; the message names the key and the value."""
 
 

@@ -9,12 +9,13 @@ import absurdctl
 import psycopg
 
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.model.errors import Conflict
 
 ABSURD_VERSION = "0.5.1"
 _MIGRATION_LOCK = 7411_0001  # serialises concurrent migrators (several processes may start at once)
 
 
-class SchemaMismatch(RuntimeError):
+class SchemaMismatch(Conflict):
     """The database holds an Absurd schema of another version than the one Threadline pins."""
 
 

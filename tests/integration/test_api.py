@@ -186,7 +186,7 @@ def test_history_diff_and_rollback_through_the_api(db_url, conn, apply, api):
     status, back, _ = call(api, "POST", "/workflows/gated/rollback", operator, {"to": "1"})
     assert status == 200 and back == {"slug": "gated", "version": 3, "rolled_back_from": 1}
     status, again, _ = call(api, "POST", "/workflows/gated/rollback", operator, {"to": "1"})
-    assert status == 400 and "nothing to roll back" in again["error"]
+    assert status == 409 and "nothing to roll back" in again["error"]  # Conflict: already current
     status, history, _ = call(api, "GET", "/workflows/gated/versions", viewer)
     assert [(v["version"], v["source"]) for v in history] == [
         (3, "rollback"),

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from engine_adapter.conductor.conductor import HOLD_ENV, Conductor
+from engine_adapter.model.errors import Invalid
 from engine_adapter.read.read_model import show_run
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.testing import harness
@@ -65,5 +66,5 @@ def test_a_run_of_short_steps_is_taken_in_hand_once_when_held(
 @pytest.mark.parametrize("raw", ["-5", "soon", "60001"])
 def test_a_bad_hold_setting_is_named(db_url, monkeypatch, raw):
     monkeypatch.setenv(HOLD_ENV, raw)
-    with pytest.raises(ValueError, match=HOLD_ENV):
+    with pytest.raises(Invalid, match=HOLD_ENV):
         Conductor(db_url, threads=1)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from engine_adapter.catalog.workflows import WorkflowNotFound
 from engine_adapter.read.read_model import health
 from engine_adapter.runs.spawn import SpawnError, spawn
 from engine_adapter.store import schema
@@ -63,7 +64,7 @@ def test_spawn_rejects_bad_input_and_writes_nothing(conn, apply):
     apply(HELLO.read_text())
     with pytest.raises(SpawnError, match="payload must be a JSON object"):
         spawn(conn, "hello", ["not", "an", "object"])
-    with pytest.raises(LookupError, match="no workflow 'nope'"):
+    with pytest.raises(WorkflowNotFound, match="no workflow 'nope'"):
         spawn(conn, "nope")
     with pytest.raises(SpawnError, match=r"payload\.who\[1\]: contains a NUL character"):
         spawn(conn, "hello", {"who": ["ok", "a\x00b"]})

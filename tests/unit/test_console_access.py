@@ -37,7 +37,7 @@ def test_passwords_are_kept_as_scrypt_hashes_and_checked(tmp_path):
     loaded = load_users(users)
     assert loaded["ann"].roles == {"viewer"} and loaded["bob"].roles == {"operator", "approver"}
     assert "correct horse" not in users.read_text()
-    with pytest.raises(ValueError, match=r"unknown \['admin'\]"):
+    with pytest.raises(UsersFileError, match=r"unknown \['admin'\]"):
         add_user(users, "eve", "pw", ["admin"])
     assert set(load_users(users)) == {"ann", "bob"}  # the refused user changed nothing
 

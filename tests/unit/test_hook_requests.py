@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine_adapter.model.errors import Invalid
 from engine_adapter.ingress.hook_requests import (
     MAX_TARGET,
     content_type_problem,
@@ -56,7 +57,7 @@ def test_sound_targets(target, path):
     ],
 )
 def test_bad_targets_name_the_problem(target, says):
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(Invalid) as refused:
         request_path(target)
     assert says in str(refused.value)
 
@@ -65,7 +66,7 @@ def test_bad_targets_name_the_problem(target, says):
 def test_any_target_is_a_clean_path_or_a_value_error(target):
     try:
         path = request_path(target)
-    except ValueError:
+    except Invalid:
         return
     assert not any(ord(c) < 0x20 or c == "\x7f" for c in path)
     assert ".." not in path.split("/") and "." not in path.split("/")

@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.recipe_values import RecipeError, format_duration, parse_duration, quote
 
 
@@ -32,7 +33,7 @@ def test_format_duration_inverts_parse() -> None:
 
 def test_recipe_error_str_joins_lines() -> None:
     err = RecipeError(["a: one", "b: two"])
-    assert isinstance(err, ValueError)
+    assert isinstance(err, Invalid)  # bad input: the doors answer 400/422, exit 2, exit 10
     assert str(err) == "a: one\nb: two"
 
 

@@ -110,7 +110,7 @@ def serve(
 
     from engine_adapter.model.identity import os_user
 
-    from . import api, tokens
+    from . import api, metrics, tokens
     from .auth import NOT_SERVED, ConsoleAuth, NotServed
 
     access = configure(address, no_auth=no_auth)  # refuses a bad setup before anything starts
@@ -135,7 +135,9 @@ def serve(
         **options,
     )
     # Ahead of Bokeh's own routes: a host-specific rule is tried before the wildcard ones.
-    server._tornado.add_handlers(r".*", [(NOT_SERVED, NotServed), *api.handlers()])
+    server._tornado.add_handlers(
+        r".*", [(NOT_SERVED, NotServed), *api.handlers(), *metrics.handlers()]
+    )
     host = "127.0.0.1" if address in ("0.0.0.0", "::") else address
     if access.no_auth:
         log.warning(

@@ -14,12 +14,33 @@ from typing import Any, Iterable
 
 import psycopg
 
+from engine_adapter.model.vocab import AwaitKind
 from engine_adapter.store import db
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Seconds: steps run from a second to hours; people answer gates in minutes to days.
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
 GATE_BUCKETS = (1, 10, 60, 300, 900, 3600, 14400, 86400, 259200, 604800)
+
+# Histograms: (metric, query, its label columns, its value column, buckets, help).
+HISTOGRAMS: tuple[tuple[str, str, tuple[str, ...], str, tuple[float, ...], str], ...] = (
+    (
+        "threadline_step_duration_seconds",
+        "metrics_step_durations",
+        ("workflow", "kind", "outcome"),
+        "duration_s",
+        STEP_BUCKETS,
+        "Finished step tries' durations (bot steps: sent to result; gates: asked to decided).",
+    ),
+    (
+        "threadline_gate_wait_seconds",
+        "metrics_gate_waits",
+        ("workflow", "decision"),
+        "wait_s",
+        GATE_BUCKETS,
+        "How long decided gates waited for a person.",
+    ),
+)
 
 # Counters by workflow: (metric, query, its column, help).
 PER_WORKFLOW = (
@@ -99,33 +120,15 @@ def render(conn: psycopg.Connection[Any]) -> str:
     for r in db.fetch_all(conn, "metrics_runs"):
         out.sample("threadline_runs", r["n"], workflow=r["workflow"], state=r["state"])
 
-    keys = ("workflow", "kind", "outcome")
-    out.family(
-        "threadline_step_duration_seconds",
-        "histogram",
-        "Finished step tries' durations (bot steps: sent to result; gates: asked to decided).",
-    )
-    for group, values in sorted(
-        _grouped(db.fetch_all(conn, "metrics_step_durations"), keys, "duration_s").items()
-    ):
-        out.histogram(
-            "threadline_step_duration_seconds", STEP_BUCKETS, values, **dict(zip(keys, group))
-        )
-
-    keys = ("workflow", "decision")
-    out.family(
-        "threadline_gate_wait_seconds", "histogram", "How long decided gates waited for a person."
-    )
-    for group, values in sorted(
-        _grouped(db.fetch_all(conn, "metrics_gate_waits"), keys, "wait_s").items()
-    ):
-        out.histogram(
-            "threadline_gate_wait_seconds", GATE_BUCKETS, values, **dict(zip(keys, group))
-        )
+    for name, query, keys, column, buckets, help_ in HISTOGRAMS:
+        out.family(name, "histogram", help_)
+        rows = db.fetch_all(conn, query)
+        for group, values in sorted(_grouped(rows, keys, column).items()):
+            out.histogram(name, buckets, values, **dict(zip(keys, group)))
 
     waiting = {r["kind"]: r for r in db.fetch_all(conn, "metrics_waiting")}
     out.family("threadline_steps_open", "gauge", "Step tries waited for now, by kind (bot, gate).")
-    for kind in ("bot", "gate"):
+    for kind in (AwaitKind.BOT, AwaitKind.GATE):
         out.sample("threadline_steps_open", waiting.get(kind, {}).get("open", 0), kind=kind)
     out.family(
         "threadline_instructions_unclaimed",
@@ -136,12 +139,12 @@ def render(conn: psycopg.Connection[Any]) -> str:
 
     alive = {r["kind"]: r["alive"] for r in db.fetch_all(conn, "metrics_workers")}
     out.family("threadline_processes_alive", "gauge", "Live conductor and bot processes.")
-    for kind in ("conductor", "bots"):
-        out.sample("threadline_processes_alive", alive.get(kind, 0), kind=kind)
+    for process in ("conductor", "bots"):
+        out.sample("threadline_processes_alive", alive.get(process, 0), kind=process)
 
-    rows = {q: db.fetch_all(conn, q) for q in ("metrics_retries", "metrics_tokens")}
+    per_query = {q: db.fetch_all(conn, q) for q in ("metrics_retries", "metrics_tokens")}
     out.family("threadline_agent_tokens_total", "counter", "Agent model tokens, in and out.")
-    for r in rows["metrics_tokens"]:
+    for r in per_query["metrics_tokens"]:
         for direction in ("in", "out"):
             out.sample(
                 "threadline_agent_tokens_total",
@@ -151,6 +154,6 @@ def render(conn: psycopg.Connection[Any]) -> str:
             )
     for name, query, column, help_ in PER_WORKFLOW:
         out.family(name, "counter", help_)
-        for r in rows[query]:
+        for r in per_query[query]:
             out.sample(name, r[column], workflow=r["workflow"])
     return out.text()

@@ -1,0 +1,99 @@
+"""GET /metrics (issue 25): Prometheus metrics from the read schema, served by the console to a
+valid API token only; the numbers equal what connect()'s lists show."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine_adapter import connect
+from engine_adapter.testing import harness
+from tests.integration.test_api import api, token  # noqa: F401  (the console fixture)
+
+RECIPE = """
+slug: metered
+steps:
+  - id: work
+    run_command: echo {{payload.n}}; test {{payload.n}} -lt 2
+  - id: check
+    human_gate: "Fine?"
+    self_approval: true
+"""
+
+
+def scrape(base: str, bearer: str | None) -> tuple[int, str]:
+    request = urllib.request.Request(base + "/metrics")
+    if bearer:
+        request.add_header("Authorization", f"Bearer {bearer}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def samples(text: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+def test_metrics_need_a_token_and_match_the_read_views(api, db_url, logins, apply):  # noqa: F811
+    status, body = scrape(api, None)
+    assert status == 401 and "bearer token" in body
+    assert scrape(api, "tl_not_a_token")[0] == 401
+
+    viewer = token(db_url, "grafana", "viewer")
+    status, body = scrape(api, viewer)
+    assert status == 200
+    assert samples(body)["threadline_processes_alive"]
+
+    apply(RECIPE)
+    writer = connect(url=db_url, write=True)
+    runs = [writer.spawn("metered", {"n": n}) for n in range(3)]
+    for run in runs[2:]:
+        harness.wait_for_state(db_url, run, "failed")
+    for run in runs[:2]:
+        harness.wait_for_state(db_url, run, "waiting")
+    writer.approve(runs[0])
+    harness.wait_for_state(db_url, runs[0], "completed")
+
+    client = connect(url=logins["viewer"])
+    found = samples(scrape(api, viewer)[1])
+    by_state = {
+        (s.labels["workflow"], s.labels["state"]): s.value for s in found["threadline_runs"]
+    }
+    listed = client.runs().groupby(["workflow", "state"]).size().to_dict()
+    assert by_state == {k: float(v) for k, v in listed.items()}
+    assert by_state[("metered", "failed")] == 1 and by_state[("metered", "waiting")] == 1
+
+    steps = client.steps(workflow="metered")
+    finished = steps[steps.finished_at.notna()]
+    counts = {
+        (s.labels["kind"], s.labels["outcome"]): s.value
+        for s in found["threadline_step_duration_seconds_count"]
+        if s.labels["workflow"] == "metered"
+    }
+    assert counts == {
+        k: float(v) for k, v in finished.groupby(["kind", "outcome"]).size().to_dict().items()
+    }
+    total = sum(
+        s.value
+        for s in found["threadline_step_duration_seconds_sum"]
+        if s.labels["workflow"] == "metered"
+    )
+    assert total == pytest.approx(finished.duration_s.sum(), abs=1e-6)
+
+    gates = client.gates(workflow="metered")
+    (waits,) = [s for s in found["threadline_gate_wait_seconds_count"]]
+    assert waits.value == gates.decided_at.notna().sum() == 1
+    opened = {s.labels["kind"]: s.value for s in found["threadline_steps_open"]}
+    assert opened["gate"] == len(gates[gates.open]) == 1
+    alive = {s.labels["kind"]: s.value for s in found["threadline_processes_alive"]}
+    assert alive == {k: float(v) for k, v in client.workers(alive=True).kind.value_counts().items()}
+    assert found["threadline_instructions_unclaimed"][0].value == 0

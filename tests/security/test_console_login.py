@@ -108,6 +108,10 @@ NO_LONGER_WRITTEN = (
     "insert into threadline.action_rules values ('decide', 'x', '{}', false, false)",
     "update threadline.action_rules set roles = '{}'",
     "insert into threadline.acting values (pg_current_xact_id(), 'decide', '{}')",
+    "update absurd.t_threadline set state = 'cancelled'",
+    "update absurd.r_threadline set state = 'cancelled'",
+    "delete from absurd.w_threadline",
+    "delete from absurd.t_threadline",
 )
 
 
@@ -126,6 +130,8 @@ def test_without_a_credential_the_console_login_changes_nothing(conn, logins, wa
         attempts: list[tuple[str, dict[str, Any]]] = [
             ("insert_decision", decision(run_id, key, "alice")),
             ("lock_run", dict(run_id=run_id)),
+            ("cancel_engine_task", dict(queue=QUEUE, run_id=run_id)),
+            ("retry_engine_task", dict(queue=QUEUE, run_id=run_id)),
             (
                 "emit_retry",
                 dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb({"actor": "x"})),
@@ -246,8 +252,8 @@ def raise_rollback() -> None:
 def test_a_console_session_acts_through_the_console_login_in_its_own_name(
     conn, db_url, logins, waiting
 ):
-    """The console's own path: a session opened at sign-in is the credential its writes present;
-    a signed-out one changes nothing more."""
+    """The console's own path: a session opened at sign-in is the credential its writes present
+    (a decision, a run started and cancelled); a signed-out one changes nothing more."""
     run_id, key = waiting
     data.configure(logins["console"])
     try:
@@ -257,12 +263,12 @@ def test_a_console_session_acts_through_the_console_login_in_its_own_name(
         otto = replace(otto, sid=sessions.open_session("otto", "password", otto.roles))
         with db.connect(logins["console"]) as c:
             gates.decide(c, run_id, "approve", access.session_actor(alice))
-            spawned = spawn(
-                c,
-                "gate",
-                trigger={"kind": "manual", "caller": "otto", "via": "console"},
-                actor=access.session_actor(otto),
-            )
+            trigger = {"kind": "manual", "caller": "otto", "via": "console"}
+            spawned = spawn(c, "gate", trigger=trigger, actor=access.session_actor(otto))
+            harness.wait_for_state(db_url, spawned.run_id, "waiting")
+            commands.cancel_run(c, spawned.run_id, access.session_actor(otto))
+            assert harness.wait_for_state(db_url, spawned.run_id, "cancelled")
+            spawned = spawn(c, "gate", trigger=trigger, actor=access.session_actor(otto))
             harness.wait_for_state(db_url, spawned.run_id, "waiting")
             assert sessions.close(otto.sid) == "otto"
             before = counts(conn)

@@ -206,8 +206,8 @@ select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
  limit 100
 
 -- cancel_engine_task --
--- Absurd's cancel: the task and its open runs end cancelled.
-select absurd.cancel_task(%(queue)s, %(run_id)s)
+-- Absurd's cancel: the task and its open runs end cancelled (through migration 045's door).
+select threadline.cancel_run_task(%(queue)s, %(run_id)s)
 
 -- claim_step --
 -- The next instruction a bot may claim, claimed, in one call (migration 025).
@@ -245,8 +245,8 @@ select task_id, state, attempts, max_attempts, enqueue_at, first_started_at, can
   from absurd.t_threadline where task_id = %(run_id)s
 
 -- retry_engine_task --
--- Absurd's in-place retry of a task that failed in the engine itself.
-select * from absurd.retry_task(%(queue)s, %(run_id)s, '{}'::jsonb)
+-- Absurd's in-place retry of a task that failed in the engine itself (migration 045's door).
+select threadline.retry_run_task(%(queue)s, %(run_id)s)
 
 -- run_checkpoints --
 -- The run's journal: Threadline's copy of its checkpoints (migration 022), which step results are

@@ -352,6 +352,39 @@ revoke insert, update, delete on threadline.bots, threadline.model_prices, threa
 revoke usage on sequence threadline.cleanups_id_seq, threadline.schema_migrations_id_seq
   from threadline_console;
 
+-- The engine's cancel and in-place retry of a run's task, for every caller: the console's login
+-- only for a person allowed to cancel or retry (it no longer writes the engine's tables).
+create function threadline.cancel_run_task (p_queue text, p_run_id uuid) returns void
+  language plpgsql
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform threadline.require_caller(array['conductor', 'console'], 'cancelling a run');
+  perform threadline.console_actor(array['cancel'], 'cancelling a run');
+  perform absurd.cancel_task(p_queue, p_run_id);
+end;
+$$;
+
+create function threadline.retry_run_task (p_queue text, p_run_id uuid) returns void
+  language plpgsql
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform threadline.require_caller(array['console'], 'retrying a run in the engine');
+  perform threadline.console_actor(array['retry'], 'retrying a run in the engine');
+  perform absurd.retry_task(p_queue, p_run_id, '{}'::jsonb);
+end;
+$$;
+revoke all on routine threadline.cancel_run_task (text, uuid),
+  threadline.retry_run_task (text, uuid) from public;
+grant execute on function threadline.cancel_run_task (text, uuid)
+  to threadline_conductor, threadline_console;
+grant execute on function threadline.retry_run_task (text, uuid) to threadline_console;
+revoke insert, update, delete on absurd.r_threadline, absurd.t_threadline, absurd.w_threadline
+  from threadline_console;
+
 -- Grants: the rules and sessions are read and written only through the functions above.
 revoke all on threadline.action_rules, threadline.console_sessions, threadline.acting
   from public, threadline_conductor, threadline_bots, threadline_console, threadline_hooks,

@@ -55,6 +55,12 @@ def test_every_view_and_column_of_the_read_schema_is_documented(conn):
     assert all((r["view_doc"] or "").strip() for r in rows)
     version = conn.execute("select threadline_read.read_schema_version() as v").fetchone()
     assert version["v"] == 1
+    # A step key's path and try, an agent round's mark left out of the path (names.step_key).
+    parts = conn.execute(
+        "select threadline_read.step_of(k) as step, threadline_read.try_of(k) as try"
+        " from (values ('0190:each[2]/deploy~r2:3')) v (k)"
+    ).fetchone()
+    assert parts == {"step": "each[2]/deploy", "try": 3}
 
 
 def test_the_viewer_reads_every_view_and_writes_through_none(logins):

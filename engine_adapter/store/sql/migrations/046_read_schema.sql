@@ -25,20 +25,21 @@ comment on function threadline_read.read_schema_version () is
   'The read schema''s version: raised when a view''s column is renamed or removed (not when one '
   'is added).';
 
--- A step key is "<run id>:<step path>:<try>"; the path may hold a branch after its try.
+-- A step key is "<run id>:<step path>:<try>" (names.step_key); an agent step's later rounds and
+-- its questions are keyed like steps, their paths marked "~r2", "~ask1" (names.ROUND_MARK).
 create function threadline_read.step_of (p_step_key text) returns text
   language sql immutable
   set search_path = pg_catalog, pg_temp
-as $$ select split_part(p_step_key, ':', 2) $$;
+as $$ select split_part(split_part(p_step_key, ':', 2), '~', 1) $$;
 comment on function threadline_read.step_of (text) is
-  'The step path of a step key "<run id>:<step path>:<try>[:<branch>]".';
+  'The step path of a step key "<run id>:<step path>:<try>", without an agent round''s mark.';
 
 create function threadline_read.try_of (p_step_key text) returns integer
   language sql immutable
   set search_path = pg_catalog, pg_temp
 as $$ select nullif(substring(split_part(p_step_key, ':', 3) from '^[0-9]+$'), '')::integer $$;
 comment on function threadline_read.try_of (text) is
-  'The try number of a step key "<run id>:<step path>:<try>[:<branch>]" (1 = first try).';
+  'The try number of a step key "<run id>:<step path>:<try>" (1 = first try).';
 
 create view threadline_read.runs as
 select r.run_id, r.workflow, r.workflow_version, r.state,
@@ -97,12 +98,17 @@ select i.run_id, r.workflow, threadline_read.step_of(i.step_key) as step,
   left join threadline.decisions d on d.step_key = i.step_key
  where i.kind in ('instruction', 'question') and i.step_key is not null;
 comment on view threadline_read.steps is
-  'One row per try of a step that went to a bot (an instruction) or to people (a gate''s question).';
+  'One row per try of a step that went to a bot (an instruction) or to people (a gate''s '
+  'question); an agent step''s later rounds and questions are rows of their own (their keys '
+  'marked ~r2, ~ask1).';
 comment on column threadline_read.steps.run_id is 'The run.';
 comment on column threadline_read.steps.workflow is 'The run''s workflow.';
-comment on column threadline_read.steps.step is 'The step''s path (its id, nested ids joined by dots).';
+comment on column threadline_read.steps.step is
+  'The step''s path: its id, inside a group, loop or parallel branch the ids joined by "/" '
+  '(each[2]/deploy).';
 comment on column threadline_read.steps.try is 'The try (1 = first; a retry of the run adds one).';
-comment on column threadline_read.steps.step_key is 'The try''s key: "<run id>:<step>:<try>".';
+comment on column threadline_read.steps.step_key is
+  'The try''s key: "<run id>:<step path>:<try>" (the path marked ~r2, ~ask1 for an agent''s rounds).';
 comment on column threadline_read.steps.kind is 'bot (an instruction a bot runs) or gate (a question to people).';
 comment on column threadline_read.steps.started_at is 'When the instruction or question was sent.';
 comment on column threadline_read.steps.finished_at is 'When it ended: its result, or its gate''s decision.';

@@ -90,7 +90,7 @@ def authenticate(conn: psycopg.Connection[Any], token: str) -> Actor | None:
     account was removed."""
     if not token.startswith(PREFIX):
         return None
-    row = db.fetch_one(conn, "api_token_by_hash", dict(token_hash=_hash(token)))
+    row = db.fetch_one(conn, "api_token_account", dict(token=token))
     if row is None:
         return None
     delegated = row["minter_id"] != row["account_id"]

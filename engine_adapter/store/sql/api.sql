@@ -6,14 +6,11 @@ select threadline.mint_api_token(jsonb_build_object(
   'created_by', %(created_by)s::text, 'account_id', %(account_id)s::bigint,
   'minted_by', %(minted_by)s::bigint))
 
--- api_token_by_hash --
+-- api_token_account --
 -- A presented bearer token's account, while neither it is revoked nor its account removed; and
--- who minted it. Marks it used.
-update threadline.api_tokens t set last_used_at = now()
-  from threadline.accounts a, threadline.accounts m
- where t.token_hash = %(token_hash)s and t.revoked_at is null
-   and a.id = t.account_id and a.removed_at is null and m.id = t.minted_by
-returning a.name, a.id as account_id, t.roles, m.name as minted_by, m.id as minter_id
+-- who minted it. Marks it used (migration 045's function: the token is hashed there).
+select name, account_id, roles, minted_by, minter_id
+  from threadline.api_token_account(%(token)s::text)
 
 -- list_api_tokens --
 select t.name, a.name as account, t.roles, m.name as minted_by, t.created_at, t.revoked_at,

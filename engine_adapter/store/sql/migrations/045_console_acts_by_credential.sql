@@ -385,6 +385,27 @@ grant execute on function threadline.retry_run_task (text, uuid) to threadline_c
 revoke insert, update, delete on absurd.r_threadline, absurd.t_threadline, absurd.w_threadline
   from threadline_console;
 
+-- A presented API token's account, while neither it is revoked nor its account removed, and
+-- who minted it; marks it used (the console's login updates no token row itself).
+create function threadline.api_token_account (p_token text)
+  returns table (name text, account_id bigint, roles text[], minted_by text, minter_id bigint)
+  language sql
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  update threadline.api_tokens t set last_used_at = now()
+    from threadline.accounts a, threadline.accounts m
+   where t.token_hash = threadline.sha256_hex(p_token) and t.revoked_at is null
+     and a.id = t.account_id and a.removed_at is null and m.id = t.minted_by
+  returning a.name, a.id, t.roles, m.name, m.id
+$$;
+revoke all on routine threadline.api_token_account (text) from public;
+grant execute on function threadline.api_token_account (text) to threadline_console;
+revoke update (last_used_at) on threadline.api_tokens from threadline_console;
+-- Sequences only the checked functions draw from (queue_run) or other processes use.
+revoke usage on sequence threadline.run_queue_seq, threadline.worker_lock_keys
+  from threadline_console;
+
 -- Grants: the rules and sessions are read and written only through the functions above.
 revoke all on threadline.action_rules, threadline.console_sessions, threadline.acting
   from public, threadline_conductor, threadline_bots, threadline_console, threadline_hooks,

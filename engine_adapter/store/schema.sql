@@ -183,6 +183,21 @@ end;
 $$;
 
 --
+-- Name: api_token_account(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.api_token_account(p_token text) RETURNS TABLE(name text, account_id bigint, roles text[], minted_by text, minter_id bigint)
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  update threadline.api_tokens t set last_used_at = now()
+    from threadline.accounts a, threadline.accounts m
+   where t.token_hash = threadline.sha256_hex(p_token) and t.revoked_at is null
+     and a.id = t.account_id and a.removed_at is null and m.id = t.minted_by
+  returning a.name, a.id, t.roles, m.name, m.id
+$$;
+
+--
 -- Name: append_entry(uuid, text, text, text, text, text, text, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -197,6 +212,7 @@ declare
   v_token threadline.resume_tokens;
   v_caller text := threadline.caller_kind();
 begin
+  perform threadline.check_console_entry(p_author_kind, p_author);
   if not (v_caller in ('owner', 'hooks')
           or (v_caller = 'bots' and p_author_kind = 'bot')
           or (v_caller = 'conductor' and p_author_kind = 'system')
@@ -248,6 +264,11 @@ CREATE FUNCTION threadline.audit_authorization(p_row jsonb) RETURNS void
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
+  if threadline.caller_kind() = 'console' and p_row ->> 'outcome' = 'allowed'
+     and (p_row ->> 'actor') is distinct from (threadline.console_actor(
+           array[p_row ->> 'action'], 'auditing an allowed action') ->> 'name') then
+    perform threadline.refuse('auditing an action as allowed for another person');
+  end if;
   if threadline.caller_kind() not in ('owner', 'console') then
     perform threadline.refuse('auditing an authorization');
   end if;
@@ -271,6 +292,11 @@ declare
   v_caller text := threadline.caller_kind();
   v_token threadline.resume_tokens;
 begin
+  if threadline.caller_kind() = 'console' and p_row ->> 'outcome' = 'decided'
+     and (p_row ->> 'actor') is distinct from (threadline.console_actor(
+           array['decide', 'reply'], 'auditing a decision') ->> 'name') then
+    perform threadline.refuse('auditing a decision by another person');
+  end if;
   if v_caller = 'hooks' then
     v_token := threadline.token_used_here(p_row ->> 'gate_key');
     if not coalesce(p_row ->> 'via' = 'link' and case p_row ->> 'outcome'
@@ -295,6 +321,78 @@ begin
   select r.* from jsonb_populate_record(null::threadline.decision_audit,
                     p_row || jsonb_build_object('id', nextval('threadline.decision_audit_id_seq'),
                                                 'created_at', now())) r;
+end;
+$$;
+
+--
+-- Name: authenticate(text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.authenticate(p_credential text, p_action text, p_account text DEFAULT NULL::text) RETURNS jsonb
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_rule threadline.action_rules;
+  v_hash text := threadline.sha256_hex(coalesce(p_credential, ''));
+  v_actor jsonb;
+  v_roles text[];
+  v_who text;
+begin
+  select * into v_rule from threadline.action_rules r where r.action = p_action;
+  if v_rule.action is null then
+    raise exception 'action "%" is not one of authorization.RULES''s', p_action
+      using errcode = '22023';
+  end if;
+  if coalesce(p_credential, '') = '' then
+    perform threadline.refuse_person('nobody', v_rule.verb, 'no credential (sign in again)');
+  end if;
+  if starts_with(p_credential, 'tl_api_') then
+    select jsonb_build_object(
+             'name', a.name, 'account_id', a.id, 'roles', to_jsonb(t.roles), 'via', 'api',
+             'minted_by', case when m.id <> a.id then m.name end)
+      into v_actor
+      from threadline.api_tokens t
+      join threadline.accounts a on a.id = t.account_id and a.removed_at is null
+      join threadline.accounts m on m.id = t.minted_by
+     where t.token_hash = v_hash and t.revoked_at is null;
+  else
+    select jsonb_build_object(
+             'name', s.account,
+             'account_id', (select a.id from threadline.accounts a
+                             where a.name = s.account and a.removed_at is null),
+             'roles', to_jsonb(s.roles), 'via', 'console', 'minted_by', null)
+      into v_actor
+      from threadline.console_sessions s
+     where s.session_hash = v_hash and s.closed_at is null and s.expires_at > now();
+  end if;
+  if v_actor is null then
+    perform threadline.refuse_person('nobody', v_rule.verb,
+      'the credential is unknown, expired, signed out or revoked');
+  end if;
+  v_actor := v_actor || jsonb_build_object('label', (v_actor ->> 'name')
+    || coalesce(', via a token minted by ' || (v_actor ->> 'minted_by'), ''));
+  v_roles := array(select jsonb_array_elements_text(v_actor -> 'roles'));
+  v_who := format('%s (%s)', v_actor ->> 'name',
+                  coalesce(nullif(array_to_string(array(select unnest(v_roles) order by 1), ', '),
+                                  ''), 'no role'))
+           || coalesce(', via a token minted by ' || (v_actor ->> 'minted_by'), '');
+  if v_rule.admin or (v_rule.admin_for_others and (
+       (p_account is not null and p_account <> v_actor ->> 'name')
+       or v_actor ->> 'minted_by' is not null)) then
+    perform threadline.refuse_person(v_who, v_rule.verb,
+      'that is an admin action (root, or the account that owns the install)');
+  end if;
+  if cardinality(v_rule.roles) > 0 and not v_rule.roles && v_roles then
+    perform threadline.refuse_person(v_who, v_rule.verb,
+      format('that needs the %s role', array_to_string(v_rule.roles, ' or ')));
+  end if;
+  delete from threadline.acting a
+   where a.xact < pg_snapshot_xmin(pg_current_snapshot());
+  insert into threadline.acting (xact, action, actor)
+  values (pg_current_xact_id(), p_action, v_actor)
+  on conflict (xact, action) do update set actor = excluded.actor;
+  return v_actor;
 end;
 $$;
 
@@ -355,6 +453,89 @@ end;
 $$;
 
 --
+-- Name: cancel_run_task(text, uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.cancel_run_task(p_queue text, p_run_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['conductor', 'console'], 'cancelling a run');
+  perform threadline.console_actor(array['cancel'], 'cancelling a run');
+  perform absurd.cancel_task(p_queue, p_run_id);
+end;
+$$;
+
+--
+-- Name: check_console_decision(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.check_console_decision(p_row jsonb) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_actor jsonb := threadline.console_actor(array['decide', 'reply'], 'recording a decision');
+  v_run threadline.run_threads;
+  v_gate jsonb;
+  v_initiator text;
+begin
+  if v_actor is null then
+    return;
+  end if;
+  if not coalesce(p_row ->> 'actor' = v_actor ->> 'name' and p_row ->> 'via' = v_actor ->> 'via'
+                  and p_row ->> 'on_behalf_of' is null
+                  and (p_row ->> 'minted_by') is not distinct from (v_actor ->> 'minted_by')
+                  and p_row ->> 'decision' in ('approve', 'deny', 'reply'), false) then
+    perform threadline.refuse_person(v_actor ->> 'label', 'decide gate ' || (p_row ->> 'step_key'),
+      'a decision is recorded only as the person who signed in, for no one else');
+  end if;
+  select * into v_run from threadline.run_threads r where r.run_id = (p_row ->> 'run_id')::uuid;
+  if not coalesce(v_run.awaiting and v_run.await_kind = 'gate'
+                  and v_run.await_key = p_row ->> 'step_key', false) then
+    perform threadline.refuse_person(v_actor ->> 'label', 'decide gate ' || (p_row ->> 'step_key'),
+      'the run does not wait at that gate');
+  end if;
+  v_gate := jsonb_path_query_first(v_run.recipe, 'strict $.**.steps[*] ? (@.id == $id)',
+              jsonb_build_object('id', split_part(p_row ->> 'step_key', ':', 2)));
+  if jsonb_typeof(v_gate -> 'approvers') = 'array' and jsonb_array_length(v_gate -> 'approvers') > 0
+     and not (v_gate -> 'approvers') ? (v_actor ->> 'name') then
+    perform threadline.refuse_person(v_actor ->> 'label', 'decide gate ' || (p_row ->> 'step_key'),
+      format('%s is not one of its approvers', v_actor ->> 'name'));
+  end if;
+  if v_gate ? 'human_gate' and not coalesce((v_gate ->> 'self_approval')::boolean, false)
+     and v_run.parent_run_id is null then
+    v_initiator := regexp_replace(v_run.trigger ->> 'caller', '( for |, via a token minted by ).*$',
+                                  '');
+    if v_initiator = v_actor ->> 'name' then
+      perform threadline.refuse_person(v_actor ->> 'label',
+        'decide gate ' || (p_row ->> 'step_key'), 'it started this run');
+    end if;
+  end if;
+end;
+$_$;
+
+--
+-- Name: check_console_entry(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.check_console_entry(p_author_kind text, p_author text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_actor jsonb := threadline.console_actor(null, format('writing a %s entry', p_author_kind));
+begin
+  if v_actor is not null and p_author_kind = 'human'
+     and p_author is distinct from v_actor ->> 'label' then
+    perform threadline.refuse_person(v_actor ->> 'label', 'write in the name of ' || p_author,
+      'a person''s entry is written only in the name of the person who signed in');
+  end if;
+end;
+$$;
+
+--
 -- Name: child_finished(); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -375,6 +556,36 @@ begin
   end loop;
   perform threadline.wake('threadline', 'child:' || new.parent_run_id);
   return null;
+end;
+$$;
+
+--
+-- Name: claim_notifications(double precision, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.claim_notifications(p_lease_s double precision, p_limit integer) RETURNS TABLE(id bigint, run_id uuid, event text, event_key text, channel text, target text, subject text, text text, attempts integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('sending notifications');
+  end if;
+  if p_lease_s is null or p_lease_s <= 0 or p_lease_s > 3600 or p_limit not between 1 and 1000
+  then
+    raise exception 'lease_s must be within (0, 3600] and limit within [1, 1000], not % and %',
+      p_lease_s, p_limit using errcode = '22023';
+  end if;
+  return query
+  update threadline.notifications n
+     set attempts = n.attempts + 1, next_at = now() + make_interval(secs => p_lease_s)
+   where n.id in (select d.id from threadline.notifications d
+                   where d.status = 'pending' and d.next_at <= now()
+                   order by d.id limit p_limit
+                   for update skip locked)
+  returning n.id, n.run_id, n.event, n.event_key, n.channel, n.target, n.subject, n.text,
+            n.attempts;
 end;
 $$;
 
@@ -478,6 +689,61 @@ CREATE FUNCTION threadline.cleanup_engine_events(p_limit integer) RETURNS intege
     AS $$
   select absurd.cleanup_events('threadline', (select runs_s from threadline.retention_defaults),
                                p_limit);
+$$;
+
+--
+-- Name: close_console_session(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.close_console_session(p_session text) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  update threadline.console_sessions s set closed_at = now()
+   where s.session_hash = threadline.sha256_hex(p_session)
+     and s.closed_at is null and s.expires_at > now()
+  returning s.account
+$$;
+
+--
+-- Name: console_actor(text[], text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.console_actor(p_actions text[], p_what text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_actor jsonb;
+begin
+  if threadline.caller_kind() <> 'console' then
+    return null;
+  end if;
+  select a.actor into v_actor from threadline.acting a
+   where a.xact = pg_current_xact_id_if_assigned()
+     and (p_actions is null or a.action = any (p_actions))
+   limit 1;
+  if v_actor is null then
+    raise exception '% needs a signed-in person''s credential (threadline.authenticate, in this '
+                    'transaction, for %)', p_what, coalesce(array_to_string(p_actions, ' or '),
+                                                           'an action')
+      using errcode = 'insufficient_privilege';
+  end if;
+  return v_actor;
+end;
+$$;
+
+--
+-- Name: console_session(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.console_session(p_session text) RETURNS TABLE(account text, roles text[], via text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select s.account, s.roles, s.via from threadline.console_sessions s
+   where s.session_hash = threadline.sha256_hex(p_session)
+     and s.closed_at is null and s.expires_at > now()
 $$;
 
 --
@@ -684,6 +950,7 @@ CREATE FUNCTION threadline.emit_retry(p_queue text, p_run_id uuid, p_step_key te
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
+  perform threadline.console_actor(array['retry'], 'retrying a run');
   perform threadline.require_caller(array['console'], 'retrying a run');
   if not exists (select 1 from threadline.run_threads
                   where run_id = p_run_id and state = 'failed'
@@ -727,6 +994,37 @@ end;
 $$;
 
 --
+-- Name: enqueue_notification(uuid, text, text, integer, text, text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.enqueue_notification(p_run_id uuid, p_event text, p_event_key text, p_rule integer, p_channel text, p_target text, p_subject text, p_text text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('queueing a notification');
+  end if;
+  if not starts_with(p_event_key, p_run_id::text || ':') then
+    raise exception 'event_key % is not a step of run %', p_event_key, p_run_id
+      using errcode = '22023';
+  end if;
+  if p_subject is not null and not exists (
+       select 1 from threadline.accounts a
+         join threadline.account_channels c on c.account_id = a.id
+        where a.name = p_subject and a.removed_at is null
+          and c.channel = p_channel and c.target = p_target) then
+    perform threadline.refuse(format('sending %s''s links to a %s it did not register',
+                                     p_subject, p_channel));
+  end if;
+  insert into threadline.notifications
+    (run_id, event, event_key, rule, channel, target, subject, text)
+  values (p_run_id, p_event, p_event_key, p_rule, p_channel, p_target, p_subject, p_text)
+  on conflict (event, event_key, rule, target) do nothing;
+end;
+$$;
+
+--
 -- Name: outside_events; Type: TABLE; Schema: threadline; Owner: -
 --
 
@@ -761,6 +1059,29 @@ CREATE FUNCTION threadline.feed_followed() RETURNS boolean
     AS $$
   select case when pg_try_advisory_lock(7415, 0) then not pg_advisory_unlock(7415, 0)
               else true end
+$$;
+
+--
+-- Name: finish_cleanup(bigint, integer, integer, integer, integer, integer, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.finish_cleanup(p_id bigint, p_runs integer, p_outputs integer, p_events integer, p_workers integer, p_ticks integer, p_error text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('recording a cleanup');
+  end if;
+  update threadline.cleanups
+     set finished_at = now(), runs_removed = p_runs, outputs_removed = p_outputs,
+         events_removed = p_events, workers_removed = p_workers, ticks_removed = p_ticks,
+         error = p_error
+   where id = p_id and finished_at is null;
+  if not found then
+    perform threadline.refuse(format('finishing cleanup %s again', p_id));
+  end if;
+end;
 $$;
 
 --
@@ -846,6 +1167,40 @@ begin
     perform threadline.refuse(format('acting for attempt %s of step %s', p_attempt, p_step_key));
   end if;
   return v_claim;
+end;
+$$;
+
+--
+-- Name: issue_resume_token(text, uuid, text, text, text, double precision); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.issue_resume_token(p_token_hash text, p_run_id uuid, p_gate_key text, p_subject text, p_via text, p_ttl_s double precision) RETURNS timestamp with time zone
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_expires timestamptz;
+begin
+  if threadline.caller_kind() = 'conductor' then
+    if not exists (select 1 from threadline.notifications n
+                    where n.run_id = p_run_id and n.event_key = p_gate_key
+                      and n.subject = p_subject) then
+      perform threadline.refuse(format('issuing a resume link as %s for %s', p_subject,
+                                       p_gate_key));
+    end if;
+  elsif threadline.caller_kind() <> 'owner' then
+    perform threadline.refuse('issuing a resume link');
+  end if;
+  if p_ttl_s is null or p_ttl_s <= 0 or p_ttl_s > 7 * 86400 then
+    raise exception 'ttl_s must be within (0, 604800] seconds, not %', p_ttl_s
+      using errcode = '22023';
+  end if;
+  insert into threadline.resume_tokens (token_hash, run_id, gate_key, subject, issued_via,
+                                        expires_at)
+  values (p_token_hash, p_run_id, p_gate_key, p_subject, p_via,
+          now() + make_interval(secs => p_ttl_s))
+  returning expires_at into v_expires;
+  return v_expires;
 end;
 $$;
 
@@ -982,6 +1337,7 @@ CREATE FUNCTION threadline.lock_run(p_run_id uuid) RETURNS SETOF threadline.run_
 declare
   v_caller text := threadline.caller_kind();
 begin
+  perform threadline.console_actor(null, 'locking a run');
   if v_caller = 'hooks' then
     if not exists (select 1 from threadline.resume_tokens
                     where run_id = p_run_id and used_xact = pg_current_xact_id_if_assigned()) then
@@ -1003,6 +1359,10 @@ CREATE FUNCTION threadline.mint_api_token(p_row jsonb) RETURNS void
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
+  if threadline.caller_kind() = 'console' and (p_row ->> 'minted_by') is distinct from
+       (threadline.console_actor(array['mint_token'], 'minting an API token') ->> 'account_id') then
+    perform threadline.refuse('minting an API token as another account');
+  end if;
   if threadline.caller_kind() = 'console' then
     if not coalesce(p_row ->> 'account_id' = p_row ->> 'minted_by', false) then
       perform threadline.refuse('minting an API token for another account');
@@ -1016,6 +1376,61 @@ begin
                                                 'last_used_at', null)) r;
 end;
 $$;
+
+--
+-- Name: notification_done(bigint, boolean, boolean, double precision, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.notification_done(p_id bigint, p_sent boolean, p_give_up boolean, p_backoff_s double precision, p_error text) RETURNS TABLE(id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('sending notifications');
+  end if;
+  return query
+  update threadline.notifications n
+     set status = case when p_sent then 'sent' when p_give_up then 'failed' else 'pending' end,
+         sent_at = case when p_sent then now() end,
+         next_at = case when p_sent then n.next_at
+                        else now() + make_interval(secs => p_backoff_s) end,
+         last_error = case when p_sent then null else p_error end
+   where n.id = p_id and n.status = 'pending'
+  returning n.id;
+end;
+$$;
+
+--
+-- Name: open_console_session(text, text, text[], text, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.open_console_session(p_session text, p_account text, p_roles text[], p_via text, p_days integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+begin
+  perform threadline.require_caller(array['console'], 'opening a console session');
+  if length(coalesce(p_session, '')) < 32 then
+    raise exception 'a session id needs at least 32 characters' using errcode = '22023';
+  end if;
+  if p_days not between 1 and 30 then
+    raise exception 'a session lasts 1 to 30 days, not %', p_days using errcode = '22023';
+  end if;
+  delete from threadline.console_sessions where expires_at < now() - interval '1 day';
+  -- The account of a name signing in is made on its first use (accounts.ensure), unless it was
+  -- removed: an admin adds it again.
+  if p_account ~ '^[A-Za-z0-9_.@-]{1,100}$'
+     and not exists (select 1 from threadline.accounts a where a.name = p_account) then
+    insert into threadline.accounts (name, created_by) values (p_account, 'console sign-in')
+    on conflict do nothing;
+  end if;
+  insert into threadline.console_sessions (session_hash, account, roles, via, expires_at)
+  values (threadline.sha256_hex(p_session), p_account, p_roles, p_via,
+          now() + make_interval(days => p_days));
+end;
+$_$;
 
 --
 -- Name: own_worker(text); Type: FUNCTION; Schema: threadline; Owner: -
@@ -1106,6 +1521,7 @@ declare
   v_token threadline.resume_tokens;
   v_at timestamptz;
 begin
+  perform threadline.check_console_decision(p_row);
   if v_caller = 'hooks' then
     v_token := threadline.token_used_here(p_row ->> 'step_key');
     if not coalesce(v_token.run_id = (p_row ->> 'run_id')::uuid
@@ -1164,6 +1580,19 @@ CREATE FUNCTION threadline.refuse(p_what text) RETURNS void
 begin
   raise exception '% is not allowed for % processes', p_what, threadline.caller_kind()
     using errcode = 'insufficient_privilege';
+end;
+$$;
+
+--
+-- Name: refuse_person(text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.refuse_person(p_who text, p_verb text, p_reason text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  raise exception '% may not %: %', p_who, p_verb, p_reason using errcode = 'insufficient_privilege';
 end;
 $$;
 
@@ -1368,6 +1797,21 @@ end;
 $$;
 
 --
+-- Name: retry_run_task(text, uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.retry_run_task(p_queue text, p_run_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'retrying a run in the engine');
+  perform threadline.console_actor(array['retry'], 'retrying a run in the engine');
+  perform absurd.retry_task(p_queue, p_run_id, '{}'::jsonb);
+end;
+$$;
+
+--
 -- Name: run_day(timestamp with time zone); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1471,6 +1915,39 @@ end;
 $$;
 
 --
+-- Name: set_schedule_slot_run(text, timestamp with time zone, uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_schedule_slot_run(p_workflow text, p_slot timestamp with time zone, p_run_id uuid) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('recording a schedule''s run');
+  end if;
+  if not exists (select 1 from threadline.run_threads r
+                  where r.run_id = p_run_id and r.workflow = p_workflow
+                    and r.trigger ->> 'kind' = 'schedule') then
+    perform threadline.refuse(format('recording run %s as a slot of %s', p_run_id, p_workflow));
+  end if;
+  update threadline.schedule_ticks set run_id = p_run_id
+   where workflow = p_workflow and slot = p_slot and run_id is null;
+end;
+$$;
+
+--
+-- Name: sha256_hex(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.sha256_hex(p_secret text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select encode(sha256(convert_to(p_secret, 'UTF8')), 'hex')
+$$;
+
+--
 -- Name: spawn_run(text, text, integer, jsonb, text, integer, text, jsonb, jsonb, text, text, text, jsonb, jsonb, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1492,6 +1969,10 @@ declare
   v_agent jsonb;
   v_parent uuid := (p_child ->> 'run_id')::uuid;
 begin
+  if threadline.caller_kind() = 'console' and (p_trigger ->> 'caller') is distinct from
+       (threadline.console_actor(array['spawn', 'rerun'], 'starting a run') ->> 'name') then
+    perform threadline.refuse('starting a run in the name of ' || (p_trigger ->> 'caller'));
+  end if;
   if v_caller not in ('owner', 'conductor', 'console', 'hooks') then
     perform threadline.refuse('starting a run');
   end if;
@@ -1595,6 +2076,30 @@ end;
 $$;
 
 --
+-- Name: start_cleanup(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.start_cleanup(p_by text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_id bigint;
+begin
+  if threadline.caller_kind() = 'conductor' then
+    if not exists (select 1 from threadline.live_workers
+                    where id = p_by and kind = 'conductor') then
+      perform threadline.refuse(format('recording a cleanup by %s', p_by));
+    end if;
+  elsif threadline.caller_kind() <> 'owner' then
+    perform threadline.refuse('recording a cleanup');
+  end if;
+  insert into threadline.cleanups (by_worker) values (p_by) returning id into v_id;
+  return v_id;
+end;
+$$;
+
+--
 -- Name: step_key_free(text); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1639,6 +2144,34 @@ begin
     end if;
   end loop;
   return null;
+end;
+$$;
+
+--
+-- Name: take_schedule_slot(text, timestamp with time zone, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.take_schedule_slot(p_workflow text, p_slot timestamp with time zone, p_skipped integer) RETURNS TABLE(slot timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+begin
+  if threadline.caller_kind() not in ('owner', 'conductor') then
+    perform threadline.refuse('taking a schedule slot');
+  end if;
+  if not exists (select 1 from threadline.workflows w
+                  where w.slug = p_workflow and w.enabled and w.schedule is not null) then
+    perform threadline.refuse(format('taking a slot of %s, which has no enabled schedule',
+                                     p_workflow));
+  end if;
+  return query
+  insert into threadline.schedule_ticks as t (workflow, slot, skipped)
+  select p_workflow, p_slot, p_skipped
+   where not exists (select 1 from threadline.schedule_ticks k
+                      where k.workflow = p_workflow and k.slot >= p_slot)
+  on conflict (workflow, slot) do nothing
+  returning t.slot;
 end;
 $$;
 
@@ -1850,6 +2383,28 @@ ALTER TABLE threadline.accounts ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY
 );
 
 --
+-- Name: acting; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE UNLOGGED TABLE threadline.acting (
+    xact xid8 NOT NULL,
+    action text NOT NULL,
+    actor jsonb NOT NULL
+);
+
+--
+-- Name: action_rules; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.action_rules (
+    action text NOT NULL,
+    verb text NOT NULL,
+    roles text[] NOT NULL,
+    admin boolean NOT NULL,
+    admin_for_others boolean NOT NULL
+);
+
+--
 -- Name: api_tokens; Type: TABLE; Schema: threadline; Owner: -
 --
 
@@ -1949,6 +2504,21 @@ CREATE SEQUENCE threadline.cleanups_id_seq
 --
 
 ALTER SEQUENCE threadline.cleanups_id_seq OWNED BY threadline.cleanups.id;
+
+--
+-- Name: console_sessions; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.console_sessions (
+    session_hash text NOT NULL,
+    account text NOT NULL,
+    roles text[] NOT NULL,
+    via text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    closed_at timestamp with time zone,
+    CONSTRAINT console_sessions_via_check CHECK ((via = ANY (ARRAY['token'::text, 'password'::text, 'no-auth'::text])))
+);
 
 --
 -- Name: decision_audit; Type: TABLE; Schema: threadline; Owner: -
@@ -2433,6 +3003,20 @@ ALTER TABLE ONLY threadline.accounts
     ADD CONSTRAINT accounts_pkey PRIMARY KEY (id);
 
 --
+-- Name: acting acting_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.acting
+    ADD CONSTRAINT acting_pkey PRIMARY KEY (xact, action);
+
+--
+-- Name: action_rules action_rules_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.action_rules
+    ADD CONSTRAINT action_rules_pkey PRIMARY KEY (action);
+
+--
 -- Name: api_tokens api_tokens_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
 --
 
@@ -2459,6 +3043,13 @@ ALTER TABLE ONLY threadline.bots
 
 ALTER TABLE ONLY threadline.cleanups
     ADD CONSTRAINT cleanups_pkey PRIMARY KEY (id);
+
+--
+-- Name: console_sessions console_sessions_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.console_sessions
+    ADD CONSTRAINT console_sessions_pkey PRIMARY KEY (session_hash);
 
 --
 -- Name: decision_audit decision_audit_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
@@ -2672,6 +3263,12 @@ CREATE UNIQUE INDEX api_tokens_live_name ON threadline.api_tokens USING btree (n
 --
 
 CREATE INDEX authorization_audit_run ON threadline.authorization_audit USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+--
+-- Name: console_sessions_expiry; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX console_sessions_expiry ON threadline.console_sessions USING btree (expires_at);
 
 --
 -- Name: decision_audit_run; Type: INDEX; Schema: threadline; Owner: -

@@ -14,6 +14,7 @@ attempt past those checks is refused by the database and changes nothing.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Iterator
 
 import psycopg
@@ -352,6 +353,105 @@ def test_the_console_login_gains_no_engine_write_from_the_conductors_functions(
     assert engine_state(conn) == before
 
 
-def test_the_conductor_login_holds_no_engine_or_process_write(conn):
-    held = writes_held(conn, "threadline_conductor")
-    assert not {w for w in held if " absurd." in w or "threadline.worker" in w}, held
+def outbox_state(conn: psycopg.Connection) -> dict[str, Any]:
+    """The outbox, the schedule's slots, the resume links and the cleanups no live process ran
+    (the conductor's own cleanup may run meanwhile)."""
+    found = {
+        t: conn.execute(f"select r::text as row from {t} r order by 1").fetchall()
+        for t in ("threadline.notifications", "threadline.schedule_ticks")
+    }
+    found["links"] = conn.execute(
+        "select r::text as row from threadline.resume_tokens r order by 1"
+    ).fetchall()
+    found["cleanups"] = conn.execute(
+        "select r::text as row from threadline.cleanups r"
+        " where by_worker not in (select id from threadline.workers) order by 1"
+    ).fetchall()
+    return found
+
+
+def test_the_conductor_login_sends_no_link_to_a_stranger_nor_fires_a_slot_by_hand(
+    conn, logins, open_step
+):
+    run_id, step_key = open_step
+    slot = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    before = outbox_state(conn)
+    with db.connect(logins["conductor"]) as attacker:
+        for statement, params in (
+            # The outbox by hand: a row whose links decide as someone, sent anywhere.
+            (
+                "insert into threadline.notifications (run_id, event, event_key, rule, channel,"
+                " target, subject, text) values (%s, 'gate', %s, 0, 'webhook',"
+                " 'http://evil.example/', 'alice', 'x')",
+                (run_id, step_key),
+            ),
+            ("update threadline.notifications set target = 'http://evil.example/'", None),
+            ("delete from threadline.notifications", None),
+            ("select nextval('threadline.notifications_id_seq')", None),
+            # Through its door: an account's links to a channel it never registered.
+            (
+                db.q("enqueue_notification"),
+                {
+                    "run_id": run_id,
+                    "event": "gate",
+                    "event_key": step_key,
+                    "rule": 0,
+                    "channel": "webhook",
+                    "target": "http://evil.example/",
+                    "subject": "alice",
+                    "text": "x",
+                },
+            ),
+            # Schedule slots: by hand, of a workflow with no schedule, a run it did not start.
+            (
+                "insert into threadline.schedule_ticks (workflow, slot) values ('work', now())",
+                None,
+            ),
+            ("delete from threadline.schedule_ticks", None),
+            (db.q("insert_schedule_tick"), {"workflow": "work", "slot": slot, "skipped": 0}),
+            (
+                db.q("set_schedule_tick_run"),
+                {"workflow": "work", "slot": slot, "run_id": run_id},
+            ),
+            # A resume link deciding as someone no notification was queued for.
+            (
+                "insert into threadline.resume_tokens (token_hash, run_id, gate_key, subject,"
+                " issued_via, expires_at) values ('h', %s, %s, 'alice', 'link', now())",
+                (run_id, step_key),
+            ),
+            (
+                db.q("insert_resume_token"),
+                {
+                    "token_hash": "h",
+                    "run_id": run_id,
+                    "gate_key": step_key,
+                    "subject": "alice",
+                    "via": "link",
+                    "ttl_s": 60,
+                },
+            ),
+            # Cleanups: by hand, by no conductor, finished twice.
+            ("insert into threadline.cleanups (by_worker) values ('x')", None),
+            ("update threadline.cleanups set error = 'x'", None),
+            (db.q("start_cleanup"), {"by": "conductor-elsewhere"}),
+            (
+                db.q("finish_cleanup"),
+                dict(id=0, runs=0, outputs=0, events=0, workers=0, ticks=0, error=None),
+            ),
+        ):
+            refused(attacker, statement, params)
+    assert outbox_state(conn) == before
+
+
+# What the conductor's login still writes by hand: each is still to move behind a checked
+# function (the people's doors share these statements with it).
+CONDUCTOR_WRITES_LEFT = {
+    "table threadline.proposals INSERT",
+    "table threadline.run_threads UPDATE",
+    "table threadline.workflows UPDATE",
+    "sequence threadline.proposals_id_seq USAGE",
+}
+
+
+def test_the_conductor_login_holds_no_engine_outbox_slot_link_cleanup_or_process_write(conn):
+    assert writes_held(conn, "threadline_conductor") == CONDUCTOR_WRITES_LEFT

@@ -1,10 +1,8 @@
 -- enqueue_notification --
--- One notification in the outbox, once per event, rule and target.
-insert into threadline.notifications
-  (run_id, event, event_key, rule, channel, target, subject, text)
-values (%(run_id)s, %(event)s, %(event_key)s, %(rule)s, %(channel)s, %(target)s, %(subject)s,
-        %(text)s)
-on conflict (event, event_key, rule, target) do nothing
+-- One notification in the outbox, once per event, rule and target (migration 044: one whose links
+-- decide as an account only to a channel it registered).
+select threadline.enqueue_notification(%(run_id)s, %(event)s, %(event_key)s, %(rule)s,
+                                       %(channel)s, %(target)s, %(subject)s, %(text)s)
 
 -- gates_waiting --
 -- Open gates of runs whose recipe asks to hear of a gate waiting: with the question's age.
@@ -19,27 +17,15 @@ select rt.run_id, rt.await_key, rt.recipe -> 'notify' as notify, q.text,
 -- claim_notifications --
 -- Due notifications, leased to this notifier for a while (a notifier killed mid-send leaves its
 -- lease to expire: the notification goes out again, with the same id).
-update threadline.notifications n
-   set attempts = attempts + 1, next_at = now() + make_interval(secs => %(lease_s)s)
- where id in (select id from threadline.notifications
-               where status = 'pending' and next_at <= now()
-               order by id limit %(limit)s
-               for update skip locked)
-returning n.id, n.run_id, n.event, n.event_key, n.channel, n.target, n.subject, n.text,
-          n.attempts
+select * from threadline.claim_notifications(%(lease_s)s, %(limit)s)
 
 -- notification_sent --
-update threadline.notifications set status = 'sent', sent_at = now(), last_error = null
- where id = %(id)s and status = 'pending'
-returning id
+-- A delivery made; nothing when the notification was no longer pending.
+select id from threadline.notification_done(%(id)s, true, false, null, null)
 
 -- notification_failed --
 -- A failed delivery: tried again after a backoff, or given up.
-update threadline.notifications
-   set status = case when %(give_up)s then 'failed' else 'pending' end,
-       next_at = now() + make_interval(secs => %(backoff_s)s), last_error = %(error)s
- where id = %(id)s and status = 'pending'
-returning id
+select id from threadline.notification_done(%(id)s, false, %(give_up)s, %(backoff_s)s, %(error)s)
 
 -- gate_still_open --
 select exists (select 1 from threadline.run_threads

@@ -1,9 +1,8 @@
 -- insert_resume_token --
--- A new resume token's hash, bound to a run's open gate and the subject it decides as.
-insert into threadline.resume_tokens (token_hash, run_id, gate_key, subject, issued_via, expires_at)
-values (%(token_hash)s, %(run_id)s, %(gate_key)s, %(subject)s, %(via)s,
-        now() + make_interval(secs => %(ttl_s)s))
-returning expires_at
+-- A new resume token's hash, bound to a run's open gate and the subject it decides as (migration
+-- 044: the conductor's only for the subject of a notification queued for that gate).
+select threadline.issue_resume_token(%(token_hash)s, %(run_id)s, %(gate_key)s, %(subject)s,
+                                     %(via)s, %(ttl_s)s) as expires_at
 
 -- use_resume_token --
 -- A presented token, hashed, locked, checked and (unless refused) marked used by this transaction

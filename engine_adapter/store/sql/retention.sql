@@ -69,14 +69,11 @@ select pg_try_advisory_lock(7414, 0) as locked
 select pg_advisory_unlock(7414, 0) as unlocked
 
 -- start_cleanup --
-insert into threadline.cleanups (by_worker) values (%(by)s) returning id
+select threadline.start_cleanup(%(by)s) as id
 
 -- finish_cleanup --
-update threadline.cleanups
-   set finished_at = now(), runs_removed = %(runs)s, outputs_removed = %(outputs)s,
-       events_removed = %(events)s, workers_removed = %(workers)s, ticks_removed = %(ticks)s,
-       error = %(error)s
- where id = %(id)s
+select threadline.finish_cleanup(%(id)s, %(runs)s, %(outputs)s, %(events)s, %(workers)s,
+                                 %(ticks)s, %(error)s)
 
 -- last_cleanup --
 select id, started_at, finished_at, by_worker, runs_removed, outputs_removed, events_removed,

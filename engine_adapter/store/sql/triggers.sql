@@ -24,17 +24,12 @@ select slug, schedule, timezone, schedule_enabled_at,
 select max(slot) as slot from threadline.schedule_ticks where workflow = %(workflow)s
 
 -- insert_schedule_tick --
--- The slot row; nothing when this slot (or a later one) was handled already.
-insert into threadline.schedule_ticks (workflow, slot, skipped)
-select %(workflow)s, %(slot)s, %(skipped)s
- where not exists (select 1 from threadline.schedule_ticks
-                    where workflow = %(workflow)s and slot >= %(slot)s)
-on conflict (workflow, slot) do nothing
-returning slot
+-- The slot row; nothing when this slot (or a later one) was handled already (migration 044).
+select slot from threadline.take_schedule_slot(%(workflow)s, %(slot)s, %(skipped)s)
 
 -- set_schedule_tick_run --
 -- The run a slot fired.
-update threadline.schedule_ticks set run_id = %(run_id)s where workflow = %(workflow)s and slot = %(slot)s
+select threadline.set_schedule_slot_run(%(workflow)s, %(slot)s, %(run_id)s)
 
 -- event_workflows --
 -- Enabled workflows started by an event name.

@@ -1,9 +1,10 @@
 """Secrets the console checks, kept only as SHA-256 hashes with an expiry in a JSON file of
-$THREADLINE_HOME (mode 0600): one-time sign-in links (tokens.py) and sessions (sessions.py).
+$THREADLINE_HOME (mode 0600): one-time sign-in links (tokens.py).
 
 Not in the database: adding an entry then needs write access to Threadline's home, which only
 the account running Threadline has, whereas any database login that could reach a table could add
-itself one (a session or a link is as good as a password).
+itself one (a link is as good as a password). Sessions are in the database (sessions.py says
+why), written by no login but through migration 045's functions.
 """
 
 from __future__ import annotations

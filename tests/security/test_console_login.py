@@ -115,6 +115,8 @@ NO_LONGER_WRITTEN = (
     "update absurd.r_threadline set state = 'cancelled'",
     "delete from absurd.w_threadline",
     "delete from absurd.t_threadline",
+    "select absurd.cancel_task('threadline', run_id) from threadline.run_threads",
+    "select absurd.retry_task('threadline', run_id, '{}') from threadline.run_threads",
 )
 
 

@@ -384,6 +384,10 @@ grant execute on function threadline.cancel_run_task (text, uuid)
 grant execute on function threadline.retry_run_task (text, uuid) to threadline_console;
 revoke insert, update, delete on absurd.r_threadline, absurd.t_threadline, absurd.w_threadline
   from threadline_console;
+-- Absurd's own cancel and retry (which run as their owner since migration 044) only through the
+-- two above: called directly they would ask for no one.
+revoke all on function absurd.cancel_task (text, uuid), absurd.retry_task (text, uuid, jsonb)
+  from threadline_console;
 
 -- A presented API token's account, while neither it is revoked nor its account removed, and
 -- who minted it; marks it used (the console's login updates no token row itself).

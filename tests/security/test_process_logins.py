@@ -347,6 +347,8 @@ def test_the_console_login_gains_no_engine_write_from_the_conductors_functions(
                 (QUEUE, run_id),
             ),
             ("select * from absurd.claim_task(%s, 'me', 30, 1)", (QUEUE,)),
+            ("select absurd.cancel_task(%s, %s)", (QUEUE, run_id)),
+            ("select * from absurd.retry_task(%s, %s, '{}')", (QUEUE, run_id)),
             ("select absurd.complete_run(%s, %s, '{}')", (QUEUE, run_id)),
         ):
             refused(console, statement, params)

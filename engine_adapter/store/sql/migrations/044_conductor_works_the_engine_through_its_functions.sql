@@ -8,8 +8,8 @@
 --     event awaited or emitted, a task cancelled. Each runs with a fixed search_path.
 --   * A definer function does for whoever executes it what its owner may: so the console's
 --     login, which held EXECUTE on every routine of Absurd's (but wrote neither its checkpoints
---     nor its events), keeps of them only what it calls (cancel, retry) and the reading ones; the
---     ingress, the bots and the viewer execute none of them.
+--     nor its events), keeps none of them: it cancels and retries through migration 045's checked
+--     functions; the ingress, the bots and the viewer execute none of them either.
 --   * The conductor keeps only the routines of Absurd's it calls; a process's row in
 --     threadline.workers is written only through migration 043's functions.
 --   * The notification outbox and the schedule's slots are written only through the checked
@@ -67,6 +67,11 @@ revoke all on function absurd.await_event (text, uuid, uuid, text, text, integer
   absurd.fail_run (text, uuid, jsonb, timestamptz), absurd.schedule_run (text, uuid, timestamptz),
   absurd.set_task_checkpoint_state (text, uuid, text, jsonb, uuid, integer)
   from threadline_console;
+-- Nor cancel or retry: a run's task is cancelled or retried through threadline.cancel_run_task
+-- and retry_run_task (migration 045), which check who asks; the engine's own, now run as their
+-- owner, would not. The conductor cancels through cancel_run_task too.
+revoke all on function absurd.cancel_task (text, uuid), absurd.retry_task (text, uuid, jsonb)
+  from threadline_console, threadline_conductor;
 
 -- Process rows: only through register_worker and beat_worker (migration 043); dead ones are
 -- pruned by threadline.prune_dead_workers.

@@ -184,7 +184,7 @@ class Notifier:
         return {"approve": f"{url}?decision=approve", "deny": f"{url}?decision=deny"}
 
 
-_EVENTS = {
+_EVENTS: dict[str, str] = {  # a notification event, as its row holds it
     NotifyEvent.GATE: "a gate opened",
     NotifyEvent.FAILED: "the run failed",
     NotifyEvent.WAITING: "a gate is waiting",

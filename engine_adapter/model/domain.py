@@ -67,7 +67,7 @@ ACTIVE, GATE = StepStatus.ACTIVE, StepStatus.GATE
 SKIPPED, CARRIED_OVER = StepStatus.SKIPPED, StepStatus.CARRIED_OVER
 STEP_STATUSES = tuple(StepStatus)
 # A step's status while the run is in a state and the step is the run's current one.
-CURRENT_STEP_STATUS: dict[RunState, StepStatus] = {
+CURRENT_STEP_STATUS: dict[str, StepStatus] = {  # a run state, as a row holds it
     RUNNING: ACTIVE,
     SLEEPING: StepStatus.SLEEPING,
     WAITING: GATE,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter.cli import contract
+from engine_adapter.cli.common import _actor, _conn
 from engine_adapter.model.errors import INTERNAL, ThreadlineError
 
 
@@ -27,8 +28,6 @@ def _answer(envelope: dict[str, Any], code: int) -> int:
 
 def cmd_contract(args: argparse.Namespace) -> int:
     """One request in, one envelope out, whatever happens."""
-    from engine_adapter.cli.main import _actor, _conn
-
     run_id = None
     try:
         request = contract.read_request(sys.stdin.read(), args.request)
@@ -65,7 +64,7 @@ def _internal(err: Exception) -> contract.ContractError:
     )
 
 
-def add_commands(sub: Any) -> None:
+def register(sub: Any) -> None:
     for name, help in (
         ("run", "start a run from a JSON request on stdin; print one JSON envelope"),
         ("resume", "decide a paused run's gate with its resume token; print one JSON envelope"),

@@ -45,7 +45,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_reset(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register `threadline reset` on the CLI's subcommands."""
     help = "start over: stop the embedded database and delete the home and its data"
     sp = sub.add_parser("reset", help=help, description=help)

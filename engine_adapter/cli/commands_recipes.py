@@ -13,6 +13,7 @@ from engine_adapter.cli.common import (
     _actor,
     _conn,
     _print,
+    _print_listing,
     _print_rows,
 )
 
@@ -102,15 +103,12 @@ def cmd_recipe_apply(args: argparse.Namespace) -> int:
 def cmd_recipe_list(args: argparse.Namespace) -> int:
     from engine_adapter.catalog.workflows import list_workflows
 
-    with _conn() as conn:
-        rows = list_workflows(conn)
-    _print_rows(
+    return _print_listing(
         args,
-        rows,
+        list_workflows,
         lambda r: f"{r['slug']:<24} v{r['version']:<3} {r['runs']:>5} runs  {r['name']}",
         "no workflows yet",
     )
-    return 0
 
 
 def cmd_bot_apply(args: argparse.Namespace) -> int:
@@ -135,18 +133,15 @@ def cmd_bot_apply(args: argparse.Namespace) -> int:
 def cmd_bot_list(args: argparse.Namespace) -> int:
     from engine_adapter.catalog.bot_config import list_bots
 
-    with _conn() as conn:
-        rows = list_bots(conn)
-    _print_rows(
+    return _print_listing(
         args,
-        rows,
+        list_bots,
         lambda r: (
             f"{r['name']:<20} {r['model']:<28} {r['base_url']}  max_turns {r['max_turns']}"
             + (f"  key ${r['api_key_env']}" if r["api_key_env"] else "")
         ),
         "no agent bots yet",
     )
-    return 0
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:

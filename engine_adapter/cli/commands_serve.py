@@ -9,12 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine_adapter.cli.common import (
-    _actor,
-    _conn,
-    _start_embedded_server,
-    add_command,
-)
+from engine_adapter.cli.common import _actor, _conn, _start_embedded_server, add_command
 from engine_adapter.model.errors import Invalid, Refused
 
 

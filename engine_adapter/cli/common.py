@@ -84,6 +84,19 @@ def _print_rows(
     _print(args, rows, lambda rs: "\n".join(line(r) for r in rs) or empty)
 
 
+def _print_listing(
+    args: argparse.Namespace,
+    fetch: Callable[[Any], list[Any]],
+    line: Callable[[Any], str],
+    empty: str,
+) -> int:
+    """A listing read on its own connection: `fetch(conn)`'s rows, printed as _print_rows does."""
+    with _conn() as conn:
+        rows = fetch(conn)
+    _print_rows(args, rows, line, empty)
+    return 0
+
+
 def _actor(args: argparse.Namespace) -> Any:
     """The CLI acts as the OS account running it; --as NAME records an action for someone else."""
     from engine_adapter.model.identity import cli_actor

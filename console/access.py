@@ -36,6 +36,7 @@ from . import sessions
 from .sessions import SESSION_DAYS
 from .users import USERS_ENV, UsersFileError, load_users
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.vocab import Door
 
 log = logging.getLogger("threadline.console")
 
@@ -246,7 +247,7 @@ def current_session() -> Session | None:
 
 
 def session_actor(session: Session) -> Actor:
-    return Actor(session.user, "console", roles=session.roles, credential=session.sid)
+    return Actor(session.user, Door.CONSOLE, roles=session.roles, credential=session.sid)
 
 
 def _signed_out(action: Action, what: str | None) -> str:

@@ -36,7 +36,7 @@ from engine_adapter.catalog import proposals, workflows
 from engine_adapter.ingress.hooks import parse_body
 from engine_adapter.model.errors import ThreadlineError, report_bug
 from engine_adapter.model.identity import Actor
-from engine_adapter.model.vocab import GateDecision, TriggerKind
+from engine_adapter.model.vocab import GateDecision, ProposalStatus, TriggerKind
 from engine_adapter.read import read_model, run_list
 from engine_adapter.recipes import recipe_doc
 from engine_adapter.recipes.recipes import Recipe, load_recipe_text
@@ -210,7 +210,10 @@ def _propose(conn: Any, actor: Actor, body: dict, query: dict, slug: str) -> Any
 def _review(approve: bool) -> Callable[..., Any]:
     def call(conn: Any, actor: Actor, body: dict, query: dict, proposal_id: str) -> Any:
         proposals.review(conn, _id(proposal_id), approve, actor, body.get("note"))
-        return {"id": int(proposal_id), "status": "approved" if approve else "rejected"}
+        return {
+            "id": int(proposal_id),
+            "status": ProposalStatus.APPROVED if approve else ProposalStatus.REJECTED,
+        }
 
     return call
 

@@ -19,7 +19,7 @@ from panel.viewable import Viewer
 from engine_adapter.access.authorization import Action
 from engine_adapter.conductor import reruns
 from engine_adapter.model.errors import ThreadlineError
-from engine_adapter.model.vocab import GateDecision, RunState
+from engine_adapter.model.vocab import Door, GateDecision, RunState
 from engine_adapter.read import read_model
 from engine_adapter.read.engine_debug import run_debug
 from engine_adapter.runs import commands, events, gates
@@ -444,7 +444,7 @@ class RunView(Viewer):
                     payload,
                     caller=actor.label,
                     key=(self.outside_key.value or "").strip() or None,
-                    via="console",
+                    via=Door.CONSOLE,
                     actor=actor,
                 )
         except (access.NotAllowed, SpawnError) as err:

@@ -21,11 +21,11 @@ import psycopg
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.identity import ACCOUNT_NAME as NAME
 from engine_adapter.model.identity import Actor, os_user
-from engine_adapter.model.vocab import NotifyEvent
+from engine_adapter.model.vocab import Channel, Door, NotifyEvent
 from engine_adapter.store import db
 from engine_adapter.model.errors import Invalid
 
-CHANNELS = ("email", "webhook")
+CHANNELS = tuple(Channel)
 
 
 class AccountError(Invalid):
@@ -68,9 +68,9 @@ def account_of(conn: psycopg.Connection[Any], actor: Actor) -> int | None:
     never made); none for the system and webhook callers."""
     if actor.account_id is not None:
         return actor.account_id
-    if actor.via == "console" or (actor.via == "cli" and actor.name == os_user()):
+    if actor.via == Door.CONSOLE or (actor.via == Door.CLI and actor.name == os_user()):
         return ensure(conn, actor.name, f"first use ({actor.via})")
-    if actor.via in ("cli", "link"):  # a subject named by a resume token, whatever its door
+    if actor.via in (Door.CLI, Door.LINK):  # a subject named by a resume token, whatever its door
         return live(conn, actor.name)
     return None
 

@@ -28,6 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine_adapter.model.identity import Actor
+from engine_adapter.model.vocab import Door
 from engine_adapter.store import db
 from engine_adapter.model import errors
 
@@ -107,7 +108,7 @@ RULES: dict[Action, Rule] = {
 
 # Doors whose actions are not audited here: Threadline itself, and the ingress's (which holds no
 # table write; decision_audit records a link's decisions in the token's own transaction).
-UNAUDITED_DOORS = ("system", "link", "webhook")
+UNAUDITED_DOORS = (Door.SYSTEM, Door.LINK, Door.WEBHOOK)
 
 
 class Refused(errors.Refused):

@@ -38,11 +38,12 @@ from engine_adapter.model.errors import (
     ThreadlineError,
 )
 from engine_adapter.model.identity import Actor, name_of_label
+from engine_adapter.model.vocab import ProposalStatus
 from engine_adapter.recipes.recipe_text import recipe_diff
 from engine_adapter.recipes.recipes import Recipe, step_docs
 from engine_adapter.store import db
 
-ACTIVE = ("open", "approved")
+ACTIVE = (ProposalStatus.OPEN, ProposalStatus.APPROVED)
 
 
 # A proposal error's kind -> how the doors answer it (HTTP status, contract exit, error type).
@@ -324,7 +325,7 @@ def review(
     target = dict(detail={"proposal": proposal_id, "approve": approve})
     with change(conn, actor, Action.REVIEW_PROPOSAL, **target):
         row = _locked(conn, proposal_id)
-        problem = _problem(conn, row, ("open",))
+        problem = _problem(conn, row, (ProposalStatus.OPEN,))
         if problem is None and (actor.on_behalf_of or actor.name in authors(conn, row)):
             made = f"proposal {proposal_id} was made by {row['proposed_by']}"
             if actor.name != name_of_label(row["proposed_by"]) and row["run_id"]:
@@ -335,7 +336,7 @@ def review(
                 db.q("review_proposal"),
                 dict(
                     id=proposal_id,
-                    status="approved" if approve else "rejected",
+                    status=ProposalStatus.APPROVED if approve else ProposalStatus.REJECTED,
                     actor=actor.label,
                     note=note,
                 ),
@@ -352,14 +353,16 @@ def apply(conn: psycopg.Connection[Any], proposal_id: int, actor: Actor) -> int:
     version = 0
     with change(conn, actor, Action.APPLY_PROPOSAL, detail={"proposal": proposal_id}):
         row = _locked(conn, proposal_id)
-        problem = _problem(conn, row, ("approved",))
+        problem = _problem(conn, row, (ProposalStatus.APPROVED,))
         current = get_workflow(conn, row["workflow"])
         if problem is None and not current["recipe"].get("allow_proposals"):
             raise ProposalError(
                 "not_allowed", f"workflow {row['workflow']} no longer takes proposals"
             )
         if problem is None and current["hash"] != row["base_hash"]:
-            conn.execute(db.q("set_proposal_status"), dict(id=proposal_id, status="stale"))
+            conn.execute(
+                db.q("set_proposal_status"), dict(id=proposal_id, status=ProposalStatus.STALE)
+            )
             problem = ProposalError(
                 "stale",
                 f"proposal {proposal_id} is stale: workflow {row['workflow']} changed since "
@@ -380,7 +383,7 @@ def _problem(
 ) -> ProposalError | None:
     """Why a proposal cannot move on (an expired one is marked so here), or None."""
     if row["status"] in ACTIVE and row["expired"]:
-        conn.execute(db.q("set_proposal_status"), dict(id=row["id"], status="expired"))
+        conn.execute(db.q("set_proposal_status"), dict(id=row["id"], status=ProposalStatus.EXPIRED))
         return ProposalError("stale", f"proposal {row['id']} expired at {row['expires_at']:%F %T}")
     if row["status"] not in wanted:
         return ProposalError(

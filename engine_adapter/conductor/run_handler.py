@@ -27,7 +27,7 @@ from engine_adapter.model import domain, names
 from engine_adapter.model.domain import StepResult
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import QUEUE
-from engine_adapter.model.vocab import AwaitKind, EntryKind, NotifyEvent, RunState
+from engine_adapter.model.vocab import AwaitKind, Door, EntryKind, NotifyEvent, RunState
 from engine_adapter.read import step_report
 from engine_adapter.recipes import expressions
 from engine_adapter.recipes.recipes import (
@@ -605,7 +605,7 @@ class RunHandler:
                 run["recipe_hash"],
                 recipe,
                 request["summary"],
-                Actor(f"{run['bot']} (agent)", "system"),
+                Actor(f"{run['bot']} (agent)", Door.SYSTEM),
                 run_id=self.run_id,
             )
         except RecipeError as err:

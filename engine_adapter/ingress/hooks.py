@@ -56,7 +56,7 @@ from engine_adapter.ingress.webhook_auth import (
 from engine_adapter.model.domain import PERSON_DECISIONS
 from engine_adapter.model.errors import Invalid, ThreadlineError, report_bug
 from engine_adapter.model.settings import database_url
-from engine_adapter.model.vocab import TriggerKind
+from engine_adapter.model.vocab import Door, TriggerKind
 from engine_adapter.recipes.render import as_text
 from engine_adapter.recipes.webhook_spec import map_payload, resolve, secret_env
 from engine_adapter.runs import resume_tokens
@@ -225,7 +225,7 @@ def _deliver(
             event_id=event_id,
             caller=d.caller,
             key=key,
-            via="webhook",
+            via=Door.WEBHOOK,
         )
     except BadPayload as err:
         return _error(400, f"the body cannot be stored: {err}")

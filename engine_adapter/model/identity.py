@@ -19,8 +19,9 @@ from typing import Any
 
 from engine_adapter.model.settings import credentials_path
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.vocab import Door
 
-DOORS = ("cli", "console", "link", "api", "webhook", "system")
+DOORS = tuple(Door)
 # What a person may do where a door assigns roles (the console's users file): a viewer reads;
 # an operator replies, spawns, cancels, retries and edits recipes; an approver decides gates.
 ROLES = ("viewer", "operator", "approver")
@@ -72,7 +73,7 @@ class Actor:
         )
 
 
-SYSTEM = Actor("threadline", "system")
+SYSTEM = Actor("threadline", Door.SYSTEM)
 _LABELLED = re.compile(r" for |, via a token minted by ")
 
 
@@ -106,4 +107,4 @@ def is_admin() -> bool:
 
 
 def cli_actor(on_behalf_of: str | None = None) -> Actor:
-    return Actor(os_user(), "cli", on_behalf_of, admin=is_admin())
+    return Actor(os_user(), Door.CLI, on_behalf_of, admin=is_admin())

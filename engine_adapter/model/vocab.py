@@ -154,3 +154,32 @@ class TaskState(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class Door(StrEnum):
+    """The door an actor came through (`decisions.via`, `Actor.via`)."""
+
+    CLI = "cli"
+    CONSOLE = "console"
+    LINK = "link"  # a resume link
+    API = "api"
+    WEBHOOK = "webhook"
+    SYSTEM = "system"
+
+
+class Channel(StrEnum):
+    """Where a notification goes (`account_channels.channel`, `notifications.channel`)."""
+
+    EMAIL = "email"
+    WEBHOOK = "webhook"
+
+
+class ProposalStatus(StrEnum):
+    """Where a proposed change to a workflow stands (`proposals.status`)."""
+
+    OPEN = "open"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    APPLIED = "applied"
+    STALE = "stale"  # its workflow changed since it was proposed
+    EXPIRED = "expired"

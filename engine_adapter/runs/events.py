@@ -20,7 +20,7 @@ from engine_adapter.access.authorization import Action, transaction
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.recipe_values import EVENT_NAME
 from engine_adapter.model.settings import QUEUE
-from engine_adapter.model.vocab import TriggerKind
+from engine_adapter.model.vocab import Door, TriggerKind
 from engine_adapter.runs import pause
 from engine_adapter.runs.spawn import SpawnError, check_payload, spawn
 from engine_adapter.store import db
@@ -53,7 +53,7 @@ def emit(
     event_id: str | None = None,
     caller: str | None = None,
     key: str | None = None,
-    via: str = "cli",
+    via: Door = Door.CLI,
     actor: Actor | None = None,
 ) -> Emitted:
     """Spawn a run per listening workflow and end the waits for it, in one transaction; without

@@ -23,7 +23,7 @@ from engine_adapter.access.authorization import (
 from engine_adapter.model.domain import DISPATCH_TASK, PERSON_DECISIONS, decision_result
 from engine_adapter.model.identity import SYSTEM, Actor, name_of_label
 from engine_adapter.model.names import step_id_of
-from engine_adapter.model.vocab import AuthorKind, AwaitKind, EntryKind, GateDecision
+from engine_adapter.model.vocab import AuthorKind, AwaitKind, Door, EntryKind, GateDecision
 from engine_adapter.recipes.recipes import find_step_doc
 from engine_adapter.runs.run_state import emit_step_done, lock_run
 from engine_adapter.runs.thread_entries import append, system_note
@@ -264,7 +264,7 @@ def _why_not_decider(
         return message(actor, Action.DECIDE, role, "decide gates")
     if (
         actor.account_id is None
-        and actor.via != "system"
+        and actor.via != Door.SYSTEM
         and accounts.was_removed(conn, actor.name)
     ):
         return f"account {actor.name} was removed; an admin may add it again (threadline user add)"

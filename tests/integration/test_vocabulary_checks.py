@@ -14,10 +14,13 @@ from engine_adapter.model.vocab import (
     AttemptOutcome,
     AuthorKind,
     AwaitKind,
+    Channel,
+    Door,
     EntryKind,
     GateDecision,
     NotificationStatus,
     NotifyEvent,
+    ProposalStatus,
     RunState,
 )
 
@@ -31,6 +34,10 @@ CHECKED: dict[str, tuple[type[StrEnum], set[str]]] = {
     "thread_entries_kind_check": (EntryKind, set()),
     "notifications_event_check": (NotifyEvent, set()),
     "notifications_status_check": (NotificationStatus, set()),
+    "notifications_channel_check": (Channel, set()),
+    "account_channels_channel_check": (Channel, set()),
+    "decisions_via_check": (Door, set()),
+    "proposals_status_check": (ProposalStatus, set()),
 }
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from engine_adapter.cli.common import _actor, _conn, _print, _print_rows, add_command
+from engine_adapter.cli.common import add_sub, _actor, _conn, _print, _print_rows, add_command
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -152,12 +152,8 @@ def register(sub: Any) -> None:
     )
     sp.add_argument("--name", help="the token's label for list and revoke (default: ACCOUNT)")
     sp.set_defaults(fn=cmd_token)
-    sp = tp.add_parser("revoke", help="revoke the live token labelled NAME")
-    sp.add_argument("name")
-    sp.set_defaults(fn=cmd_token)
-    sp = tp.add_parser("list", help="list tokens (never their values)")
-    sp.add_argument("--json", action="store_true", help="print JSON")
-    sp.set_defaults(fn=cmd_token)
+    add_sub(tp, "revoke", cmd_token, "revoke the live token labelled NAME", "name")
+    add_sub(tp, "list", cmd_token, "list tokens (never their values)", json="print JSON")
     up_ = sub.add_parser(
         "user", help="accounts: who approves, decides and is notified"
     ).add_subparsers(dest="user_command", required=True, metavar="COMMAND")
@@ -166,12 +162,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--email", action="append", default=[], help="repeatable")
     sp.add_argument("--webhook", action="append", default=[], help="repeatable")
     sp.set_defaults(fn=cmd_user)
-    sp = up_.add_parser("remove", help="remove account NAME (admin); its tokens are revoked")
-    sp.add_argument("name")
-    sp.set_defaults(fn=cmd_user)
-    sp = up_.add_parser("list", help="accounts with their channels")
-    sp.add_argument("--json", action="store_true", help="print JSON")
-    sp.set_defaults(fn=cmd_user)
+    add_sub(up_, "remove", cmd_user, "remove account NAME (admin); its tokens are revoked", "name")
+    add_sub(up_, "list", cmd_user, "accounts with their channels", json="print JSON")
     cp_ = up_.add_parser(
         "channel", help="where an account's resume links go (your own, or any as an admin)"
     ).add_subparsers(dest="channel_command", required=True, metavar="COMMAND")

@@ -7,7 +7,15 @@ import argparse
 import sys
 from typing import Any
 
-from engine_adapter.cli.common import AS_HELP, _actor, _conn, _print, _print_rows, add_command
+from engine_adapter.cli.common import (
+    add_sub,
+    AS_HELP,
+    _actor,
+    _conn,
+    _print,
+    _print_rows,
+    add_command,
+)
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -137,12 +145,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--input", type=float, required=True, help="USD per million tokens in")
     sp.add_argument("--output", type=float, required=True, help="USD per million tokens out")
     sp.set_defaults(fn=cmd_price)
-    sp = mp.add_parser("remove", help="forget MODEL's price")
-    sp.add_argument("model")
-    sp.set_defaults(fn=cmd_price)
-    sp = mp.add_parser("list", help="list model prices")
-    sp.add_argument("--json", action="store_true", help="print JSON")
-    sp.set_defaults(fn=cmd_price)
+    add_sub(mp, "remove", cmd_price, "forget MODEL's price", "model")
+    add_sub(mp, "list", cmd_price, "list model prices", json="print JSON")
     sp = add_command(
         sub,
         "cleanup",
@@ -169,6 +173,4 @@ def register(sub: Any) -> None:
     sp.add_argument("max_runs", type=int, metavar="MAX")
     sp.add_argument("--as", dest="as_", metavar="NAME", help=AS_HELP)
     sp.set_defaults(fn=cmd_limits)
-    sp = ls.add_parser("remove", help="lift SCOPE's cap (queued runs that now fit start)")
-    sp.add_argument("scope")
-    sp.set_defaults(fn=cmd_limits)
+    add_sub(ls, "remove", cmd_limits, "lift SCOPE's cap (queued runs that now fit start)", "scope")

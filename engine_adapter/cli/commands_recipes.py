@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter.cli.common import (
+    add_sub,
     EXIT_INVALID,
     _actor,
     _conn,
@@ -250,16 +251,9 @@ def register(sub: Any) -> None:
     sp.add_argument("file", type=Path)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(fn=cmd_bot_apply)
-    sp = bp.add_parser("list", help="list agent bots")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(fn=cmd_bot_list)
-    sp = rp.add_parser("list", help="list workflows")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(fn=cmd_recipe_list)
-    sp = rp.add_parser("show", help="show a workflow's recipe")
-    sp.add_argument("slug")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(fn=cmd_recipe_show)
+    add_sub(bp, "list", cmd_bot_list, "list agent bots", json=None)
+    add_sub(rp, "list", cmd_recipe_list, "list workflows", json=None)
+    add_sub(rp, "show", cmd_recipe_show, "show a workflow's recipe", "slug", json=None)
     sp = rp.add_parser(
         "hash",
         help="the hash of SLUG's current version (or of a recipe FILE), as `threadline run` "
@@ -267,15 +261,23 @@ def register(sub: Any) -> None:
     )
     sp.add_argument("workflow", metavar="SLUG|FILE")
     sp.set_defaults(fn=cmd_recipe_hash)
-    sp = rp.add_parser("history", help="a workflow's versions: number, hash, source, time")
-    sp.add_argument("slug")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(fn=cmd_recipe_history)
-    sp = rp.add_parser("diff", help="what changed between two versions (number or hash prefix)")
-    sp.add_argument("slug")
-    sp.add_argument("a")
-    sp.add_argument("b")
-    sp.set_defaults(fn=cmd_recipe_diff)
+    add_sub(
+        rp,
+        "history",
+        cmd_recipe_history,
+        "a workflow's versions: number, hash, source, time",
+        "slug",
+        json=None,
+    )
+    add_sub(
+        rp,
+        "diff",
+        cmd_recipe_diff,
+        "what changed between two versions (number or hash prefix)",
+        "slug",
+        "a",
+        "b",
+    )
     sp = rp.add_parser("rollback", help="a new version equal to an earlier one")
     sp.add_argument("slug")
     sp.add_argument("--to", required=True, help="the version: its number or hash prefix")
@@ -284,6 +286,4 @@ def register(sub: Any) -> None:
         ("enable", "let schedules, events and webhooks start runs of SLUG again"),
         ("disable", "stop schedules, events and webhooks from starting runs of SLUG"),
     ):
-        sp = rp.add_parser(name, help=hlp)
-        sp.add_argument("slug")
-        sp.set_defaults(fn=cmd_recipe_enable)
+        add_sub(rp, name, cmd_recipe_enable, hlp, "slug")

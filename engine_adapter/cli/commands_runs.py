@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from engine_adapter.cli.common import AS_HELP, _actor, _conn, _print, add_command
+from engine_adapter.cli.common import add_sub, AS_HELP, _actor, _conn, _print, add_command
 from engine_adapter.model.errors import Invalid
 from engine_adapter.model.vocab import AuthorKind, TriggerKind
 
@@ -289,9 +289,9 @@ def register(sub: Any) -> None:
     scp = sub.add_parser("schedule", help="schedules").add_subparsers(
         dest="schedule_command", required=True
     )
-    sp = scp.add_parser("list", help="each schedule in words with its next fire times")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(fn=cmd_schedule_list)
+    add_sub(
+        scp, "list", cmd_schedule_list, "each schedule in words with its next fire times", json=None
+    )
     sp = add_command(sub, "runs", cmd_runs, "list runs, leading with health", json_flag=True)
     sp.add_argument("--workflow")
     sp.add_argument("--state")

@@ -113,3 +113,22 @@ def add_command(
     if json_flag:
         sp.add_argument("--json", action="store_true", help="print JSON")
     return sp
+
+
+def add_sub(
+    group: Any,
+    name: str,
+    fn: Callable[[argparse.Namespace], int],
+    help: str,
+    *positionals: str,
+    json: str | None | bool = False,
+) -> argparse.ArgumentParser:
+    """A group's subcommand (a help line, no description): its positional arguments, then
+    --json with `json` as its help (None: no help; False: no --json)."""
+    sp = group.add_parser(name, help=help)
+    for arg in positionals:
+        sp.add_argument(arg)
+    if json is not False:
+        sp.add_argument("--json", action="store_true", help=json)
+    sp.set_defaults(fn=fn)
+    return sp

@@ -1,4 +1,4 @@
-"""The runtime contract where it meets the rest: the README's `threadline run` example runs as
+"""The runtime contract where it meets the rest: docs/cli.md's `threadline run` example runs as
 written; `threadline recipe hash` prints the hash `run` pins; `validate` takes a slug as `run`
 does; a run of an unpinned slug says so in the envelope; every step that runs is said as
 step.started before it ends, however quickly it ends."""
@@ -23,8 +23,8 @@ ENDS = ("step.completed", "step.failed", "step.cancelled")
 
 
 def readme_example() -> str:
-    """The first bash block of the README's runtime contract section."""
-    text = (ROOT / "README.md").read_text()
+    """The first bash block of the runtime contract section of docs/cli.md."""
+    text = (ROOT / "docs" / "cli.md").read_text()
     section = text[text.index("### The runtime contract") :]
     found = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert found, "the runtime contract section has no bash example"

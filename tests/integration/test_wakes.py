@@ -103,7 +103,7 @@ def test_a_process_that_exits_at_once_still_sends_its_wakes(db_url, listener):
     # `threadline spawn` commits and exits: its wake-up must not die with it.
     code = (
         "import sys\n"
-        "from engine_adapter import db\n"
+        "from engine_adapter.store import db\n"
         "conn = db.connect(sys.argv[1])\n"
         f"conn.execute(\"select threadline.wake('{CHANNEL}', 'from a short process')\")\n"
     )

@@ -305,7 +305,7 @@ def test_without_slirp4netns_a_step_gets_no_network_and_says_so(
 
 AS_ACCOUNT = r"""
 import sys
-from engine_adapter import step_fit, step_limits, workdirs
+from engine_adapter.sandbox import step_fit, step_limits, workdirs
 from engine_adapter.sandbox.process_runner import run_process
 from engine_adapter.sandbox.sandbox import detect
 

@@ -60,7 +60,7 @@ def no_backend_html(missing: list[str]) -> str:
     return (
         f'<div class="tl-error" id="tl-no-backend">No model or command for {names}: their '
         "dispatch_task steps fail until one is set. <code>threadline bot apply bots.yaml</code> "
-        "(README: Agent bots), or THREADLINE_AGENT_CMD_&lt;BOT&gt; for the bots process.</div>"
+        "(docs: Agent bots), or THREADLINE_AGENT_CMD_&lt;BOT&gt; for the bots process.</div>"
     )
 
 

@@ -239,7 +239,7 @@ class BotSlot:
                     AttemptOutcome.FAILED,
                     (
                         f"bot {claim.bot!r} has no model and no command: configure it as an "
-                        "agent bot (`threadline bot apply bots.yaml`, README: Agent bots), or "
+                        "agent bot (`threadline bot apply bots.yaml`, docs: Agent bots), or "
                         f"set {command_env_name(claim.bot)} (or {AGENT_ENV}) to a command that "
                         "reads the instruction on stdin and writes its reply on stdout"
                     ),

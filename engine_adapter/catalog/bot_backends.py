@@ -43,6 +43,6 @@ def missing_line(bots: list[str]) -> str | None:
     names = ", ".join(bots)
     return (
         f"agents: bot{'s' if len(bots) > 1 else ''} {names} ha{'ve' if len(bots) > 1 else 's'} "
-        f"no model: `threadline bot apply bots.yaml` (README: Agent bots) or set "
+        f"no model: `threadline bot apply bots.yaml` (docs: Agent bots) or set "
         f"{command_env_name(bots[0]) if len(bots) == 1 else AGENT_ENV}"
     )

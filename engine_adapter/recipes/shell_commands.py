@@ -12,7 +12,8 @@ name that is no builtin or function), of a builtin known to take values only (ec
 an operand of `[[ … ]]` or `test` whose operators are literal and do not take names or
 arithmetic, a variable's value, a case subject or pattern, a loop's list or a file to redirect.
 Anything else is refused, naming the construct. What a command does with a value after it (copies
-it into a variable, a function's arguments, a file, a pipe) is not followed: see the README.
+it into a variable, a function's arguments, a file, a pipe) is not followed:
+see docs/recipes.md, "Placeholders and payload schemas".
 """
 
 from __future__ import annotations

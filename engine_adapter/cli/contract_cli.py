@@ -75,5 +75,5 @@ def register(sub: Any) -> None:
         ),
         ("propose", "propose a change to a workflow (JSON on stdin); print one envelope"),
     ):
-        sp = sub.add_parser(name, help=help, description=help + " (see README, Runtime contract)")
+        sp = sub.add_parser(name, help=help, description=help + " (see docs/cli.md)")
         sp.set_defaults(fn=cmd_contract, request=name)

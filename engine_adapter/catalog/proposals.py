@@ -260,30 +260,27 @@ def propose(
         if proposed.canonical_hash == current["hash"]:
             raise ProposalError("invalid", "the proposed recipe is the current one")
         risk = assess(current["recipe"], doc)
-        return db.fetch_row(
-            conn,
-            "insert_proposal",
-            dict(
-                workflow=workflow,
-                base_hash=current["hash"],
-                proposed=Jsonb(doc),
-                proposed_hash=proposed.canonical_hash,
-                summary=summary.strip(),
-                # As written on both sides: the current version's text, the proposal's own.
-                diff=recipe_diff(
-                    written_text(conn, workflow, current["version"]),
-                    doc if proposed.text is None else proposed.text,
-                    f"{workflow} (current)",
-                    "proposed",
-                ),
-                risk=risk.level,
-                risk_reasons=list(risk.reasons),
-                proposed_by=actor.label,
-                proposed_via=actor.via,
-                run_id=run_id,
-                proposed_text=proposed.text,
+        row = dict(
+            workflow=workflow,
+            base_hash=current["hash"],
+            proposed=doc,
+            proposed_hash=proposed.canonical_hash,
+            summary=summary.strip(),
+            # As written on both sides: the current version's text, the proposal's own.
+            diff=recipe_diff(
+                written_text(conn, workflow, current["version"]),
+                doc if proposed.text is None else proposed.text,
+                f"{workflow} (current)",
+                "proposed",
             ),
+            risk=risk.level,
+            risk_reasons=list(risk.reasons),
+            proposed_by=actor.label,
+            proposed_via=actor.via,
+            run_id=run_id,
+            proposed_text=proposed.text,
         )
+        return db.fetch_row(conn, "insert_proposal", dict(row=Jsonb(row)))
 
 
 def get(conn: psycopg.Connection[Any], proposal_id: int) -> dict[str, Any]:

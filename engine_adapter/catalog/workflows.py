@@ -74,45 +74,36 @@ def _apply(
 ) -> Applied:
     doc = recipe.to_dict()
     text = recipe.text  # the text this recipe was parsed from, where there is one
-    fields = dict(
+    row = dict(
         slug=recipe.slug,
         name=recipe.name,
         description=recipe.description,
         bot=recipe.bot,
-        recipe=Jsonb(doc),
+        recipe=doc,
         schedule=recipe.schedule,
         timezone=recipe.timezone,
         hash=recipe.canonical_hash,
+        source=source,
+        rolled_back_from=rolled_back_from,
+        source_text=text,
     )
     with authorization.transaction(conn, actor, Action.APPLY_RECIPE, workflow=recipe.slug):
         _refuse_secret_clashes(conn, recipe)
         _refuse_workflow_cycles(conn, recipe)
         current = db.fetch_one(conn, "lock_workflow", dict(slug=recipe.slug))
-        if current is None:
-            conn.execute(db.q("insert_workflow"), fields)
-            version, source = 1, "create"
-        elif current["hash"] == recipe.canonical_hash and same_text(
-            get_version(conn, recipe.slug, current["version"])["source_text"], text
+        if current is not None and (
+            current["hash"] == recipe.canonical_hash
+            and same_text(get_version(conn, recipe.slug, current["version"])["source_text"], text)
         ):
             return Applied(recipe.slug, current["version"], changed=False)
-        elif source != "proposal" and (why := proposals.refuse_direct(current["recipe"], doc)):
-            raise ProtectedChange([why])
-        else:
-            version = db.fetch_row(conn, "update_workflow", fields)["version"]
-            if _more_room(current["recipe"], recipe):
-                db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=recipe.slug))
-        conn.execute(
-            db.q("insert_workflow_version"),
-            dict(
-                slug=recipe.slug,
-                version=version,
-                hash=recipe.canonical_hash,
-                recipe=Jsonb(doc),
-                source=source,
-                rolled_back_from=rolled_back_from,
-                source_text=text,
-            ),
-        )
+        if current is not None and source != "proposal":
+            if why := proposals.refuse_direct(current["recipe"], doc):
+                raise ProtectedChange([why])
+        # The workflow's row and the version's snapshot, together (migration 047): a new
+        # workflow's version is 1, whatever source was asked.
+        version = db.fetch_row(conn, "store_workflow_version", dict(row=Jsonb(row)))["version"]
+        if current is not None and _more_room(current["recipe"], recipe):
+            db.fetch_one(conn, "admit_queued", dict(queue=QUEUE, workflow=recipe.slug))
     return Applied(recipe.slug, version, changed=True)
 
 

@@ -47,7 +47,6 @@ def set_run_state(
             "try": try_no,
             "await_key": await_key,
             "await_kind": await_kind,
-            "awaiting": await_key is not None,
             "wake_at": wake_at,
         },
     )

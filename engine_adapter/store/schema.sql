@@ -1171,6 +1171,90 @@ end;
 $$;
 
 --
+-- Name: proposals; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.proposals (
+    id bigint NOT NULL,
+    workflow text NOT NULL,
+    base_hash text NOT NULL,
+    proposed jsonb NOT NULL,
+    proposed_hash text NOT NULL,
+    summary text NOT NULL,
+    diff text NOT NULL,
+    risk text NOT NULL,
+    risk_reasons text[] DEFAULT '{}'::text[] NOT NULL,
+    status text DEFAULT 'open'::text NOT NULL,
+    proposed_by text NOT NULL,
+    proposed_via text NOT NULL,
+    run_id uuid,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone DEFAULT (now() + '14 days'::interval) NOT NULL,
+    reviewed_by text,
+    review_note text,
+    reviewed_at timestamp with time zone,
+    applied_version integer,
+    applied_at timestamp with time zone,
+    proposed_text text,
+    CONSTRAINT proposals_risk_check CHECK ((risk = ANY (ARRAY['low'::text, 'medium'::text, 'high'::text]))),
+    CONSTRAINT proposals_status_check CHECK ((status = ANY (ARRAY['open'::text, 'approved'::text, 'rejected'::text, 'applied'::text, 'stale'::text, 'expired'::text])))
+);
+
+--
+-- Name: insert_proposal(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.insert_proposal(p_row jsonb) RETURNS SETOF threadline.proposals
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_actor jsonb;
+  v_run threadline.run_threads;
+  v_workflow threadline.workflows;
+  v_what text := format('proposing a change to workflow %s', p_row ->> 'workflow');
+begin
+  perform threadline.require_caller(array['conductor', 'console'], 'proposing a change');
+  if v_caller = 'console' then
+    v_actor := threadline.console_actor(array['propose'], 'proposing a change');
+    if (p_row ->> 'proposed_by') is distinct from (v_actor ->> 'label')
+       or p_row ->> 'run_id' is not null then
+      perform threadline.refuse(v_what || ' in the name of ' || (p_row ->> 'proposed_by'));
+    end if;
+  elsif v_caller = 'conductor' then
+    select * into v_run from threadline.run_threads r
+     where r.run_id = (p_row ->> 'run_id')::uuid;
+    if not coalesce(v_run.state not in ('completed', 'failed', 'cancelled')
+                    and v_run.workflow = p_row ->> 'workflow'
+                    and v_run.recipe_hash = p_row ->> 'base_hash'
+                    and p_row ->> 'proposed_by' = v_run.bot || ' (agent)'
+                    and p_row ->> 'proposed_via' = 'system', false) then
+      perform threadline.refuse(v_what
+        || ' but for a running run''s agent, on that run''s workflow and version');
+    end if;
+  end if;
+  select * into v_workflow from threadline.workflows w where w.slug = p_row ->> 'workflow';
+  if not coalesce((v_workflow.recipe ->> 'allow_proposals')::boolean
+                  and v_workflow.hash = p_row ->> 'base_hash'
+                  and v_workflow.hash <> p_row ->> 'proposed_hash', false) then
+    perform threadline.refuse(v_what
+      || ' (it must take proposals, and the proposal must change its current version)');
+  end if;
+  return query
+    insert into threadline.proposals (workflow, base_hash, proposed, proposed_hash, summary, diff,
+                                      risk, risk_reasons, proposed_by, proposed_via, run_id,
+                                      proposed_text)
+    values (p_row ->> 'workflow', p_row ->> 'base_hash', p_row -> 'proposed',
+            p_row ->> 'proposed_hash', p_row ->> 'summary', p_row ->> 'diff', p_row ->> 'risk',
+            array(select jsonb_array_elements_text(p_row -> 'risk_reasons')),
+            p_row ->> 'proposed_by', p_row ->> 'proposed_via', (p_row ->> 'run_id')::uuid,
+            p_row ->> 'proposed_text')
+    returning *;
+end;
+$$;
+
+--
 -- Name: issue_resume_token(text, uuid, text, text, text, double precision); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1289,6 +1373,23 @@ CREATE FUNCTION threadline.lock_event(p_name text, p_key text) RETURNS void
 $$;
 
 --
+-- Name: lock_proposal(bigint); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_proposal(p_id bigint) RETURNS TABLE(proposal threadline.proposals, expired boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'locking a proposal');
+  perform threadline.console_actor(array['review_proposal', 'apply_proposal'],
+                                   'locking a proposal');
+  return query select p, p.expires_at <= now() from threadline.proposals p where p.id = p_id
+                  for update;
+end;
+$$;
+
+--
 -- Name: run_threads; Type: TABLE; Schema: threadline; Owner: -
 --
 
@@ -1351,6 +1452,60 @@ end;
 $$;
 
 --
+-- Name: lock_scheduled_workflow(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_scheduled_workflow(p_slug text) RETURNS TABLE(slug text, schedule text, timezone text, schedule_enabled_at timestamp with time zone, catch_up text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['conductor'], 'locking a workflow''s schedule');
+  return query
+    select w.slug, w.schedule, w.timezone, w.schedule_enabled_at,
+           coalesce(w.recipe ->> 'catch_up', 'latest')
+      from threadline.workflows w
+     where w.slug = p_slug and w.enabled and w.schedule is not null
+       for no key update;
+end;
+$$;
+
+--
+-- Name: workflows; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.workflows (
+    slug text NOT NULL,
+    name text NOT NULL,
+    description text,
+    bot text NOT NULL,
+    recipe jsonb NOT NULL,
+    schedule text,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    version integer NOT NULL,
+    hash text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    schedule_enabled_at timestamp with time zone
+);
+
+--
+-- Name: lock_workflow(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.lock_workflow(p_slug text) RETURNS SETOF threadline.workflows
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'locking a workflow');
+  perform threadline.workflow_actor('locking a workflow');
+  return query select * from threadline.workflows w where w.slug = p_slug for update;
+end;
+$$;
+
+--
 -- Name: mint_api_token(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1376,6 +1531,17 @@ begin
                                                 'last_used_at', null)) r;
 end;
 $$;
+
+--
+-- Name: name_of_label(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.name_of_label(p_label text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+  select regexp_replace(p_label, '( for |, via a token minted by ).*$', '')
+$_$;
 
 --
 -- Name: notification_done(bigint, boolean, boolean, double precision, text); Type: FUNCTION; Schema: threadline; Owner: -
@@ -1446,6 +1612,30 @@ CREATE FUNCTION threadline.own_worker(p_id text) RETURNS boolean
       join pg_locks l on l.locktype = 'advisory' and l.classid = 7411 and l.objid = w.lock_key
                      and l.objsubid = 2 and l.granted and l.mode = 'ExclusiveLock'
      where w.id = p_id and w.kind = threadline.caller_kind() and l.pid = pg_backend_pid())
+$$;
+
+--
+-- Name: proposal_applied(bigint, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.proposal_applied(p_id bigint, p_version integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'marking a proposal applied');
+  perform threadline.console_actor(array['apply_proposal'], 'applying a proposal');
+  update threadline.proposals p
+     set status = 'applied', applied_version = p_version, applied_at = now()
+   where p.id = p_id and p.status = 'approved'
+     and exists (select 1 from threadline.workflows w
+                  where w.slug = p.workflow and w.version = p_version
+                    and w.hash = p.proposed_hash);
+  if not found then
+    perform threadline.refuse(format('marking proposal %s applied as version %s', p_id,
+                                     p_version));
+  end if;
+end;
 $$;
 
 --
@@ -1797,6 +1987,26 @@ end;
 $$;
 
 --
+-- Name: retake_run_agent(uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.retake_run_agent(p_run_id uuid) RETURNS TABLE(bot text, before jsonb, after jsonb)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'taking a run''s bot settings again');
+  perform threadline.console_actor(array['retry'], 'taking a run''s bot settings again');
+  return query
+    with b as (select r.run_id, r.agent from threadline.run_threads r where r.run_id = p_run_id)
+    update threadline.run_threads r set agent = threadline.agent_snapshot(r.bot)
+      from b
+     where r.run_id = b.run_id
+    returning r.bot, b.agent, r.agent;
+end;
+$$;
+
+--
 -- Name: retry_run_task(text, uuid); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1808,6 +2018,41 @@ begin
   perform threadline.require_caller(array['console'], 'retrying a run in the engine');
   perform threadline.console_actor(array['retry'], 'retrying a run in the engine');
   perform absurd.retry_task(p_queue, p_run_id, '{}'::jsonb);
+end;
+$$;
+
+--
+-- Name: review_proposal(bigint, text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.review_proposal(p_id bigint, p_status text, p_actor text, p_note text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_actor jsonb := threadline.console_actor(array['review_proposal'], 'reviewing a proposal');
+  v_row threadline.proposals;
+  v_name text;
+begin
+  perform threadline.require_caller(array['console'], 'reviewing a proposal');
+  select * into v_row from threadline.proposals p where p.id = p_id for update;
+  if not coalesce(v_row.status = 'open' and v_row.expires_at > now()
+                  and p_status in ('approved', 'rejected'), false) then
+    perform threadline.refuse(format('marking proposal %s %s (it is not open)', p_id, p_status));
+  end if;
+  if v_actor is not null then
+    v_name := v_actor ->> 'name';
+    if p_actor is distinct from v_actor ->> 'label'
+       or v_name = threadline.name_of_label(v_row.proposed_by)
+       or v_name = (select threadline.name_of_label(r.trigger ->> 'caller')
+                      from threadline.run_threads r where r.run_id = v_row.run_id) then
+      perform threadline.refuse_person(v_actor ->> 'label', 'review proposal ' || p_id,
+        'a proposal is reviewed in one''s own name, by someone other than its authors');
+    end if;
+  end if;
+  update threadline.proposals p
+     set status = p_status, reviewed_by = p_actor, review_note = p_note, reviewed_at = now()
+   where p.id = p_id;
 end;
 $$;
 
@@ -1864,6 +2109,7 @@ $$;
 
 CREATE FUNCTION threadline.send_entry(p_run_id uuid, p_kind text, p_text text, p_step_key text, p_data jsonb, p_state text, p_step text, p_try integer, p_await_kind text, p_channel text, p_wake text) RETURNS integer
     LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 declare
   v_seq integer;
@@ -1871,12 +2117,8 @@ begin
   v_seq := threadline.append_entry(p_run_id, 'system', 'threadline', p_kind, p_step_key,
                                    p_kind || ':' || p_step_key, p_text, p_data);
   if v_seq is not null then
-    update threadline.run_threads
-       set state = p_state, current_step = p_step, current_try = p_try,
-           await_key = p_step_key, await_kind = p_await_kind, awaiting = true,
-           wake_at = null, updated_at = now(),
-           finished_at = case when p_state in ('completed', 'failed', 'cancelled') then now() end
-     where run_id = p_run_id and state <> 'cancelled';
+    perform threadline.set_run_state(p_run_id, p_state, p_step, p_try, p_step_key, p_await_kind,
+                                     null);
   end if;
   if p_channel is not null then
     perform threadline.wake(p_channel, p_wake);
@@ -1915,6 +2157,91 @@ end;
 $$;
 
 --
+-- Name: set_proposal_status(bigint, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_proposal_status(p_id bigint, p_status text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'marking a proposal');
+  perform threadline.console_actor(array['review_proposal', 'apply_proposal'],
+                                   'marking a proposal');
+  update threadline.proposals p set status = p_status
+   where p.id = p_id and p.status in ('open', 'approved')
+     and ((p_status = 'expired' and p.expires_at <= now())
+          or (p_status = 'stale' and p.base_hash is distinct from
+               (select w.hash from threadline.workflows w where w.slug = p.workflow)));
+  if not found then
+    perform threadline.refuse(format('marking proposal %s %s (it is not)', p_id, p_status));
+  end if;
+end;
+$$;
+
+--
+-- Name: set_run_outputs(uuid, jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_run_outputs(p_run_id uuid, p_outputs jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['conductor'], 'setting a run''s outputs');
+  update threadline.run_threads set outputs = p_outputs
+   where run_id = p_run_id and state not in ('completed', 'cancelled');
+end;
+$$;
+
+--
+-- Name: set_run_state(uuid, text, text, integer, text, text, timestamp with time zone); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_run_state(p_run_id uuid, p_state text, p_step text, p_try integer, p_await_key text, p_await_kind text, p_wake_at timestamp with time zone) RETURNS uuid
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_caller text := threadline.caller_kind();
+  v_old text;
+  v_task text;
+  v_what text := format('moving run %s to %s', p_run_id, p_state);
+begin
+  perform threadline.require_caller(array['conductor', 'console'], 'setting a run''s state');
+  select r.state into v_old from threadline.run_threads r where r.run_id = p_run_id for update;
+  if v_old is null or v_old = 'cancelled' then
+    return null;  -- a cancelled run stays so, whoever writes after it
+  end if;
+  if v_old = 'completed' and p_state <> 'completed' then
+    perform threadline.refuse(v_what || ' (it completed)');
+  end if;
+  if v_caller = 'console' then
+    if p_state = 'cancelled' then
+      perform threadline.console_actor(array['cancel'], 'cancelling a run');
+    elsif p_state = 'running' and v_old = 'failed' then
+      perform threadline.console_actor(array['retry'], 'retrying a run');
+    else
+      perform threadline.console_actor(array['cancel', 'retry'], v_what);
+      perform threadline.refuse(v_what || ' (a person only cancels a run or retries a failed one)');
+    end if;
+  elsif v_caller = 'conductor' and v_old = 'failed' and p_state <> 'failed' then
+    select t.state into v_task from absurd.t_threadline t where t.task_id = p_run_id;
+    if v_task is distinct from 'running' then
+      perform threadline.refuse(v_what || ' (it failed, and no retry of it runs)');
+    end if;
+  end if;
+  update threadline.run_threads
+     set state = p_state, current_step = p_step, current_try = p_try,
+         await_key = p_await_key, await_kind = p_await_kind, awaiting = p_await_key is not null,
+         wake_at = p_wake_at, updated_at = now(),
+         finished_at = case when p_state in ('completed', 'failed', 'cancelled') then now() end
+   where run_id = p_run_id;
+  return p_run_id;
+end;
+$$;
+
+--
 -- Name: set_schedule_slot_run(text, timestamp with time zone, uuid); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -1933,6 +2260,24 @@ begin
   end if;
   update threadline.schedule_ticks set run_id = p_run_id
    where workflow = p_workflow and slot = p_slot and run_id is null;
+end;
+$$;
+
+--
+-- Name: set_workflow_enabled(text, boolean); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_workflow_enabled(p_slug text, p_enabled boolean) RETURNS TABLE(slug text, enabled boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform threadline.require_caller(array['console'], 'enabling or disabling a workflow');
+  perform threadline.console_actor(array['enable_workflow'], 'enabling or disabling a workflow');
+  return query
+    update threadline.workflows w set enabled = p_enabled, updated_at = now()
+     where w.slug = p_slug
+    returning w.slug, w.enabled;
 end;
 $$;
 
@@ -2114,6 +2459,70 @@ CREATE FUNCTION threadline.step_key_free(p_step_key text) RETURNS boolean
             or (c.finished_at is null and c.lease_until > now()
                 and threadline.worker_alive((select w.lock_key from threadline.workers w
                                               where w.id = c.worker_id)))))
+$$;
+
+--
+-- Name: store_workflow_version(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.store_workflow_version(p_row jsonb) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_slug text := p_row ->> 'slug';
+  v_hash text := p_row ->> 'hash';
+  v_source text := p_row ->> 'source';
+  v_from integer := (p_row ->> 'rolled_back_from')::integer;
+  v_current threadline.workflows;
+  v_version integer;
+begin
+  perform threadline.require_caller(array['console'], 'writing a workflow version');
+  if v_source = 'proposal' then
+    perform threadline.console_actor(array['apply_proposal'], 'applying a proposal');
+    if not exists (
+      select 1 from threadline.proposals p join threadline.workflows w on w.slug = p.workflow
+       where p.workflow = v_slug and p.status = 'approved' and p.proposed_hash = v_hash
+         and p.base_hash = w.hash and p.expires_at > now()) then
+      perform threadline.refuse(format('writing workflow %s as a proposal no one approved',
+                                       v_slug));
+    end if;
+  elsif v_source = 'rollback' then
+    perform threadline.console_actor(array['rollback'], 'rolling back a workflow');
+    if not exists (select 1 from threadline.workflow_versions v
+                    where v.slug = v_slug and v.version = v_from and v.hash = v_hash) then
+      perform threadline.refuse(format('rolling workflow %s back to a version it has not', v_slug));
+    end if;
+  elsif v_source in ('create', 'update') then
+    perform threadline.console_actor(array['apply_recipe'], 'applying a recipe');
+    v_from := null;
+  else
+    raise exception 'a version''s source is create, update, rollback or proposal, not %',
+      coalesce(v_source, 'none') using errcode = '22023';
+  end if;
+  select * into v_current from threadline.workflows w where w.slug = v_slug for update;
+  if v_current.slug is null then
+    insert into threadline.workflows (slug, name, description, bot, recipe, schedule, timezone,
+                                      version, hash)
+    values (v_slug, p_row ->> 'name', p_row ->> 'description', p_row ->> 'bot',
+            p_row -> 'recipe', p_row ->> 'schedule', p_row ->> 'timezone', 1, v_hash);
+    v_version := 1;
+    v_source := 'create';
+  else
+    update threadline.workflows w
+       set name = p_row ->> 'name', description = p_row ->> 'description', bot = p_row ->> 'bot',
+           recipe = p_row -> 'recipe', schedule = p_row ->> 'schedule',
+           timezone = p_row ->> 'timezone', version = w.version + 1, hash = v_hash,
+           updated_at = now()
+     where w.slug = v_slug
+    returning w.version into v_version;
+  end if;
+  insert into threadline.workflow_versions (slug, version, hash, recipe, source, rolled_back_from,
+                                            source_text)
+  values (v_slug, v_version, v_hash, p_row -> 'recipe', v_source, v_from,
+          p_row ->> 'source_text');
+  return v_version;
+end;
 $$;
 
 --
@@ -2339,6 +2748,17 @@ CREATE FUNCTION threadline.worker_alive(p_lock_key integer) RETURNS boolean
              then not pg_advisory_unlock_shared(7411, p_lock_key)
            else true
          end
+$$;
+
+--
+-- Name: workflow_actor(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.workflow_actor(p_what text) RETURNS jsonb
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select threadline.console_actor(array['apply_recipe', 'rollback', 'apply_proposal'], p_what)
 $$;
 
 --
@@ -2710,36 +3130,6 @@ CREATE TABLE threadline.pause (
 );
 
 --
--- Name: proposals; Type: TABLE; Schema: threadline; Owner: -
---
-
-CREATE TABLE threadline.proposals (
-    id bigint NOT NULL,
-    workflow text NOT NULL,
-    base_hash text NOT NULL,
-    proposed jsonb NOT NULL,
-    proposed_hash text NOT NULL,
-    summary text NOT NULL,
-    diff text NOT NULL,
-    risk text NOT NULL,
-    risk_reasons text[] DEFAULT '{}'::text[] NOT NULL,
-    status text DEFAULT 'open'::text NOT NULL,
-    proposed_by text NOT NULL,
-    proposed_via text NOT NULL,
-    run_id uuid,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone DEFAULT (now() + '14 days'::interval) NOT NULL,
-    reviewed_by text,
-    review_note text,
-    reviewed_at timestamp with time zone,
-    applied_version integer,
-    applied_at timestamp with time zone,
-    proposed_text text,
-    CONSTRAINT proposals_risk_check CHECK ((risk = ANY (ARRAY['low'::text, 'medium'::text, 'high'::text]))),
-    CONSTRAINT proposals_status_check CHECK ((status = ANY (ARRAY['open'::text, 'approved'::text, 'rejected'::text, 'applied'::text, 'stale'::text, 'expired'::text])))
-);
-
---
 -- Name: proposals_id_seq; Type: SEQUENCE; Schema: threadline; Owner: -
 --
 
@@ -2930,26 +3320,6 @@ CREATE TABLE threadline.workflow_versions (
     rolled_back_from integer,
     source_text text,
     CONSTRAINT workflow_versions_source_check CHECK ((source = ANY (ARRAY['create'::text, 'update'::text, 'proposal'::text, 'rollback'::text])))
-);
-
---
--- Name: workflows; Type: TABLE; Schema: threadline; Owner: -
---
-
-CREATE TABLE threadline.workflows (
-    slug text NOT NULL,
-    name text NOT NULL,
-    description text,
-    bot text NOT NULL,
-    recipe jsonb NOT NULL,
-    schedule text,
-    timezone text DEFAULT 'UTC'::text NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
-    version integer NOT NULL,
-    hash text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    schedule_enabled_at timestamp with time zone
 );
 
 --

@@ -51,7 +51,10 @@ def test_no_role_executes_a_routine_by_public_grant(conn):
             "grant execute on function threadline.queue_run (uuid, text) to threadline_viewer",
             "routine  threadline.queue_run(uuid, text)  EXECUTE",
         ),
-        ("grant threadline_console to threadline_viewer", "table    threadline.workflows  INSERT"),
+        (
+            "grant threadline_console to threadline_viewer",
+            "routine  threadline.store_workflow_version(jsonb)  EXECUTE",
+        ),
         (
             "grant usage on sequence threadline.run_queue_seq to threadline_hooks",
             "sequence threadline.run_queue_seq  USAGE",

@@ -445,15 +445,6 @@ def test_the_conductor_login_sends_no_link_to_a_stranger_nor_fires_a_slot_by_han
     assert outbox_state(conn) == before
 
 
-# What the conductor's login still writes by hand: each is still to move behind a checked
-# function (the people's doors share these statements with it).
-CONDUCTOR_WRITES_LEFT = {
-    "table threadline.proposals INSERT",
-    "table threadline.run_threads UPDATE",
-    "table threadline.workflows UPDATE",
-    "sequence threadline.proposals_id_seq USAGE",
-}
-
-
 def test_the_conductor_login_holds_no_engine_outbox_slot_link_cleanup_or_process_write(conn):
-    assert writes_held(conn, "threadline_conductor") == CONDUCTOR_WRITES_LEFT
+    # Nor a run's state, a workflow or a proposal (migration 047): none at all.
+    assert writes_held(conn, "threadline_conductor") == set()

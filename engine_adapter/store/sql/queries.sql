@@ -39,14 +39,9 @@ select d.created_at
 select * from threadline.decisions where step_key = %(step_key)s
 
 -- set_run_state --
--- The conductor's view of where a run stands.
-update threadline.run_threads
-   set state = %(state)s, current_step = %(step)s, current_try = %(try)s,
-       await_key = %(await_key)s, await_kind = %(await_kind)s, awaiting = %(awaiting)s,
-       wake_at = %(wake_at)s, updated_at = now(),
-       finished_at = case when %(state)s in ('completed', 'failed', 'cancelled') then now() end
- where run_id = %(run_id)s and state <> 'cancelled'
-returning run_id
+-- Where a run stands, through the checked transition (migration 047); null for a cancelled run.
+select threadline.set_run_state(%(run_id)s, %(state)s, %(step)s, %(try)s, %(await_key)s,
+                                %(await_kind)s, %(wake_at)s) as run_id
 
 -- db_now --
 -- The database clock: every wake-up time and deadline comes from it.
@@ -66,29 +61,13 @@ select w.slug, w.name, w.description, w.bot, w.schedule, w.timezone, w.enabled, 
  order by w.slug
 
 -- lock_workflow --
--- One workflow, locked while a new version is written.
-select * from threadline.workflows where slug = %(slug)s for update
+-- One workflow, locked while a new version is written (migration 047 checks the caller).
+select * from threadline.lock_workflow(%(slug)s)
 
--- insert_workflow --
--- A new workflow at version 1.
-insert into threadline.workflows (slug, name, description, bot, recipe, schedule, timezone, version, hash)
-values (%(slug)s, %(name)s, %(description)s, %(bot)s, %(recipe)s, %(schedule)s, %(timezone)s, 1, %(hash)s)
-
--- update_workflow --
--- The workflow's current version moves on.
-update threadline.workflows
-   set name = %(name)s, description = %(description)s, bot = %(bot)s, recipe = %(recipe)s,
-       schedule = %(schedule)s, timezone = %(timezone)s, version = version + 1, hash = %(hash)s,
-       updated_at = now()
- where slug = %(slug)s
-returning version
-
--- insert_workflow_version --
--- An immutable snapshot of one version.
-insert into threadline.workflow_versions (slug, version, hash, recipe, source, rolled_back_from,
-                                          source_text)
-values (%(slug)s, %(version)s, %(hash)s, %(recipe)s, %(source)s, %(rolled_back_from)s,
-        %(source_text)s)
+-- store_workflow_version --
+-- A new version: the workflow's row (made at version 1, or moved on) and its immutable snapshot,
+-- written together by the checked door (migration 047); the version's number.
+select threadline.store_workflow_version(%(row)s) as version
 
 -- list_workflow_versions --
 -- A workflow's versions, newest first.
@@ -113,7 +92,7 @@ select run_id, created, state
 
 -- set_run_outputs --
 -- What a finishing run hands on (its parent's step reads it from the run.done event).
-update threadline.run_threads set outputs = %(outputs)s where run_id = %(run_id)s
+select threadline.set_run_outputs(%(run_id)s, %(outputs)s)
 
 -- open_children --
 -- A run's children that have not finished, to cancel with it.

@@ -12,11 +12,7 @@ select w.slug, w.schedule, w.timezone, w.enabled, w.schedule_enabled_at,
 -- lock_scheduled_workflow --
 -- The workflow's schedule, its row locked against other tickers and edits; nothing when it is
 -- disabled or cleared.
-select slug, schedule, timezone, schedule_enabled_at,
-       coalesce(recipe ->> 'catch_up', 'latest') as catch_up
-  from threadline.workflows
- where slug = %(slug)s and enabled and schedule is not null
-   for no key update
+select * from threadline.lock_scheduled_workflow(%(slug)s)
 
 -- last_schedule_tick --
 -- The last slot a workflow handled (a statement of its own after the lock: it sees what the
@@ -51,6 +47,4 @@ select distinct workflow from threadline.run_threads where state = 'queued'
 
 -- set_workflow_enabled --
 -- Enable or disable a workflow; disabling stops its schedule, events and webhooks at once.
-update threadline.workflows set enabled = %(enabled)s, updated_at = now()
- where slug = %(slug)s
-returning slug, enabled
+select * from threadline.set_workflow_enabled(%(slug)s, %(enabled)s)

@@ -63,6 +63,7 @@ def test_the_notebooks_are_there_and_committed_without_outputs():
         "05_control_flow.ipynb",
         "06_agent.ipynb",
         "07_contract.ipynb",
+        "08_explore.ipynb",
     }
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)

@@ -130,7 +130,7 @@ def test_bots_cannot_release_a_gate_or_speak_for_people(conn, apply, procs, logi
     key = names.step_key(run_id, "ask", 1)
     decision = {"decision": "approve", "actor": "alice", "text": "", "at": "2026-01-01T00:00:00Z"}
     with as_role(logins, "bots") as b:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="releasing step"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # bots release only by report
             run_state.emit_step_done(b, run_id, key, decision)
         refused(
             b,
@@ -159,18 +159,19 @@ def test_bots_cannot_release_a_gate_or_speak_for_people(conn, apply, procs, logi
     assert harness.wait_for_state(procs.url, run_id, "waiting")
 
 
-def test_a_bot_releases_only_the_bot_step_awaited(conn, logins, awaiting_bot):
+def test_a_bot_releases_no_step_by_itself(conn, logins, awaiting_bot):
+    """Since migration 043 a bot releases a step only through the report of the attempt that
+    claimed it (with that attempt's secret, tests/security/test_process_logins.py): not even the
+    bot step a run awaits may be released by emitting its done event directly."""
     run_id = awaiting_bot
     with as_role(logins, "bots") as b:
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            run_state.emit_step_done(
-                b, run_id, names.step_key(run_id, "ask", 1), {"status": "completed"}
-            )
-        run_state.emit_step_done(
-            b, run_id, names.step_key(run_id, "work", 1), {"status": "completed", "output": "ok"}
-        )
+        for step in ("ask", "work"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                run_state.emit_step_done(
+                    b, run_id, names.step_key(run_id, step, 1), {"status": "completed"}
+                )
     row = db.fetch_one(conn, "get_run", dict(run_id=run_id))
-    assert row["last_emitted_key"] == names.step_key(run_id, "work", 1) and not row["awaiting"]
+    assert row["awaiting"] and row["last_emitted_key"] != names.step_key(run_id, "work", 1)
 
 
 def test_people_doors_cannot_fake_a_step_result_or_emit_threadline_events(

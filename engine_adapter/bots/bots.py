@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from enum import Enum
 from typing import Any, Final, Iterator
 
@@ -26,7 +26,7 @@ from engine_adapter.bots.agent_journal import ThreadJournal
 from engine_adapter.catalog.bot_backends import AGENT_ENV, agent_command, command_env_name
 from engine_adapter.catalog.bot_config import BotConfig
 from engine_adapter.model import names
-from engine_adapter.model.domain import COMPLETED, LOST, PAUSED, Instruction, bot_result
+from engine_adapter.model.domain import COMPLETED, LOST, PAUSED, Claim, Instruction, bot_result
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import AttemptOutcome, AuthorKind, EntryKind, StepKind
 from engine_adapter.read import step_report
@@ -67,20 +67,6 @@ class _Contended(Enum):
 
 
 _CONTENDED: Final = _Contended.CONTENDED
-
-
-@dataclass(frozen=True)
-class Claim:
-    run_id: str
-    step_key: str
-    attempt: int
-    failures: int
-    bot: str
-    text: str
-    instruction: Instruction
-    lost_attempt: int | None = None  # the attempt before this one, when its bot was lost
-    more: bool = False  # another instruction was waiting when this one was claimed
-    secret: str = field(default="", repr=False)  # proves this attempt's acts (migration 043)
 
 
 class BotSlot:

@@ -3,8 +3,14 @@ notifier and reruns.
 """
 
 __all__ = [
+    "bot_steps",
     "conductor",
+    "control_flow",
+    "handler_base",
+    "instructions",
+    "lifecycle",
     "notifier",
     "reruns",
     "run_handler",
+    "waits",
 ]

@@ -19,12 +19,12 @@ import time
 from typing import Any
 
 import psycopg
-from absurd_sdk import Absurd
+from absurd_sdk import Absurd, TaskContext
 from psycopg.types.json import Jsonb
 
 from engine_adapter.conductor.notifier import Notifier
 from engine_adapter.conductor.run_handler import RunHandler
-from engine_adapter.model.domain import decision_result
+from engine_adapter.model.domain import HandlerParams, decision_result
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
@@ -81,7 +81,7 @@ class Executor:
         self.handled = 0
         self.in_batch = 0  # runs of the last claim handled so far, the one in hand included
 
-    def handle_run(self, params: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    def handle_run(self, params: HandlerParams, ctx: TaskContext) -> dict[str, Any]:
         self.handled += 1
         self.in_batch += 1
         return RunHandler(self.conn, ctx, params, holds=self).run()

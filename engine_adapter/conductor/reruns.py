@@ -5,14 +5,16 @@ optionally with an edited payload. The two runs' threads link to each other.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
+from datetime import datetime
+from typing import Any, Callable, TypeVar, cast
 
 import psycopg
+from absurd_sdk import StepHandle, TaskContext
 
 from engine_adapter.access import authorization
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model import domain, names
+from engine_adapter.model.domain import HandlerParams
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.vocab import AuthorKind, EntryKind, TriggerKind
 from engine_adapter.read import step_tree
@@ -22,6 +24,8 @@ from engine_adapter.runs import run_state, thread_entries
 from engine_adapter.runs.commands import CommandRefused
 from engine_adapter.runs.spawn import Snapshot, Spawned, spawn
 from engine_adapter.store import db
+
+R = TypeVar("R")
 
 # A carried-over step must have finished in the original run in one of these ways.
 _CARRYABLE = (domain.COMPLETED, domain.SKIPPED, domain.CARRIED_OVER)
@@ -101,11 +105,12 @@ class _Unrecorded(Exception):
     """The journal holds no checkpoint of this name: the run never got this far."""
 
 
-class _Journal:
+class _Journal(TaskContext):
     """The handler's context over a run's journal, for a replay that only reads: each checkpoint
-    is the one the run wrote (named as Absurd names repeats), nothing is written or awaited."""
+    is the one the run wrote (named as Absurd names repeats), nothing is written or awaited. A
+    TaskContext (whose own constructor refuses to run) only so that the handler takes it."""
 
-    def __init__(self, run_id: str, checkpoints: dict[str, Any]) -> None:
+    def __init__(self, run_id: str, checkpoints: dict[str, Any]) -> None:  # no super(): it refuses
         self.task_id = run_id
         self.checkpoints = checkpoints
         self.used: dict[str, int] = {}
@@ -117,20 +122,22 @@ class _Journal:
             raise _Unrecorded(key)
         return self.checkpoints[key]
 
-    def begin_step(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(done=True, state=self.read(name))
+    def begin_step(self, name: str) -> StepHandle:
+        return StepHandle(name, name, done=True, state=self.read(name))
 
-    def complete_step(self, handle: SimpleNamespace, value: Any) -> Any:
-        return handle.state
+    def complete_step(self, handle: StepHandle, value: R) -> R:
+        return cast(R, handle.state)
 
-    def step(self, name: str, fn: Any) -> Any:
-        return self.read(name)
+    def step(self, name: str, fn: Callable[[], R]) -> R:
+        return cast(R, self.read(name))
 
-    def await_event(self, event: str, name: str | None = None, timeout: Any = None) -> Any:
-        return self.read(name or f"$awaitEvent:{event}")
+    def await_event(
+        self, event_name: str, step_name: str | None = None, timeout: int | None = None
+    ) -> Any:
+        return self.read(step_name or f"$awaitEvent:{event_name}")
 
-    def sleep_until(self, name: str, wake_at: Any) -> None:
-        self.read(name)
+    def sleep_until(self, step_name: str, wake_at: datetime | int | float) -> None:
+        self.read(step_name)
 
 
 def handed_on(
@@ -143,7 +150,7 @@ def handed_on(
     run_id = str(run["run_id"])
     rows = db.fetch_all(conn, "run_checkpoints", dict(run_id=run_id))
     journal = _Journal(run_id, {r["checkpoint_name"]: r["state"] for r in rows})
-    params: dict[str, Any] = {"payload": run["payload"], "recipe": run["recipe"]}
+    params: HandlerParams = {"payload": run["payload"], "recipe": run["recipe"]}
     carried = _carried_before(run, journal.checkpoints)
     if carried:
         params["carried"] = carried

@@ -1,6 +1,7 @@
 """The domain's vocabulary: groups of step kinds and run states (the words themselves are the
 enums of `vocab.py`; the short names here are their members), the gate outcome, a step's result
-(the payload of its done event) and the instruction a conductor hands a bot.
+(the payload of its done event), the instruction a conductor hands a bot and the bot's claim of it,
+and the params a run's handler reads.
 
 Names of keys, events and checkpoints live in `names.py`; everything else that more than one
 module must agree on lives here and is imported from here.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Mapping, NotRequired, TypedDict
 
 from engine_adapter.model.vocab import (
     AttemptOutcome,
@@ -311,3 +312,42 @@ class Instruction:
             answers=dict(d.get("answers") or {}),
             retry=RetryPolicy.from_data(d.get("retry")),
         )
+
+
+# -- the run handler's params ----------------------------------------------------------------------
+class Inherited(TypedDict, total=False):
+    """What a child run (a branch, a parallel item) reads of its parent: step views, named
+    outputs and its loop's item."""
+
+    steps: dict[str, dict[str, Any]]
+    outputs: dict[str, Any]
+    loop: dict[str, Any]
+
+
+class HandlerParams(TypedDict):
+    """The params a run is spawned with on the engine, which its handler reads (spawn.py and
+    child_runs.py write them; a rerun's replay builds its own)."""
+
+    payload: Any
+    recipe: dict[str, Any]  # the run's snapshot of its recipe
+    admit: NotRequired[bool]  # queued behind max_concurrent_runs: park until admitted
+    carried: NotRequired[dict[str, Any]]  # a rerun's steps taken over from its original run
+    inherited: NotRequired[Inherited]  # only a child run's
+
+
+# -- a bot's claim ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Claim:
+    """An instruction a bot claimed: a committed row with a lease and an attempt number (the
+    fencing token its terminal signal must carry)."""
+
+    run_id: str
+    step_key: str
+    attempt: int
+    failures: int
+    bot: str
+    text: str
+    instruction: Instruction
+    lost_attempt: int | None = None  # the attempt before this one, when its bot was lost
+    more: bool = False  # another instruction was waiting when this one was claimed
+    secret: str = field(default="", repr=False)  # proves this attempt's acts (migration 043)

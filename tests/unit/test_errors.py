@@ -59,7 +59,7 @@ NOT_THREADLINE = {
     "engine_adapter.conductor.notifier.DeliveryError": "recorded on the notification, retried",
     "engine_adapter.conductor.notifier.Refused": "a DeliveryError that is not retried",
     "engine_adapter.conductor.reruns._Unrecorded": "a replay reaching where the run never got",
-    "engine_adapter.conductor.run_handler.EndRun": "a child run ending at its first failure",
+    "engine_adapter.conductor.handler_base.EndRun": "a child run ending at its first failure",
     "engine_adapter.ingress.hooks._LostRace": "rolls a duplicate delivery's run back",
     "engine_adapter.testing.harness.RunEndedElsewhere": "an AssertionError, for pytest",
 }

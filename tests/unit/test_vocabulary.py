@@ -21,7 +21,7 @@ STATES = {str(s) for s in (*RunState, *StepStatus)}
 _FIELD = "the name of a field (a dict key or column that JSON, the API or a frame carries)"
 ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("engine_adapter/conductor/conductor.py", "skipped"): (1, "log prose: a slot with no run"),
-    ("engine_adapter/conductor/run_handler.py", "completed"): (
+    ("engine_adapter/conductor/handler_base.py", "completed"): (
         1,
         "the closing note's dedupe key, stored: kept as first written, however the run ends",
     ),

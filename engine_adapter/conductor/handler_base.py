@@ -1,0 +1,167 @@
+"""What every part of the run handler shares: the run's state in memory (its snapshot, the views
+and outputs later steps read, the innermost loop), the checkpointed step that commits with its
+writes, and the thread and state writes every step kind makes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable, Iterable, TypeVar, cast
+
+import psycopg
+from absurd_sdk import TaskContext
+
+from engine_adapter.model import domain, names
+from engine_adapter.model.domain import HandlerParams, StepResult
+from engine_adapter.model.vocab import AwaitKind, RunState
+from engine_adapter.recipes.recipes import PLACEHOLDER, RecipeError, Step
+from engine_adapter.recipes.render import render, resolve
+from engine_adapter.runs import run_state, thread_entries
+from engine_adapter.store import db
+from engine_adapter.store.wakeups import HoldPolicy
+
+INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
+# The dedupe key of the run's closing note, however it ends: stored, so kept as first written.
+END_NOTE = "completed"
+
+T = TypeVar("T")
+
+
+class EndRun(Exception):
+    """A child run ends at its first failure: its parent's step decides what that means."""
+
+    def __init__(self, path: str, result: StepResult) -> None:
+        super().__init__(path)
+        self.path, self.result = path, result
+
+
+class HandlerBase:
+    """The run's state and the writes every step kind shares."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        ctx: TaskContext,
+        params: HandlerParams,
+        holds: HoldPolicy | None = None,
+    ) -> None:
+        self.conn = conn
+        self.holds = holds
+        self.ctx = ctx
+        self.run_id = str(ctx.task_id)
+        self.payload = params["payload"]
+        self.recipe = params["recipe"]
+        self.steps = [snapshot_step(s) for s in self.recipe["steps"]]
+        self.admit = bool(params.get("admit"))
+        self.last_output: Any = ""  # the last top-level step's: what a branch run hands back
+        self.carried: dict[str, Any] | None = params.get("carried")  # a rerun's taken-over results
+        self.is_child = "inherited" in params
+        inherited = params.get("inherited") or {}
+        # What later steps read: each step's view (`steps.<id>.status`), its output for
+        # `{{steps.<id>.output}}`, named outputs, and the innermost loop's item.
+        self.views: dict[str, dict[str, Any]] = dict(inherited.get("steps") or {})
+        self.outputs: dict[str, Any] = {k: v.get("output") for k, v in self.views.items()}
+        self.named: dict[str, Any] = dict(inherited.get("outputs") or {})
+        self.loop: dict[str, Any] = dict(inherited.get("loop") or {})
+        # Branch results of earlier tries of a group: a retry re-runs only what did not complete.
+        self.settled: dict[str, dict[str, dict[str, Any]]] = {}
+        self.tries_started = 0  # leaf step tries so far (a replay counts them again, the same)
+
+    def run_list(self, steps: Iterable[Step], scope: str) -> None:
+        """The walk over a step list (RunHandler's): loops and branches run their bodies by it."""
+        raise NotImplementedError
+
+    def atomic_step(self, name: str, fn: Callable[[], T]) -> T:
+        """A checkpointed step whose writes and checkpoint commit together: one commit instead
+        of two, and no crash can leave the writes without their checkpoint (a replay would find
+        them, as SEND's dedupe keys make sure, but would still pay for the lookups)."""
+        handle = self.ctx.begin_step(name)
+        if handle.done:
+            return cast(T, handle.state)
+        with self.conn.transaction():
+            return self.ctx.complete_step(handle, fn())
+
+    def await_event(self, event: str, name: str, timeout: int | None = None) -> dict[str, Any]:
+        """PARK until the event (a step's done, a child run's, a retry); its payload, which ours
+        always make a mapping."""
+        return cast(dict[str, Any], self.ctx.await_event(event, name, timeout=timeout))
+
+    def value_of(self, template: Any) -> Any:
+        """A sub-workflow payload value: a lone placeholder keeps its value's type (a number, a
+        list); other text has its placeholders rendered."""
+        if not isinstance(template, str):
+            return template
+        lone = PLACEHOLDER.fullmatch(template.strip())
+        if lone:
+            return resolve(lone.group(1).strip(), self.payload, self.outputs, self.scope())
+        return render(template, self.payload, self.outputs, self.scope())
+
+    def record(self, step: Step, result: StepResult) -> None:
+        self.views[step.id] = result.view()
+        self.outputs[step.id] = result.output
+        if step.output_name:  # read as steps.<id>.output is: without final newlines
+            self.named[step.output_name] = domain.step_value(result.output)
+
+    def scope(self) -> dict[str, Any]:
+        return {"payload": self.payload, "steps": self.views, "outputs": self.named, **self.loop}
+
+    def headline(self, what: str) -> str:
+        """A notification's words: which workflow and run, then what happened."""
+        name = self.recipe.get("name") or self.recipe.get("slug")
+        return f"{name} (run {names.short_run_id(self.run_id)}): {what}"
+
+    def set_state(
+        self,
+        state: RunState,
+        step: str | None,
+        try_no: int | None,
+        *,
+        await_key: str | None = None,
+        await_kind: AwaitKind | None = None,
+        wake_at: datetime | None = None,
+    ) -> None:
+        run_state.set_run_state(
+            self.conn,
+            self.run_id,
+            state,
+            step,
+            try_no,
+            await_key=await_key,
+            await_kind=await_kind,
+            wake_at=wake_at,
+        )
+
+    def note(self, text: str, key: str | None, dedupe: str, data: Any = None) -> int | None:
+        """A System note in the thread, once per dedupe key; its seq, or None if written before."""
+        return thread_entries.system_note(
+            self.conn,
+            self.run_id,
+            text,
+            step_key=key,
+            dedupe_key=dedupe,
+            data=data,
+        )
+
+    def db_now(self) -> datetime:
+        return cast(datetime, db.fetch_row(self.conn, "db_now")["now"])
+
+
+def branch_output(finished: dict[str, Any]) -> Any:
+    """A finished child's output: its declared outputs, else its last step's output (recorded as
+    such: a JSON object's keys keep no order in the database)."""
+    outputs = finished.get("outputs") or {}
+    if outputs.get("declared"):
+        return outputs["declared"]
+    return outputs.get("last", "")
+
+
+def snapshot_step(d: dict[str, Any]) -> Step:
+    """A step of a run's snapshot. One stored before a bound existed (a timeout of 10^20 days)
+    fails with the reason when the run reaches it, rather than crash every replay of the run."""
+    try:
+        return Step.from_dict(d)
+    except RecipeError as err:
+        return Step(
+            id=str(d.get("id") if isinstance(d, dict) else "?"),
+            kind=INVALID,
+            text="; ".join(err.errors),
+        )

@@ -326,7 +326,8 @@ class Inherited(TypedDict, total=False):
 
 class HandlerParams(TypedDict):
     """The params a run is spawned with on the engine, which its handler reads (spawn.py and
-    child_runs.py write them; a rerun's replay builds its own)."""
+    child_runs.py hand their parts to the spawn query, which assembles them; a rerun's replay
+    builds its own)."""
 
     payload: Any
     recipe: dict[str, Any]  # the run's snapshot of its recipe

@@ -18,26 +18,36 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from engine_adapter.model.vocab import AwaitKind, GateDecision, RunState
+
 if TYPE_CHECKING:
     import pandas as pd
 
     from engine_adapter.explore.client import Client
 
 ICONS = {
-    "completed": "✅",
-    "approve": "✅",
-    "reply": "💬",
-    "failed": "❌",
-    "deny": "⛔",
-    "timeout": "⌛",
-    "open": "⏳",
-    "ended": "⏹",
-    "running": "▶",
-    "waiting": "⏳",
-    "pending": "…",
-    "cancelled": "⏹",
+    RunState.COMPLETED: "✅",
+    GateDecision.APPROVE: "✅",
+    GateDecision.REPLY: "💬",
+    RunState.FAILED: "❌",
+    GateDecision.DENY: "⛔",
+    GateDecision.TIMEOUT: "⌛",
+    "open": "⏳",  # a step try of the read schema's steps view not ended yet
+    "ended": "⏹",  # one ended without a result of its own (its run was cancelled)
+    RunState.RUNNING: "▶",
+    RunState.WAITING: "⏳",
+    RunState.PENDING: "…",
+    RunState.CANCELLED: "⏹",
 }
 RUN_ROWS = 50
+LISTED_STATES = (
+    RunState.PENDING,
+    RunState.RUNNING,
+    RunState.WAITING,
+    RunState.COMPLETED,
+    RunState.FAILED,
+    RunState.CANCELLED,
+)
 THREAD_ROWS = 20
 
 
@@ -145,7 +155,7 @@ class RunWidget(w.VBox, _Live):
             return
         r = run.iloc[0]
         self.state = str(r.state)
-        self.awaiting_gate = bool(r.awaiting) and r.await_kind == "gate"
+        self.awaiting_gate = bool(r.awaiting) and r.await_kind == AwaitKind.GATE
         where = f" at <b>{html.escape(str(r.current_step))}</b>" if r.current_step else ""
         self.header.value = (
             f"<b>{html.escape(str(r.workflow))}</b> run <code>{self.run_id}</code>: "
@@ -190,9 +200,7 @@ class RunsWidget(w.VBox, _Live):
         )
         self.state_filter = w.Dropdown(
             description="state",
-            options=[("any", None)]
-            + [(s, s) for s in ("pending", "running", "waiting", "completed", "failed")]
-            + [("cancelled", "cancelled")],
+            options=[("any", None)] + [(str(s), str(s)) for s in LISTED_STATES],
             value=state,
         )
         self._wanted_workflow = workflow

@@ -13,9 +13,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable, Iterable, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from absurd_sdk import CancelledTask
@@ -171,7 +172,7 @@ class RunHandler:
             if step.kind in _BLOCKS and result.status != domain.SKIPPED:
                 # A block's result lives in memory only: write it down for the read model.
                 done = result.to_dict()
-                self.ctx.step(names.done_checkpoint(path, try_no), lambda: done)
+                self.ctx.step(names.done_checkpoint(path, try_no), lambda done=done: done)
             if result.ok or (result.status == domain.FAILED and step.on_failure == "continue"):
                 return result
             if result.extra.get("timed_out") and step.on_timeout == "continue":
@@ -404,7 +405,9 @@ class RunHandler:
                 won = self.ctx.await_event(first, names.checkpoint(names.WINNER, path, try_no))
                 self.ctx.step(
                     names.checkpoint(names.WINNER, path, try_no, "losers"),
-                    lambda: child_runs.cancel_losers(self.conn, self.run_id, step.id, won, started),
+                    lambda won=won, started=started: child_runs.cancel_losers(
+                        self.conn, self.run_id, step.id, won, started
+                    ),
                 )
                 settled[won["branch"]] = won
                 self.merge(won)
@@ -493,7 +496,7 @@ class RunHandler:
             elif request["tool"] == domain.PROPOSE_CHANGE:
                 answers[request["call"]] = self.ctx.step(
                     names.checkpoint(names.SPAWN, path, try_no, f"p{round_no}"),
-                    lambda: self.propose_change(step, path, request),
+                    lambda request=request: self.propose_change(step, path, request),
                 )
             else:
                 answers[request["call"]] = self.start_runs(step, path, try_no, round_no, request)

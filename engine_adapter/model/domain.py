@@ -8,9 +8,10 @@ module must agree on lives here and is imported from here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from engine_adapter.model.vocab import (
     AttemptOutcome,

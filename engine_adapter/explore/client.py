@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     import psycopg
     import sqlalchemy
 
+    from engine_adapter.explore.feed import Feed
+    from engine_adapter.explore.widgets import Badge, RunsWidget, RunWidget
+
 READ_ONLY = "-c default_transaction_read_only=on"
 DEFAULT_LIMIT = 10_000
 
@@ -88,11 +91,14 @@ class Client:
         self.engine: sqlalchemy.Engine = create_engine(
             _engine_url(url), connect_args=options, pool_pre_ping=True
         )
+        self._feed: Feed | None = None
 
     def __repr__(self) -> str:
         return f"<threadline client {self.engine.url!r}{' (write)' if self.write else ''}>"
 
     def close(self) -> None:
+        if self._feed is not None:
+            self._feed.stop()
         self.engine.dispose()
 
     def __enter__(self) -> Client:
@@ -146,6 +152,10 @@ class Client:
         running."""
         return self._list("explore_attempts", locals())
 
+    def run(self, run: str) -> pd.DataFrame:
+        """One run's row of the runs view (empty when there is no such run)."""
+        return self._read_sql(db.q("explore_run"), {"run_id": _run_uuid(run)})
+
     def thread(self, run: str, limit: int = DEFAULT_LIMIT) -> pd.DataFrame:
         """One run's thread, in order."""
         return self._list("explore_thread", locals())
@@ -191,6 +201,33 @@ class Client:
         import pandas as pd
 
         return pd.read_sql(sql, self.engine, params=params)
+
+    # -- live widgets (ipywidgets; the `notebook` extra) ------------------------------------------
+    def feed(self) -> Feed:
+        """This client's change feed: one listening thread for all of its widgets."""
+        from engine_adapter.explore.feed import Feed
+
+        if self._feed is None:
+            self._feed = Feed(self.url)
+        return self._feed
+
+    def run_widget(self, run: str) -> RunWidget:
+        """A live view of one run: steps, thread, and reply/approve/deny (write=True only)."""
+        from engine_adapter.explore.widgets import RunWidget
+
+        return RunWidget(self, str(_run_uuid(run)))
+
+    def runs_widget(self, workflow: str | None = None, state: str | None = None) -> RunsWidget:
+        """A live list of runs, filtered by workflow and state."""
+        from engine_adapter.explore.widgets import RunsWidget
+
+        return RunsWidget(self, workflow, state)
+
+    def badge(self) -> Badge:
+        """A live line of the conductor and bot processes alive."""
+        from engine_adapter.explore.widgets import Badge
+
+        return Badge(self)
 
     # -- writes (write=True only) -----------------------------------------------------------------
     def spawn(self, workflow: str, payload: Any = None, *, request_id: str | None = None) -> str:

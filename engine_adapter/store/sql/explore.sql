@@ -102,3 +102,6 @@ select workflow, coalesce(sum(tokens_in), 0)::bigint as tokens_in,
        coalesce(sum(tokens_out), 0)::bigint as tokens_out,
        coalesce(sum(cost_usd), 0)::float8 as cost_usd, count(*)::bigint as turns
   from threadline_read.agent_turns group by 1 order by 1
+
+-- explore_run --
+select * from threadline_read.runs where run_id = %(run_id)s

@@ -15,6 +15,7 @@ Prints p50 and p90 of each; nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,7 @@ def gaps(conn: Conn, run_id: str) -> tuple[list[float], list[float], list[float]
     ).fetchall()
     model, tool, whole = [], [], []
     last_model = None
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         seconds = (after["created_at"] - before["created_at"]).total_seconds()
         if (before["kind"], after["kind"]) == ("agent.tool", "agent.assistant"):
             model.append(seconds)

@@ -7,9 +7,9 @@ import argparse
 import shutil
 import tempfile
 import uuid
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
-from typing import ContextManager, Iterator
 
 import psycopg
 
@@ -17,7 +17,7 @@ from engine_adapter.store import db, schema
 from engine_adapter.testing.harness import throwaway_server, with_dbname
 
 
-def embedded_server() -> ContextManager[str]:
+def embedded_server() -> AbstractContextManager[str]:
     """Start a throwaway embedded Postgres in a temp home; yield its (admin) URL."""
     return throwaway_server(prefix="threadline-bench-pg-")
 

@@ -138,7 +138,10 @@ def throughput_rows(
     busy_ours = (cpu.machine_busy_s() - busy_before) / n
     serving = cpu.backends_delta_by_app(backends_before, cpu.backends_cpu_s(conn))
     split = {
-        kind: tuple((a - b) / n for a, b in zip(cpu.own_and_children_s(pid), split_before[kind]))
+        kind: tuple(
+            (a - b) / n
+            for a, b in zip(cpu.own_and_children_s(pid), split_before[kind], strict=True)
+        )
         for kind, pid in pids.items()
     }
     worker_ours = sum(sum(own_and_children) for own_and_children in split.values())

@@ -19,9 +19,9 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from bench.cpu import machine_busy_s
 from engine_adapter.sandbox.sandbox import Sandbox, detect

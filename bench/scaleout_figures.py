@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from bench.database import fresh_database
 from bench.threadline_figures import wait_completed

@@ -82,7 +82,7 @@ def measure(box: Sandbox, kinds: list[bool | None], n: int) -> list[dict[str, An
     for kind in kinds:
         start_once(box, kind)  # warm: the first start pays for caches
     for _ in range(0, n, 10):
-        for kind, out in zip(kinds, figures):
+        for kind, out in zip(kinds, figures, strict=True):
             busy, (own, children) = machine_busy_s(), cpu_s()
             out["wall"] += [start_once(box, kind) for _ in range(10)]
             afterwards.settled()  # its slirp4netns reaped, counted with the started processes
@@ -114,7 +114,7 @@ def main() -> None:
         ]
         figures = measure(box, [network for _, network in kinds], args.n)
         first = figures[0]
-        for (label, _), out in zip(kinds, figures):
+        for (label, _), out in zip(kinds, figures, strict=True):
             times = out["wall"]
             median, p90 = statistics.median(times), times[int(len(times) * 0.9)]
             added = median - statistics.median(first["wall"])

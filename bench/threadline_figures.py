@@ -6,6 +6,7 @@ transaction), so the benchmark's own polling intervals never enter them.
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import time
@@ -158,9 +159,7 @@ def step_latencies(conn: Conn, run_ids: list[str]) -> tuple[list[float], list[fl
         ended = {e["step_key"]: e["created_at"] for e in entries if e["kind"] != "instruction"}
         keys = list(sent)  # thread order: the order the conductor sent them
         turn += [seconds_between(sent[k], ended[k]) for k in keys if k in ended]
-        step_to_step += [
-            seconds_between(ended[a], sent[b]) for a, b in zip(keys, keys[1:], strict=False)
-        ]
+        step_to_step += [seconds_between(ended[a], sent[b]) for a, b in itertools.pairwise(keys)]
     return step_to_step, turn
 
 

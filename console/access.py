@@ -29,14 +29,14 @@ from tornado.web import create_signed_value, decode_signed_value
 
 from engine_adapter.access import authorization
 from engine_adapter.access.authorization import Action
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import ROLES, Actor, os_user
 from engine_adapter.model.settings import threadline_home
+from engine_adapter.model.vocab import Door
 
 from . import sessions
 from .sessions import SESSION_DAYS
 from .users import USERS_ENV, UsersFileError, load_users
-from engine_adapter.model.errors import Invalid
-from engine_adapter.model.vocab import Door
 
 log = logging.getLogger("threadline.console")
 
@@ -149,7 +149,9 @@ def stored_secret(home: Path) -> str:
             ) from None
         secret = path.read_text().strip()
         if len(secret) < 16:
-            raise AccessError(f"{path}: too short to sign cookies; delete it and a new one is made")
+            raise AccessError(
+                f"{path}: too short to sign cookies; delete it and a new one is made"
+            ) from None
         return secret
     with os.fdopen(fd, "w") as out:
         secret = secrets.token_hex(32)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import psycopg
 from tornado.http1connection import HTTP1Connection
@@ -405,7 +406,9 @@ class ApiHandler(RequestHandler):
                 except psycopg.DataError as err:  # a value the database cannot take
                     raise ApiError(400, f"invalid input: {str(err).splitlines()[0]}") from None
                 except Exception as err:  # a bug: a JSON 500, not Tornado's HTML; the log has it
-                    raise ApiError(500, report_bug(log, err, f"{route.method} {route.path}"))
+                    raise ApiError(
+                        500, report_bug(log, err, f"{route.method} {route.path}")
+                    ) from err
 
         # Database calls block: in a worker thread, so the console's loop keeps serving pages.
         return await IOLoop.current().run_in_executor(None, call)

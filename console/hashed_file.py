@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
 from engine_adapter.model.errors import Invalid
 
 Entry = dict[str, Any]

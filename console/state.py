@@ -114,7 +114,7 @@ STATUS_ICONS: dict[StepStatus, str] = {
     StepStatus.GATE: "✋",
     StepStatus.COMPLETED: "✓",
     StepStatus.FAILED: "✗",
-    StepStatus.SKIPPED: "–",
+    StepStatus.SKIPPED: "–",  # noqa: RUF001 - an en dash on purpose: the glyph of a skipped step
 }
 
 

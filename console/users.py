@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 
 from engine_adapter.access.authorization import Action, change
-from engine_adapter.model.identity import ROLES, Actor
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.identity import ROLES, Actor
 
 USERS_ENV = "THREADLINE_CONSOLE_USERS"
 # scrypt's recommended interactive cost: ~16 MiB and tens of milliseconds per check.

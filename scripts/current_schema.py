@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine_adapter.store import current_schema, db, schema  # noqa: E402
-from engine_adapter.testing import harness  # noqa: E402
+from engine_adapter.store import current_schema, db, schema
+from engine_adapter.testing import harness
 
 
 def main() -> None:

@@ -71,11 +71,8 @@ def checkout_in_reach(argv: list[str]) -> Iterator[tuple[list[str], Path]]:
         for a in argv
     ]
     bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind]
     try:
-        yield (
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind]
-            + [str(CHECKOUT), str(where), *moved],
-            where,
-        )
+        yield [*unshare, str(CHECKOUT), str(where), *moved], where
     finally:
         where.rmdir()

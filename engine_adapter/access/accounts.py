@@ -19,11 +19,11 @@ from typing import Any
 import psycopg
 
 from engine_adapter.access.authorization import Action, change
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import ACCOUNT_NAME as NAME
 from engine_adapter.model.identity import Actor, os_user
 from engine_adapter.model.vocab import Channel, Door, NotifyEvent
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 CHANNELS = tuple(Channel)
 

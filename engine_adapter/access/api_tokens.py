@@ -16,9 +16,9 @@ import psycopg
 
 from engine_adapter.access import accounts
 from engine_adapter.access.authorization import Action, change
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import ROLES, Actor
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 PREFIX = "tl_api_"
 

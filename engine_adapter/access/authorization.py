@@ -27,10 +27,10 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from engine_adapter.model import errors
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.vocab import Door
 from engine_adapter.store import db
-from engine_adapter.model import errors
 
 
 class Action(StrEnum):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import openai
 

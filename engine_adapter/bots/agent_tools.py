@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
 from engine_adapter.model.errors import Invalid
 
 FINISH = "finish"

@@ -13,10 +13,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
-from typing import Any, Final, Iterator
+from typing import Any, Final
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -133,7 +134,7 @@ class BotSlot:
                 return outcome
         return None
 
-    def _claim_once(self) -> Claim | None | _Contended:
+    def _claim_once(self) -> Claim | _Contended | None:
         row = db.fetch_row(
             self.conn,
             "claim_step",

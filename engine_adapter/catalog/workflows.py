@@ -11,12 +11,12 @@ from psycopg.types.json import Jsonb
 from engine_adapter.access import authorization
 from engine_adapter.access.authorization import Action
 from engine_adapter.catalog import proposals
+from engine_adapter.model.errors import CONTRACT_INVALID, Conflict, NotFound, Refused
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.recipes.recipe_text import recipe_diff, shown_text
 from engine_adapter.recipes.recipes import Recipe, RecipeError, sub_workflows
 from engine_adapter.store import db
-from engine_adapter.model.errors import CONTRACT_INVALID, Conflict, NotFound, Refused
 
 # Raised by migration 003's trigger when another workflow holds a webhook path.
 _WEBHOOK_PATH_TAKEN = "webhook_triggers_pkey"

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from engine_adapter.cli.common import add_sub, _actor, _conn, _print, _print_rows, add_command
+from engine_adapter.cli.common import _actor, _conn, _print, _print_rows, add_command, add_sub
 
 
 def cmd_token(args: argparse.Namespace) -> int:

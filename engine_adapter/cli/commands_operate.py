@@ -8,13 +8,13 @@ import sys
 from typing import Any
 
 from engine_adapter.cli.common import (
-    add_sub,
     AS_HELP,
     _actor,
     _conn,
     _print,
     _print_rows,
     add_command,
+    add_sub,
 )
 
 

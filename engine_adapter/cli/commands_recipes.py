@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from engine_adapter.cli.common import (
-    add_sub,
     EXIT_INVALID,
     _actor,
     _conn,
     _print,
     _print_listing,
     _print_rows,
+    add_sub,
 )
 
 

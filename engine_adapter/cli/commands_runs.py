@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from engine_adapter.cli.common import add_sub, AS_HELP, _actor, _conn, _print, add_command
+from engine_adapter.cli.common import AS_HELP, _actor, _conn, _print, add_command, add_sub
 from engine_adapter.model.errors import Invalid
 from engine_adapter.model.vocab import AuthorKind, TriggerKind
 

@@ -121,7 +121,7 @@ def add_sub(
     fn: Callable[[argparse.Namespace], int],
     help: str,
     *positionals: str,
-    json: str | None | bool = False,
+    json: str | bool | None = False,
 ) -> argparse.ArgumentParser:
     """A group's subcommand (a help line, no description): its positional arguments, then
     --json with `json` as its help (None: no help; False: no --json)."""

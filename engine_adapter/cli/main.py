@@ -8,7 +8,6 @@ import os
 import sys
 import traceback
 
-
 EXIT_DATABASE = 3  # the database refused or failed (one line, no traceback)
 
 

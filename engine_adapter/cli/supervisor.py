@@ -176,7 +176,7 @@ def up(
     if missing:
         log.warning("%s", missing)
     me = [sys.executable, "-m", "engine_adapter.cli"]
-    children = [Child("conductor", me + ["conductor"]), Child("bots", me + ["bots"])]
+    children = [Child("conductor", [*me, "conductor"]), Child("bots", [*me, "bots"])]
     if console:
         # `up` prints the sign-in link itself (below), so a restarted console does not print
         # another.
@@ -189,7 +189,7 @@ def up(
             )
         )
     if hooks:
-        children.append(Child("hooks", me + ["hooks", "--port", str(hooks_port)]))
+        children.append(Child("hooks", [*me, "hooks", "--port", str(hooks_port)]))
     for child in children:
         child.env = {DATABASE_URL_ENV: logins[child.name]}
     stopping = False

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from functools import partial
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from engine_adapter.catalog import proposals
@@ -41,7 +41,7 @@ class BotSteps(Sending):
             elif request["tool"] == domain.PROPOSE_CHANGE:
                 answers[request["call"]] = self.ctx.step(
                     names.checkpoint(names.SPAWN, path, try_no, f"p{round_no}"),
-                    lambda: self.propose_change(step, path, request),
+                    partial(self.propose_change, step, path, request),
                 )
             else:
                 answers[request["call"]] = self.start_runs(step, path, try_no, round_no, request)

@@ -25,13 +25,13 @@ from psycopg.types.json import Jsonb
 from engine_adapter.conductor.notifier import Notifier
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model.domain import HandlerParams, decision_result
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
 from engine_adapter.store import db
 from engine_adapter.store.wakeups import Hold, Holds, Wake, route_wake
 from engine_adapter.store.workers import Worker
-from engine_adapter.model.errors import Invalid
 
 log = logging.getLogger("threadline.conductor")
 

@@ -4,8 +4,9 @@ writes, and the thread and state writes every step kind makes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, Callable, Iterable, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from absurd_sdk import TaskContext

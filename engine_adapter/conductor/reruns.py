@@ -5,8 +5,9 @@ optionally with an edited payload. The two runs' threads link to each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from absurd_sdk import StepHandle, TaskContext

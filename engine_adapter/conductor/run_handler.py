@@ -16,7 +16,9 @@ parked by an earlier handler resumes on this one only if they stay as they are.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
 
 from engine_adapter.conductor.bot_steps import BotSteps
 from engine_adapter.conductor.control_flow import ControlFlow
@@ -104,7 +106,7 @@ class RunHandler(ControlFlow, BotSteps, Waits, Lifecycle):
             if step.kind in _BLOCKS and result.status != domain.SKIPPED:
                 # A block's result lives in memory only: write it down for the read model.
                 done = result.to_dict()
-                self.ctx.step(names.done_checkpoint(path, try_no), lambda: done)
+                self.ctx.step(names.done_checkpoint(path, try_no), partial(dict, done))
             if result.ok or (result.status == domain.FAILED and step.on_failure == "continue"):
                 return result
             if result.extra.get("timed_out") and step.on_timeout == "continue":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import psycopg
 
@@ -124,7 +125,7 @@ def render(conn: psycopg.Connection[Any]) -> str:
         out.family(name, "histogram", help_)
         rows = db.fetch_all(conn, query)
         for group, values in sorted(_grouped(rows, keys, column).items()):
-            out.histogram(name, buckets, values, **dict(zip(keys, group)))
+            out.histogram(name, buckets, values, **dict(zip(keys, group, strict=True)))
 
     waiting = {r["kind"]: r for r in db.fetch_all(conn, "metrics_waiting")}
     out.family("threadline_steps_open", "gauge", "Step tries waited for now, by kind (bot, gate).")

@@ -138,8 +138,13 @@ class RunWidget(w.VBox, _Live):
         self.approve_button.on_click(lambda _: self._act("approve"))
         self.deny_button.on_click(lambda _: self._act("deny"))
         actions = w.HBox(
-            [self.reply_text, self.reply_button, self.reason_text, self.approve_button]
-            + [self.deny_button]
+            [
+                self.reply_text,
+                self.reply_button,
+                self.reason_text,
+                self.approve_button,
+                self.deny_button,
+            ]
         )
         super().__init__([self.header, self.steps_html, actions, self.message, self.thread_html])
         self._follow(client, lambda run_ids: not run_ids or self.run_id in run_ids)

@@ -39,10 +39,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from engine_adapter.catalog.workflows import WorkflowNotFound
 from engine_adapter.ingress.hook_requests import (
-    ip_literal,
     content_type_problem,
     framing_problem,
     header_problem,
+    ip_literal,
     request_path,
 )
 from engine_adapter.ingress.webhook_auth import (

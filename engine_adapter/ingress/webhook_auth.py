@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import re
 import time
+
 from engine_adapter.model.errors import Refused
 
 TIMESTAMP_HEADER = "X-Threadline-Timestamp"

@@ -9,9 +9,10 @@ module must agree on lives here and is imported from here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from engine_adapter.model.vocab import (
     AttemptOutcome,

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine_adapter.model.settings import credentials_path
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.settings import credentials_path
 from engine_adapter.model.vocab import Door
 
 DOORS = tuple(Door)

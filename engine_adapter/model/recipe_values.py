@@ -10,6 +10,7 @@ import json
 import math
 import re
 from typing import Any
+
 from engine_adapter.model.errors import CONTRACT_INVALID, Invalid
 
 # Every duration (a sleep, a step or gate timeout, how far ahead a sleep_until lies): a year and

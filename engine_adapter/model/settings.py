@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
 from engine_adapter.model.errors import Conflict, Invalid
 
 DATABASE_URL_ENV = "THREADLINE_DATABASE_URL"

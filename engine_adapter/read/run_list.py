@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, fields, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
 import psycopg
 
 from engine_adapter.model.domain import RUN_STATES, TRIGGER_KINDS
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 PAGE_SIZE = 50
 
@@ -92,7 +92,7 @@ def _parse_time(name: str, raw: str) -> datetime:
         raise FilterError(
             f"{name}: {raw!r} is not a date or time (use e.g. 2026-11-23 or 2026-11-23T07:00Z)"
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _escape_like(text: str) -> str:
@@ -181,7 +181,7 @@ def state_counts(conn: psycopg.Connection[Any], filters: RunFilters) -> dict[str
 
 def utc_day(at: datetime) -> datetime:
     """The start of the UTC day of a moment (as threadline.run_day)."""
-    return at.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 BUCKET_SECONDS = {"5 minutes": 300, "1 hour": 3600, "1 day": 86400}

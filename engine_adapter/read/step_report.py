@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import re
 import signal
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from engine_adapter.model.names import ROUND_MARK, split_step_key
 from engine_adapter.model.vocab import AttemptOutcome, EntryKind, StepKind, StepStatus

@@ -8,9 +8,10 @@ The stepper, `show --json` and the notebooks all draw this tree; `read_model.sho
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from engine_adapter.model import domain, names
 from engine_adapter.model.vocab import AwaitKind, EntryKind

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 from cronsim import CronSim, CronSimError
+
 from engine_adapter.model.errors import Invalid
 
 # Search far enough back that the latest slot is found across the largest daylight-saving shift.
@@ -61,7 +62,7 @@ def zone(tz: str) -> zoneinfo.ZoneInfo:
         raise CronError(f"{_q(tz)[:80]} is not an IANA time zone (e.g. Europe/Berlin)")
     try:
         return zoneinfo.ZoneInfo(tz)
-    except Exception:  # noqa: BLE001 - not found, a directory, unreadable, not TZif: all "no zone"
+    except Exception:  # not found, a directory, unreadable, not TZif: all "no zone"
         raise CronError(f"{_q(tz)} is not an IANA time zone (e.g. Europe/Berlin)") from None
 
 

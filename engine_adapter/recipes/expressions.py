@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import simpleeval
+
 from engine_adapter.model.errors import Invalid
 
 MAX_CHARS = 1000

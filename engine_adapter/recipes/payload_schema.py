@@ -35,7 +35,7 @@ def check_schema(schema: Any, errors: list[str], path: str = "payload_schema") -
             Draft202012Validator.check_schema(schema)
         except SchemaError as err:
             problems.append(f"{_join(path, err.absolute_path)}: {err.message}")
-        except Exception as err:  # noqa: BLE001 - the checker's own failure is the schema's problem
+        except Exception as err:  # the checker's own failure is the schema's problem
             problems.append(f"{path}: cannot be checked ({type(err).__name__}: {str(err)[:200]})")
     if not problems:
         problems += _check_refs(schema, path)
@@ -52,7 +52,7 @@ def payload_problems(schema: dict | None, payload: Any) -> list[str]:
         found = sorted(
             validator.iter_errors(payload), key=lambda e: [str(p) for p in e.absolute_path]
         )
-    except Exception as err:  # noqa: BLE001 - a schema stored before a check existed
+    except Exception as err:  # a schema stored before a check existed
         why = f"{type(err).__name__}: {str(err)[:200]}"
         return [f"payload: cannot be checked against payload_schema ({why})"]
     problems = [f"{_join('payload', e.absolute_path)}: {_rule(e)}" for e in found[:MAX_ERRORS]]
@@ -74,7 +74,7 @@ def _check_refs(schema: dict, path: str) -> list[str]:
             continue
         try:
             resolver.lookup(ref)
-        except Exception:  # noqa: BLE001 - referencing's errors name the reference, we say where
+        except Exception:  # referencing's errors name the reference, we say where
             problems.append(f"{where}: {_q(ref)} refers to nothing in the schema")
     return problems
 

@@ -16,6 +16,7 @@ from datetime import date
 from typing import Any
 
 import yaml
+
 from engine_adapter.model.errors import Invalid
 
 MAX_CHARS = 256 * 1024
@@ -53,7 +54,7 @@ def parse_text(text: Any) -> Any:
         return yaml.load(text, Loader=BoundedLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise DocumentError(f"not valid YAML/JSON: {json_error or _yaml_message(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - whatever the parser raises (an impossible date,
+    except Exception as exc:  # whatever the parser raises (an impossible date,
         # an over-long integer from a constructor), the text is no document
         raise DocumentError(f"not valid YAML/JSON: {json_error or _describe(exc)}") from None
 

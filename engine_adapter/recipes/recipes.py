@@ -11,10 +11,11 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from engine_adapter.model import domain
 from engine_adapter.model.recipe_values import (
@@ -111,7 +112,9 @@ def _check_command(text: str, path: str, errors: list[str]) -> None:
     """Placeholders where a variable reference cannot stand, or where bash would take its value
     as a name, arithmetic or code (shell_context.py; render.render_command checks again)."""
     matches = list(PLACEHOLDER.finditer(text))
-    for match, place in zip(matches, shell_context.placements(text, [m.span() for m in matches])):
+    for match, place in zip(
+        matches, shell_context.placements(text, [m.span() for m in matches]), strict=True
+    ):
         if place.refusal:
             errors.append(f"{path}: {{{{{match.group(1).strip()}}}}} {place.refusal}")
 

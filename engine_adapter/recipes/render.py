@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from engine_adapter.model.domain import step_value
+from engine_adapter.model.errors import Invalid
 from engine_adapter.recipes import shell_context
 from engine_adapter.recipes.recipes import PLACEHOLDER
-from engine_adapter.model.errors import Invalid
 
 # Linux caps one environment string ("NAME=value" and its NUL) at 32 pages (MAX_ARG_STRLEN), and
 # all of them with the arguments at a quarter of the stack limit: stay well under both.
@@ -55,7 +56,7 @@ def render_command(
     names = variable_names([m.group(1).strip() for m in matches])
     values: dict[str, str] = {}
     out, last = [], 0
-    for match, place in zip(matches, where):
+    for match, place in zip(matches, where, strict=True):
         path = match.group(1).strip()
         if place.refusal:  # a recipe stored before a rule was added is checked again here
             raise RenderError(f"{{{{{path}}}}} {place.refusal}")

@@ -102,7 +102,7 @@ def placements(text: str, spans: list[tuple[int, int]]) -> list[Placement]:
     found = [scan.found.get(start, BARE) for start, _ in spans]
     return [
         Placement(context, REFUSED.get(context) or refused.get(start))
-        for context, (start, _) in zip(found, spans)
+        for context, (start, _) in zip(found, spans, strict=True)
     ]
 
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine_adapter.model.recipe_values import EVENT_NAME, quote
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.recipe_values import EVENT_NAME, quote
 
 KEYS = ("path", "secret", "map", "event", "key")
 MAX_PATH = 200

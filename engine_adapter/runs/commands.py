@@ -12,12 +12,12 @@ from engine_adapter.access import authorization
 from engine_adapter.catalog import bot_config
 from engine_adapter.model import names
 from engine_adapter.model.domain import ENDED, FINISHED
+from engine_adapter.model.errors import Conflict
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import AuthorKind, EntryKind, RunState, TaskState
 from engine_adapter.runs import child_runs, run_limits, run_state, thread_entries
 from engine_adapter.store import db
-from engine_adapter.model.errors import Conflict
 
 
 class CommandRefused(Conflict):

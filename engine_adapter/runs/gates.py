@@ -21,6 +21,7 @@ from engine_adapter.access.authorization import (
     why_not,
 )
 from engine_adapter.model.domain import DISPATCH_TASK, PERSON_DECISIONS, decision_result
+from engine_adapter.model.errors import Conflict, Invalid, Refused
 from engine_adapter.model.identity import SYSTEM, Actor, name_of_label
 from engine_adapter.model.names import step_id_of
 from engine_adapter.model.vocab import AuthorKind, AwaitKind, Door, EntryKind, GateDecision
@@ -28,7 +29,6 @@ from engine_adapter.recipes.recipes import find_step_doc
 from engine_adapter.runs.run_state import emit_step_done, lock_run
 from engine_adapter.runs.thread_entries import append, system_note
 from engine_adapter.store import db
-from engine_adapter.model.errors import Conflict, Invalid, Refused
 
 APPROVE_WORDS = ("👍", "approve")
 DENY_WORDS = ("👎", "deny")

@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 
 from engine_adapter.model.domain import PERSON_DECISIONS
+from engine_adapter.model.errors import CONTRACT_MISMATCH, Invalid, Refused
 from engine_adapter.model.identity import Actor
 from engine_adapter.runs import gates
 from engine_adapter.store import db
-from engine_adapter.model.errors import CONTRACT_MISMATCH, Invalid, Refused
 
 PREFIX = "tl_rt_"
 DEFAULT_TTL_S = 24 * 3600

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine_adapter.access import authorization
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.recipe_values import (
     RETENTION_KEYS,
@@ -26,7 +27,6 @@ from engine_adapter.model.recipe_values import (
     retention_seconds,
 )
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 BATCH = 100  # runs per transaction
 MAX_BATCHES = 50  # per job; the rest waits for the next one

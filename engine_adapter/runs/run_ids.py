@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import string
 import uuid
-from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
 
+from engine_adapter.model.errors import Invalid
 from engine_adapter.runs.thread_entries import RunNotFound
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 MIN_PREFIX = 8
 FULL = 32  # hex digits in a uuid

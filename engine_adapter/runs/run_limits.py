@@ -8,17 +8,18 @@ holding no process (migrations 002 and 021), and starts when a place under every
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import psycopg
 
 from engine_adapter.access.authorization import Action, change
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import Actor, name_of_label
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import TriggerKind
 from engine_adapter.store import db
-from engine_adapter.model.errors import Invalid
 
 GLOBAL = "global"
 INITIATOR = "initiator"

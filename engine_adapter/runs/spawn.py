@@ -25,13 +25,13 @@ from psycopg.types.json import Jsonb
 from engine_adapter.access import authorization
 from engine_adapter.catalog.workflows import get_workflow
 from engine_adapter.model.domain import TRIGGER_KINDS
+from engine_adapter.model.errors import CONTRACT_INVALID, Invalid, Refused
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import HANDLER_NAME, HANDLER_VERSION, QUEUE
 from engine_adapter.model.vocab import RunState, TriggerKind
 from engine_adapter.recipes import payload_schema, recipe_doc
 from engine_adapter.runs import pause, run_limits, thread_entries
 from engine_adapter.store import db
-from engine_adapter.model.errors import CONTRACT_INVALID, Invalid, Refused
 
 # Conductor attempts: each conductor crash while it holds a run burns one; step failures never do.
 TASK_OPTIONS = {

@@ -7,9 +7,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from engine_adapter.model.errors import NotFound
 from engine_adapter.model.vocab import AuthorKind, EntryKind
 from engine_adapter.store import db
-from engine_adapter.model.errors import NotFound
 
 
 class RunNotFound(NotFound):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from functools import cache
-from typing import Callable
 
 log = logging.getLogger("threadline.afterwards")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # Characters bash gives no meaning to in a word (spaces and tabs separate the words).
 _LITERAL_LINE = re.compile(r"[A-Za-z0-9_./,:=+@%\t -]+")

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 OUTPUT_CAP = 64 * 1024
 TERM_GRACE_S = 5.0

@@ -18,13 +18,14 @@ import os
 import pwd
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from engine_adapter.model.settings import threadline_home
 from engine_adapter.model.errors import Invalid
+from engine_adapter.model.settings import threadline_home
 
 if TYPE_CHECKING:
     from engine_adapter.sandbox.step_fit import Fit
@@ -114,7 +115,7 @@ class Sandbox:
         wrap = [self.setpriv]
         if self.user:
             wrap += ["--reuid", str(self.user[0]), "--regid", str(self.user[1]), "--clear-groups"]
-        return wrap + ["--pdeathsig", "KILL", "--"]
+        return [*wrap, "--pdeathsig", "KILL", "--"]
 
     def argv(
         self, argv: list[str], workdir: Path, *, mount: Mount | None = None, fit: Fit | None = None
@@ -125,7 +126,7 @@ class Sandbox:
         outer, options, inner = (fit.outer, fit.options, fit.inner) if fit else ((), (), ())
         wrap = [*outer, *self.wrapper()]
         if not self.bwrap:
-            return wrap + [*inner] + argv
+            return [*wrap, *inner, *argv]
         tmp = fit.tmp if fit else None
         # /tmp and /dev/shm on disk, under the runs root, where the step's tmp limit counts them
         # (a tmpfs is the machine's memory); a network namespace of its own always, so never the

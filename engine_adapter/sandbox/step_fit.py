@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from engine_adapter.sandbox import step_guard, step_limits, step_network
 from engine_adapter.sandbox.process_runner import ProcessResult

@@ -26,11 +26,12 @@ import signal
 import stat
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from engine_adapter.sandbox.afterwards import later
 from engine_adapter.sandbox.sandbox import Sandbox, SandboxError

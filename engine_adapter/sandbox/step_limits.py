@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
+from engine_adapter.model.errors import Invalid
 from engine_adapter.model.recipe_values import format_duration, parse_duration
 from engine_adapter.model.recipe_values import quote as _q
-from engine_adapter.model.errors import Invalid
 
 KEYS = ("memory", "pids", "cpu", "tmp", "output")
 SIZE_KEYS = ("memory", "tmp", "output")

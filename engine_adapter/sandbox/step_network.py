@@ -25,11 +25,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from engine_adapter.sandbox.afterwards import later
 from engine_adapter.sandbox.readable import readable
@@ -117,7 +118,9 @@ class Attachment:
         try:
             child = int(json.loads(info)["child-pid"])
         except (ValueError, KeyError, TypeError):
-            raise NetworkError(f"bubblewrap did not say where the step runs ({info[:200]!r})")
+            raise NetworkError(
+                f"bubblewrap did not say where the step runs ({info[:200]!r})"
+            ) from None
         try:
             self._connect(child)
             os.write(self.fds["block_w"], b"1")  # the command starts (close() closes it)

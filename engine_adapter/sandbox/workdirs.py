@@ -28,11 +28,11 @@ import stat
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
 
 from engine_adapter.model.settings import threadline_home
 from engine_adapter.sandbox.sandbox import (

@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row

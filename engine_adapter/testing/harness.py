@@ -11,9 +11,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import psycopg
 
@@ -72,7 +73,7 @@ def make_traversable(path: Path) -> None:
     tmp = Path(tempfile.gettempdir()).resolve()
     for p in (path, *path.parents):
         p = p.resolve()
-        if p == tmp or not p.is_relative_to(tmp) and p != path.resolve():
+        if p == tmp or (not p.is_relative_to(tmp) and p != path.resolve()):
             break
         p.chmod(p.stat().st_mode | 0o111)
 

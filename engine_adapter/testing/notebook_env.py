@@ -25,10 +25,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 import psycopg
 
@@ -59,7 +60,7 @@ class NotebookEnv:
         self._reaper: Reaper | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> "NotebookEnv":
+    def start(self) -> NotebookEnv:
         # A kernel that exits after a failing cell cleans up at exit; one killed first, by the
         # reaper.
         atexit.register(self.close)
@@ -98,7 +99,7 @@ class NotebookEnv:
             raise
         return self
 
-    def __enter__(self) -> "NotebookEnv":
+    def __enter__(self) -> NotebookEnv:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

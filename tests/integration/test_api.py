@@ -80,7 +80,7 @@ def test_tokens_roles_and_a_run_driven_through_the_api(db_url, conn, apply, api,
     stored = conn.execute("select token_hash from threadline.api_tokens").fetchall()
     assert all(row["token_hash"] != viewer for row in stored)  # only hashes are kept
 
-    status, answer, headers = call(api, "GET", "/runs")
+    status, _answer, headers = call(api, "GET", "/runs")
     assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
     assert call(api, "GET", "/runs", "tl_api_wrong")[0] == 401
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -191,7 +191,7 @@ def test_pinned_hash_idempotency_and_validate(db_url, conn, apply, running):
 
 def test_policy_timeout_parallelism_and_output_cap(db_url, apply, running):
     apply("slug: slow\nsteps:\n  - id: nap\n    run_command: sleep 60\n")
-    slow, events, code = call(db_url, "run", {"workflow": "slow", "policy": {"timeout_ms": 1500}})
+    slow, _events, code = call(db_url, "run", {"workflow": "slow", "policy": {"timeout_ms": 1500}})
     assert code == 30 and slow["status"] == "cancelled"
     assert slow["error"]["type"] == "policy_violation" and "1.5 s" in slow["error"]["message"]
     apply("""
@@ -287,7 +287,7 @@ def test_a_link_racing_the_gate_timeout_has_one_winner(db_url, conn, apply, runn
     paused, _, _ = call(db_url, "run", {"workflow": "gated"})
     token, run_id = paused["requires_approval"]["resume_token"], paused["run_id"]
     deadline = datetime.fromisoformat(paused["requires_approval"]["timeout_at"])
-    wait = (deadline - datetime.now(timezone.utc)).total_seconds()
+    wait = (deadline - datetime.now(UTC)).total_seconds()
     time.sleep(max(0.0, wait))  # the link arrives as the gate times out
     status, _ = link(base, token, {"decision": "approve"})
     view = harness.wait_for_state(running.url, run_id, ("completed", "cancelled"), timeout=30)
@@ -331,5 +331,5 @@ def test_a_gate_without_a_timeout_waits_a_day_by_default(db_url, apply, running)
     paused, _, _ = call(db_url, "run", {"workflow": "gated"})
     approval = paused["requires_approval"]
     deadline = datetime.fromisoformat(approval["timeout_at"])
-    left = (deadline - datetime.now(timezone.utc)).total_seconds()
+    left = (deadline - datetime.now(UTC)).total_seconds()
     assert 23.9 * 3600 < left <= 24 * 3600 and approval["on_timeout"] == "deny"

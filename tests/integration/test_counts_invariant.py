@@ -14,7 +14,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -109,7 +109,7 @@ def by_state(rows: list[RunRow]) -> dict[str, int]:
 
 def bucket_of(at: datetime, seconds: int) -> datetime:
     """As the charts bucket a moment: date_bin from 2000-01-01 UTC."""
-    origin = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    origin = datetime(2000, 1, 1, tzinfo=UTC)
     return origin + timedelta(seconds=(at - origin).total_seconds() // seconds * seconds)
 
 
@@ -149,7 +149,7 @@ def assert_counts_agree(conn: psycopg.Connection) -> None:
             assert listed(conn, one_day) == on_day
             assert run_list.state_counts(conn, one_day) == by_state(on_day)
         chart_agrees(conn, RunFilters())  # the last 7 days, drawn from the kept counts by day
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         chart_agrees(conn, RunFilters(since=now - timedelta(days=2)))  # by hour, counted
         chart_agrees(conn, RunFilters(since=now - timedelta(hours=2)))  # by 5 minutes
 

@@ -185,5 +185,5 @@ def test_connect_finds_the_homes_logins(tmp_path, logins, db_url, monkeypatch):
     assert reader.engine.url.username == psycopg.conninfo.conninfo_to_dict(logins["viewer"])["user"]
     assert connect(home=tmp_path, write=True).write
     write_credentials({"roles": logins}, tmp_path)
-    with pytest.raises(Exception, match="no write login in .*credentials.json"):
+    with pytest.raises(Exception, match=r"no write login in .*credentials\.json"):
         connect(home=tmp_path, write=True)

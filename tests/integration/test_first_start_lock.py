@@ -105,7 +105,7 @@ def test_up_and_four_commands_at_once_on_a_fresh_home_ten_times(homes: list[Path
             for args in OTHERS
         ]
         try:
-            for args, proc in zip(OTHERS, others):
+            for args, proc in zip(OTHERS, others, strict=True):
                 stdout, stderr = (s.decode() for s in proc.communicate(timeout=180))
                 assert not any(b in stderr for b in BROKEN), f"{args} (round {i}):\n{stderr}"
                 # health says `down` (no conductor yet: exit 1); the rest succeed.

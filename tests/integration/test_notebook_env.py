@@ -149,7 +149,7 @@ def test_process_set_start_waits_for_that_process_and_fails_early_if_it_exits(db
             )
         assert live["alive"]
         # It exits at once (a bad flag): the wait says so with its log, long before its timeout.
-        with pytest.raises(RuntimeError, match="(?s)bots process exited with 2.*no-such-flag"):
+        with pytest.raises(RuntimeError, match=r"(?s)bots process exited with 2.*no-such-flag"):
             procs.start("bots", args=["--no-such-flag"], wait=True, timeout=600)
     finally:
         procs.kill_all()

@@ -4,7 +4,7 @@ runs in flight go on, with the child runs they start and the events they wait fo
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import test_webhooks
 
@@ -50,7 +50,7 @@ def test_pause_refuses_new_runs_and_lets_runs_in_flight_finish(db_url, conn, app
     assert refused.returncode == 2
     assert "Threadline is paused" in refused.stderr and "deploy freeze" in refused.stderr
     assert "`threadline unpause` lifts it" in refused.stderr
-    later = datetime.now(timezone.utc) + timedelta(minutes=5)
+    later = datetime.now(UTC) + timedelta(minutes=5)
     assert schedules.tick(conn, later) == []  # no slot fires while paused
     health = json.loads(harness.run_cli(db_url, "health", "--json").stdout)
     assert "deploy freeze" in health["paused"]

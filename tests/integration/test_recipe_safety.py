@@ -101,7 +101,7 @@ def test_a_payload_the_schema_refuses_writes_nothing(conn, apply):
     )
     with pytest.raises(PayloadRejected, match="payload: 'target' is a required property"):
         spawn(conn, "checks", {})
-    with pytest.raises(PayloadRejected, match='payload.target: 5 is not of type "string"'):
+    with pytest.raises(PayloadRejected, match=r'payload\.target: 5 is not of type "string"'):
         emit(conn, "checks.requested", {"target": 5})
     assert all(count(conn, t) == 0 for t in tables)
 

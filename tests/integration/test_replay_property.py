@@ -5,7 +5,8 @@ outputs), so a rerun with the same payload decides and computes what the origina
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import pytest

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -19,8 +19,6 @@ from engine_adapter.catalog.workflows import set_enabled
 from engine_adapter.runs import schedules
 from engine_adapter.store import db
 from engine_adapter.testing import harness
-
-UTC = timezone.utc
 
 
 def recipe(

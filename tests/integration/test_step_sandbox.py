@@ -307,9 +307,11 @@ def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
         # next bot, which kills the lost attempt's process group before it starts another).
         harness.wait_for(
             lambda: (
-                any(Path(f"/proc/{step}/task").glob("*/children"))
-                and any(
-                    t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children")
+                (
+                    any(Path(f"/proc/{step}/task").glob("*/children"))
+                    and any(
+                        t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children")
+                    )
                 )
                 or way == "python"
             ),

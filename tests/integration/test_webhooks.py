@@ -79,7 +79,7 @@ def request(
     path: str,
     body: bytes = b"",
     headers: dict[str, str] | None = None,
-    length: int | None | bool = True,
+    length: int | bool | None = True,
 ) -> tuple[int, dict[str, Any], Any]:
     """One HTTP request; length=True sends Content-Length for body, None omits it, an int lies.
     A POST says its body is JSON unless headers name another Content-Type."""

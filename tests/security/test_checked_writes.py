@@ -14,7 +14,6 @@ from psycopg.types.json import Jsonb
 
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
-
 from tests.integration.test_api import token
 from tests.security.test_db_logins import refused
 from tests.security.test_process_logins import writes_held

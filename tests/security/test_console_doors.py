@@ -127,7 +127,7 @@ def test_an_approver_replies_only_to_a_run_at_a_gate(db_url, conn, apply, procs,
     status, _, _ = call(console_only, "POST", f"/runs/{steered}/reply", operator, {"text": "hi"})
     assert status == 200 and human_entries(conn, steered) == ["hi"]  # an operator steers
 
-    status, said, _ = call(console_only, "POST", f"/runs/{gated}/reply", approver, {"text": "ok?"})
+    status, _said, _ = call(console_only, "POST", f"/runs/{gated}/reply", approver, {"text": "ok?"})
     assert status == 200 and human_entries(conn, gated) == ["ok?"]  # at a gate it may
 
 

@@ -21,7 +21,6 @@ from engine_adapter.runs import commands, gates
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
 from engine_adapter.testing import harness
-
 from tests.integration.test_api import token
 from tests.security.test_db_logins import counts, refused
 
@@ -203,7 +202,7 @@ def test_a_forged_expired_signed_out_or_revoked_credential_is_refused(
 
 
 def test_a_viewer_credential_does_no_operator_or_approver_action(conn, db_url, logins, waiting):
-    run_id, key = waiting
+    run_id, _key = waiting
     vic = token(db_url, "vic", "viewer")
     before = counts(conn)
     with db.connect(logins["console"]) as c:

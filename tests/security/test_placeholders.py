@@ -186,14 +186,14 @@ def unchecked(command: str, payload: dict[str, str]) -> tuple[str, dict[str, str
     places = shell_context.placements(command, [m.span() for m in matches])
     names = variable_names([m.group(1).strip() for m in matches])
     out, last, values = [], 0, {}
-    for match, place in zip(matches, places):
+    for match, place in zip(matches, places, strict=True):
         path = match.group(1).strip()
         name = names[path]
         values[name] = payload[path.removeprefix("payload.")]
         reference = f'"${name}"' if place.context == shell_context.BARE else f"${{{name}}}"
         out += [command[last : match.start()], reference]
         last = match.end()
-    return "".join(out + [command[last:]]), values
+    return "".join([*out, command[last:]]), values
 
 
 def bash(command: str, values: dict[str, str], where: Path) -> None:

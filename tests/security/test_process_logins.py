@@ -14,8 +14,9 @@ attempt past those checks is refused by the database and changes nothing.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -376,7 +377,7 @@ def test_the_conductor_login_sends_no_link_to_a_stranger_nor_fires_a_slot_by_han
     conn, logins, open_step
 ):
     run_id, step_key = open_step
-    slot = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
     before = outbox_state(conn)
     with db.connect(logins["conductor"]) as attacker:
         for statement, params in (

@@ -201,7 +201,7 @@ def test_dotdot_and_unlisted_absolute_workdirs_are_refused(conn, apply, procs, w
     workflows = "select count(*) as n from threadline.workflows"
     stored = conn.execute(workflows).fetchone()["n"]
     for bad in ("../escaped", "a/../../escaped", f"{workdir}/../escaped"):
-        with pytest.raises(RecipeError, match='must not hold a ".." component'):
+        with pytest.raises(RecipeError, match=r'must not hold a "\.\." component'):
             apply(step_recipe("climber", bad))
     assert conn.execute(workflows).fetchone()["n"] == stored
     elsewhere = tmp_path / "elsewhere"

@@ -39,9 +39,19 @@ def jupyterlab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     )
     log = (tmp_path / "jupyterlab.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1"]
-        + [f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}"]
-        + ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={work}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -102,9 +102,11 @@ def test_five_failures_a_minute_lock_a_key_out_for_a_while():
 
 def test_start_up_checks(tmp_path):
     home = tmp_path / "home"
-    with pytest.raises(access.AccessError, match="--no-auth: refused on 0.0.0.0"):
+    with pytest.raises(access.AccessError, match=r"--no-auth: refused on 0\.0\.0\.0"):
         access.configure("0.0.0.0", no_auth=True, env={}, home=home)
-    with pytest.raises(access.AccessError, match="will not listen on 0.0.0.0 without a users file"):
+    with pytest.raises(
+        access.AccessError, match=r"will not listen on 0\.0\.0\.0 without a users file"
+    ):
         access.configure("0.0.0.0", env={}, home=home)
     users = tmp_path / "users.json"
     add_user(users, "ann", "pw", ["viewer"])
@@ -182,7 +184,7 @@ def test_each_write_needs_its_role():
     ):
         access.actor_of(viewer, Action.SPAWN)
     with pytest.raises(
-        access.NotAllowed, match="otto .* may not approve a gate: that needs the approver role"
+        access.NotAllowed, match=r"otto .* may not approve a gate: that needs the approver role"
     ):
         access.actor_of(operator, Action.DECIDE, "approve a gate")
     with pytest.raises(access.NotAllowed, match="Not signed in"):

@@ -318,14 +318,14 @@ def test_short_run_ids_tell_runs_of_the_same_moment_apart():
 
 
 def test_charts_say_so_when_empty_and_keep_their_window_with_one_bucket():
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from console.charts import durations_figure, failures_figure, over_time_figure
 
     assert failures_figure([]).layout.annotations[0].text == "No failures yet"
     assert durations_figure([]).layout.annotations[0].text.startswith("No step attempts")
     assert over_time_figure([]).layout.annotations[0].text.startswith("No runs")
-    until = datetime(2026, 11, 23, 12, tzinfo=timezone.utc)
+    until = datetime(2026, 11, 23, 12, tzinfo=UTC)
     window = {"since": until - timedelta(days=7), "until": until, "bucket_s": 86400}
     one = over_time_figure(
         [{"bucket": until - timedelta(days=1), "state": "completed", "runs": 1}], window

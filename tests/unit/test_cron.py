@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from engine_adapter.recipes.cron import CronError, Schedule
 from engine_adapter.recipes.recipes import RecipeError, load_recipe_text
 from engine_adapter.runs.schedules import ON_TIME_S, due_slots
-
-UTC = timezone.utc
 
 
 def utc(*args: int) -> datetime:

@@ -34,7 +34,7 @@ def broken_links(page: Path) -> list[str]:
     """Each relative link of a page whose file, or heading, is missing."""
     broken = []
     for target in LINK.findall(FENCE.sub("", page.read_text())):
-        if re.match(r"[a-z]+:", target) or target.startswith("#") and not target[1:]:
+        if re.match(r"[a-z]+:", target) or (target.startswith("#") and not target[1:]):
             continue
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine_adapter.model.errors import Invalid
 from engine_adapter.ingress.hook_requests import (
     MAX_TARGET,
     content_type_problem,
@@ -18,6 +17,7 @@ from engine_adapter.ingress.hook_requests import (
     header_problem,
     request_path,
 )
+from engine_adapter.model.errors import Invalid
 
 
 def headers(*pairs: tuple[str, str]) -> http.client.HTTPMessage:

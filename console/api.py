@@ -220,7 +220,8 @@ def _review(approve: bool) -> Callable[..., Any]:
 
 
 def _apply_proposal(conn: Any, actor: Actor, body: dict, query: dict, proposal_id: str) -> Any:
-    return {"id": int(proposal_id), "version": proposals.apply(conn, _id(proposal_id), actor)}
+    number = _id(proposal_id)  # a 400 naming the value before anything reads it
+    return {"id": number, "version": proposals.apply(conn, number, actor)}
 
 
 def _recipe(body: dict) -> Recipe:

@@ -89,8 +89,8 @@ class Console:
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
-    def sign_in_with_link(self) -> str:
-        token_path = self.link().split(str(self.port), 1)[1]
+    def sign_in_with_link(self, link: str | None = None) -> str:
+        token_path = (link or self.link()).split(str(self.port), 1)[1]
         status, headers, _ = self.request("GET", token_path)
         assert status == 302 and headers["location"].startswith("./login?next="), (status, headers)
         status, headers, _ = self.request("GET", headers["location"][1:])

@@ -63,9 +63,10 @@ def test_guessed_links_never_lock_out_the_owner_and_each_further_guess_waits(pro
     assert [s for s, _ in answers] == [401] * 4 + [429] * 2, answers
     assert all(took >= 1.5 for _, took in answers[4:]), answers  # a throttled guess waits
     assert "too many failed links came from this address" in body
+    link = console.link()  # the owner's fresh link (minting it, a command, is not timed)
     started = time.monotonic()
-    cookie = console.sign_in_with_link()  # the owner's fresh link, from the same address
-    assert time.monotonic() - started < 1.5  # at once: the right link never waits
+    cookie = console.sign_in_with_link(link)  # from the same address
+    assert time.monotonic() - started < 1.5  # not throttled: the right link never waits
     assert console.request("GET", "/recipes", cookie=cookie)[0] == 200
 
 
@@ -184,7 +185,7 @@ def test_malformed_ids_cursors_and_bodies_are_a_4xx_in_json(db_url, conn, apply,
         ("GET", "/runs?after=garbage", None, lead, 400, "after: 'garbage' is not a page cursor"),
         ("GET", "/runs?after=2026-01-01T00:00:00~x", None, lead, 400, "after:"),
         ("GET", "/runs?after=9999-99-99~" + str(uuid.uuid4()), None, lead, 400, "after:"),
-        ("GET", run + "/thread?after=99999999999999999999", None, lead, 400, "after from 0"),
+        ("GET", run + "/thread?after=99999999999999999999", None, lead, 400, "after: '9999"),
         ("GET", "/workflows/a%00b", None, lead, 400, "slug: at most"),
         ("GET", "/runs?search=%ff", None, lead, 400, "the query"),
         ("GET", "/proposals/99999999999999999999999", None, lead, 400, "proposal_id"),

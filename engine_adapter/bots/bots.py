@@ -105,6 +105,12 @@ class BotSlot:
                     # Nothing else waited when this was claimed, and what came since brought a
                     # wake-up of its own: wait for one rather than run a claim that finds nothing.
                     self.wake.wait(timeout=POLL_S)
+            except psycopg.errors.TransactionRollback:
+                # Postgres undid one transaction (a deadlock it broke, retried already): the
+                # slot goes on, and a claim left unreported is claimed again when its lease ends.
+                log.exception("a transaction was rolled back; the bot slot goes on")
+                if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    self.conn.rollback()
             except psycopg.OperationalError:
                 if not self.stop.is_set():
                     log.exception("database connection lost; bot slot stops")
@@ -519,32 +525,32 @@ class BotSlot:
         # A paused round's attempt did its work: it ends completed, and the step goes on; its
         # call is in the thread already, so there is no reply to write.
         outcome = COMPLETED if status == PAUSED else status
-        outcome_of = db.fetch_row(
-            self.conn,
-            "report_step",
-            dict(
-                queue=QUEUE,
-                run_id=claim.run_id,
-                step_key=claim.step_key,
-                attempt=claim.attempt,
-                secret=claim.secret,
-                bot=claim.bot,
-                outcome=outcome,
-                backoff_s=backoff,
-                note=note,
-                message=None if status == PAUSED else (output or "(no output)"),
-                terminal_kind=f"signal.dispatch.{outcome}",
-                terminal_text=f"step {step_id} paused: {value['tool']}"
-                if status == PAUSED
-                else (
-                    f'step "{step_id}" failed: {why}'
-                    if status == AttemptOutcome.FAILED
-                    else f"step {step_id} {status}"
-                ),
-                payload=Jsonb(payload),
-                exit_code=exit_code,
+        report = dict(
+            queue=QUEUE,
+            run_id=claim.run_id,
+            step_key=claim.step_key,
+            attempt=claim.attempt,
+            secret=claim.secret,
+            bot=claim.bot,
+            outcome=outcome,
+            backoff_s=backoff,
+            note=note,
+            message=None if status == PAUSED else (output or "(no output)"),
+            terminal_kind=f"signal.dispatch.{outcome}",
+            terminal_text=f"step {step_id} paused: {value['tool']}"
+            if status == PAUSED
+            else (
+                f'step "{step_id}" failed: {why}'
+                if status == AttemptOutcome.FAILED
+                else f"step {step_id} {status}"
             ),
-        )["result"]
+            payload=Jsonb(payload),
+            exit_code=exit_code,
+        )
+        # One transaction: a deadlock abort undid all of it, so the report is simply sent again.
+        outcome_of = db.retrying_deadlocks(
+            self.conn, lambda: db.fetch_row(self.conn, "report_step", report)["result"]
+        )
         if outcome_of == "dropped":
             log.info(
                 "attempt %s of %s is no longer current; result dropped",

@@ -59,7 +59,7 @@ begin
   select max_runs into v_global from threadline.run_limits where kind = 'global';
   for v_run in
     select run_id, workflow, initiator from threadline.run_threads
-     where state = 'queued' order by queue_seq for update
+     where state = 'queued' order by queue_seq for no key update
   loop
     exit when v_global is not null and threadline.active_top_runs(null) >= v_global;
     select (recipe ->> 'max_concurrent_runs')::integer into v_cap
@@ -106,7 +106,7 @@ begin
      order by queue_seq
      limit case when v_max is null then null
                 else greatest(v_max - threadline.active_runs(p_workflow), 0) end
-     for update
+     for no key update
   loop
     if threadline.admit_run(p_queue, v_run.run_id,
          'Starting: a place is free (max_concurrent_runs '
@@ -220,7 +220,7 @@ begin
     perform threadline.refuse(format('writing a %s entry', p_author_kind));
   end if;
   select next_seq, bot, created_at into v_seq, v_bot, v_created
-    from threadline.run_threads where run_id = p_run_id for update;
+    from threadline.run_threads where run_id = p_run_id for no key update;
   if v_seq is null then
     raise exception 'run % not found', p_run_id using errcode = 'P0002';
   end if;
@@ -635,7 +635,7 @@ begin
        and threadline.step_key_free(rt.await_key)
      order by rt.updated_at
      limit 2
-       for update of rt skip locked
+       for no key update of rt skip locked
   loop
     v_found := v_found + 1;
     if v_found = 1 then
@@ -1447,7 +1447,7 @@ begin
   elsif v_caller not in ('owner', 'conductor', 'console') then
     perform threadline.refuse('locking a run');
   end if;
-  return query select * from threadline.run_threads where run_id = p_run_id for update;
+  return query select * from threadline.run_threads where run_id = p_run_id for no key update;
 end;
 $$;
 
@@ -1929,7 +1929,7 @@ begin
     return 'dropped';
   end if;
   select state, await_key, awaiting into v_run
-    from threadline.run_threads where run_id = p_run_id for update;
+    from threadline.run_threads where run_id = p_run_id for no key update;
   if not found or not (v_run.state = 'running' and v_run.await_key = p_step_key
                        and v_run.awaiting) then
     update threadline.step_claims set finished_at = now(), outcome = 'cancelled'
@@ -2209,7 +2209,7 @@ declare
   v_what text := format('moving run %s to %s', p_run_id, p_state);
 begin
   perform threadline.require_caller(array['conductor', 'console'], 'setting a run''s state');
-  select r.state into v_old from threadline.run_threads r where r.run_id = p_run_id for update;
+  select r.state into v_old from threadline.run_threads r where r.run_id = p_run_id for no key update;
   if v_old is null or v_old = 'cancelled' then
     return null;  -- a cancelled run stays so, whoever writes after it
   end if;

@@ -1,0 +1,60 @@
+"""Locks on a run's row leave its key alone: a child run's thread and its parent's are written
+at the same moment without a deadlock (a child row references its parent's key)."""
+
+from __future__ import annotations
+
+import psycopg
+
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db
+
+RECIPE = """
+slug: locks
+steps:
+  - id: one
+    run_command: "true"
+"""
+
+
+def child_of(conn: psycopg.Connection, parent: str) -> str:
+    row = conn.execute(
+        "insert into threadline.run_threads (run_id, workflow, workflow_version, recipe_hash,"
+        " recipe, payload, bot, trigger, state, parent_run_id)"
+        " select gen_random_uuid(), workflow, workflow_version, recipe_hash, recipe, '{}', bot,"
+        " jsonb_build_object('kind', 'event', 'what', 'branch'), 'running', run_id"
+        " from threadline.run_threads where run_id = %s returning run_id",
+        (parent,),
+    ).fetchone()
+    assert row is not None
+    return str(row["run_id"])
+
+
+def note(conn: psycopg.Connection, run_id: str, text: str) -> None:
+    conn.execute(
+        "select threadline.append_entry(%s, 'system', 'threadline', 'note', null, null, %s, null)",
+        (run_id, text),
+    )
+
+
+def test_a_child_thread_is_written_twice_while_its_parent_is_being_written(conn, apply, db_url):
+    """The shape of a bot's report on a branch (its reply, then its terminal signal: the child's
+    row updated twice, so Postgres re-checks the parent's key) while another transaction holds
+    the parent's row to append to it. With `for update` the report waited on the parent's
+    holder (and deadlocked when that holder came for the child); it goes straight through."""
+    apply(RECIPE)
+    parent = str(spawn(conn, "locks").run_id)
+    child = child_of(conn, parent)
+    with db.connect(db_url) as holder, db.connect(db_url) as reporter:
+        with holder.transaction():
+            note(holder, parent, "the parent's thread, held open")
+            reporter.execute("set lock_timeout = '3s'")
+            with reporter.transaction():
+                note(reporter, child, "a branch's reply")
+                note(reporter, child, "its terminal signal")
+    texts = [
+        r["text"]
+        for r in conn.execute(
+            "select text from threadline.thread_entries where run_id = %s order by seq", (child,)
+        )
+    ]
+    assert texts == ["a branch's reply", "its terminal signal"]

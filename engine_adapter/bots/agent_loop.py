@@ -18,9 +18,7 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
-
-import openai
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine_adapter.bots.agent_tools import (
     FINISH,
@@ -46,6 +44,12 @@ from engine_adapter.store.workers import crash_point
 ASSISTANT, TOOL = EntryKind.AGENT_ASSISTANT, EntryKind.AGENT_TOOL  # the journal's entry kinds
 _SUMMARY_CHARS = 1000  # a tool result in the thread (the console folds it to a few lines)
 MODEL_RETRIES = 6  # transient model errors, retried with backoff (about a minute in all)
+
+if TYPE_CHECKING:
+    import openai
+
+# openai is imported on an agent's first model call, not with the bots process: it takes a second
+# or more to import, which every bots start paid though most steps are commands.
 
 
 class Stopped(Exception):
@@ -93,6 +97,8 @@ class Step:
 
 
 def _client(config: BotConfig, timeout_s: float) -> openai.OpenAI:
+    import openai
+
     key = "unused"  # local servers want none, but the client insists on one
     if config.api_key_env:
         key = os.environ.get(config.api_key_env, "")
@@ -231,6 +237,8 @@ class AgentLoop:
     def model_turn(self, turn: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.still_current():
             raise Stopped
+        import openai  # loaded by _client's first call; the except clauses below name it
+
         for person in self.journal.human_messages(self.seen):  # steering, since the last turn
             messages.append(_from_person(person))
             self.seen = person["seq"]

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import psycopg
 from referencing import Registry, Resource
 
@@ -33,6 +32,9 @@ from engine_adapter.recipes.recipes import _SLUG as SLUG
 from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text, walk_steps
 from engine_adapter.runs import resume_tokens
 from engine_adapter.store import db
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMAS = Path(__file__).with_name("schemas")
 EXIT_OK, EXIT_INVALID, EXIT_CONTRACT, EXIT_POLICY, EXIT_INTERNAL = (
@@ -83,6 +85,8 @@ def schema(name: str) -> dict[str, Any]:
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:
+    import jsonschema  # here, not at the top: payload_schema.py says why
+
     """A validator of one of the published schemas; they refer to each other by file name."""
     registry: Registry[Any] = Registry().with_resources(
         (path.name, Resource.from_contents(json.loads(path.read_text())))

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
-from referencing import Registry
-from referencing.jsonschema import DRAFT202012
+from typing import TYPE_CHECKING, Any
 
 from engine_adapter.recipes.recipe_doc import json_only
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+
+# jsonschema is imported where a schema is checked, not with this module: its format checkers
+# compile grammars at import (seconds on a busy machine), which every process start (conductor,
+# bots, each CLI call) paid though most recipes have no payload_schema.
 
 MAX_ERRORS = 5
 _REF_KEYWORDS = ("$ref", "$dynamicRef")
@@ -31,6 +33,9 @@ def check_schema(schema: Any, errors: list[str], path: str = "payload_schema") -
         return None
     problems = json_only(schema, path)
     if not problems:
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as err:
@@ -47,6 +52,8 @@ def payload_problems(schema: dict | None, payload: Any) -> list[str]:
     """Why payload does not satisfy schema, as "payload.<path>: <rule>" (none when it does)."""
     if schema is None:
         return []
+    from jsonschema import Draft202012Validator
+
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     try:
         found = sorted(
@@ -63,6 +70,9 @@ def payload_problems(schema: dict | None, payload: Any) -> list[str]:
 
 def _check_refs(schema: dict, path: str) -> list[str]:
     """Every $ref is local and resolves within the schema."""
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
+
     resolver = Registry().with_resource("", DRAFT202012.create_resource(schema)).resolver()
     problems = []
     for where, ref in _refs(schema, path):

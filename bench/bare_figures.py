@@ -46,11 +46,11 @@ def worker(url: str) -> Absurd:
     return engine
 
 
-def ensure_queue(url: str) -> None:
-    engine = Absurd(url, queue_name=QUEUE)
+def ensure_queue(url: str, queue: str = QUEUE) -> None:
+    engine = Absurd(url, queue_name=queue)
     try:
-        if QUEUE not in engine.list_queues():
-            engine.create_queue(QUEUE)
+        if queue not in engine.list_queues():
+            engine.create_queue(queue)
     finally:
         engine.close()
 

@@ -31,6 +31,7 @@ from bench import agent_figures as agent
 from bench import bare_figures as bare
 from bench import chaos, cpu
 from bench import console_figures as console
+from bench import fair_figures as fair
 from bench import parallel_figures as parallel
 from bench import scale_figures as scale
 from bench import step_trace as trace
@@ -68,6 +69,8 @@ class Sizes:
     agent_runs: int
     in_flight: tuple[int, ...]  # runs in flight for step -> next step, by executor threads
     trace_runs: int  # runs of five steps whose statements are counted, one at a time
+    fair_runs: int  # workflows per turn against Absurd running each step as a subprocess
+    fair_repeats: int
     chaos: chaos.ChaosSizes
 
 
@@ -86,6 +89,8 @@ SMOKE = Sizes(
     agent_runs=2,
     in_flight=(1, 10),
     trace_runs=2,
+    fair_runs=3,
+    fair_repeats=1,
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -103,6 +108,8 @@ FULL = Sizes(
     agent_runs=10,
     in_flight=(1, 10, 50),
     trace_runs=10,
+    fair_runs=200,
+    fair_repeats=3,
     chaos=chaos.FULL,
 )
 
@@ -404,6 +411,28 @@ def trace_rows(sizes: Sizes) -> list[Row]:
     return rows
 
 
+def fair_rows(server_url: str, sizes: Sizes) -> list[Row]:
+    n, repeats = sizes.fair_runs, sizes.fair_repeats
+    progress(
+        f"fair baseline: {n} workflows x {repeats} turn(s) of each system (bench/fair_figures)"
+    )
+    turns, said = fair.run(server_url, n, repeats, fair.DEFAULT_CONCURRENCY, progress)
+    rows: list[Row] = [
+        ("fair baseline (bench/fair_figures.py)", "Threadline", "subprocess / bare", said),
+    ]
+    for f in fair.figures(turns):
+        rows.append(
+            (
+                f"  {f.label}",
+                f.cells["threadline"],
+                f"{f.cells['subprocess']} / {f.cells['bare']}",
+                f"{f.ratio} subprocess; target {f.target}",
+            )
+        )
+    rows.append(("  (counts are sound here; times are noisy on 2 shared cores)", "", "", ""))
+    return rows
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -438,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_url = stack.enter_context(fresh_database(server_url))
         rows += scale_rows(scale_url, home / "scale", sizes)
         rows += trace_rows(sizes)
+        rows += fair_rows(server_url, sizes)
         chaos_url = stack.enter_context(fresh_database(server_url))
         outcome = chaos.run_chaos(chaos_url, home / "chaos", sizes.chaos, progress=progress)
     print()

@@ -17,7 +17,7 @@ from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model import domain, names
 from engine_adapter.model.domain import HandlerParams
 from engine_adapter.model.identity import Actor
-from engine_adapter.model.vocab import AuthorKind, EntryKind, TriggerKind
+from engine_adapter.model.vocab import EntryKind, TriggerKind
 from engine_adapter.read import step_tree
 from engine_adapter.read.read_model import run_facts
 from engine_adapter.recipes.recipes import find_step_doc, step_docs
@@ -88,15 +88,14 @@ def rerun(
             snapshot=Snapshot(run["recipe"], run["workflow_version"], run["recipe_hash"]),
             carried=carried,
         )
-        thread_entries.append(
+        thread_entries.by_person(
             conn,
             run_id,
-            AuthorKind.HUMAN,
-            actor.label,
+            actor,
             EntryKind.NOTE,
             f"Rerun from step {from_step} by {actor.label}: run "
             f"{names.short_run_id(spawned.run_id)}.",
-            data={"rerun": spawned.run_id, "from": from_step, **actor.as_record()},
+            data={"rerun": spawned.run_id, "from": from_step},
         )
         db.notify(conn, run_id, "thread")
     return spawned

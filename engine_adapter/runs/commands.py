@@ -15,7 +15,7 @@ from engine_adapter.model.domain import ENDED, FINISHED
 from engine_adapter.model.errors import Conflict
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
-from engine_adapter.model.vocab import AuthorKind, EntryKind, RunState, TaskState
+from engine_adapter.model.vocab import EntryKind, RunState, TaskState
 from engine_adapter.runs import child_runs, run_limits, run_state, thread_entries
 from engine_adapter.store import db
 
@@ -43,14 +43,8 @@ def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: st
             conn, run_id, RunState.CANCELLED, run["current_step"], run["current_try"]
         )
         text = f"Run cancelled by {actor.label}" + (f": {reason}" if reason else ".")
-        thread_entries.append(
-            conn,
-            run_id,
-            AuthorKind.HUMAN,
-            actor.label,
-            EntryKind.DECISION,
-            text,
-            data={"decision": "cancel", **actor.as_record()},
+        thread_entries.by_person(
+            conn, run_id, actor, EntryKind.DECISION, text, data={"decision": "cancel"}
         )
         child_runs.cancel_open_children(
             conn, run_id, f"its parent run was cancelled by {actor.label}"
@@ -68,14 +62,13 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
             changed = _retake_bot_settings(conn, run_id)
-            thread_entries.append(
+            thread_entries.by_person(
                 conn,
                 run_id,
-                AuthorKind.HUMAN,
-                actor.label,
+                actor,
                 EntryKind.DECISION,
                 f"Retry requested by {actor.label} (engine retry)." + _then(changed),
-                data={**actor.as_record(), "bot_settings_changed": changed},
+                data={"bot_settings_changed": changed},
             )
             db.notify(conn, run_id, "retry")
             return f"{run_id}:engine"
@@ -97,15 +90,14 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
             conn, run_id, RunState.RUNNING, run["current_step"], run["current_try"]
         )
         changed = _retake_bot_settings(conn, run_id)
-        thread_entries.append(
+        thread_entries.by_person(
             conn,
             run_id,
-            AuthorKind.HUMAN,
-            actor.label,
+            actor,
             EntryKind.DECISION,
             f"Retry requested by {actor.label}: step {run['current_step']} gets try "
             f"{run['current_try'] + 1}." + _then(changed),
-            data={"decision": "retry", **actor.as_record(), "bot_settings_changed": changed},
+            data={"decision": "retry", "bot_settings_changed": changed},
         )
         db.notify(conn, run_id, "retry")
         return key
@@ -158,13 +150,12 @@ def emit_debug_event(
         db.fetch_one(
             conn, "emit_debug_event", dict(queue=QUEUE, event=event, payload=Jsonb(payload))
         )
-        thread_entries.append(
+        thread_entries.by_person(
             conn,
             run_id,
-            AuthorKind.HUMAN,
-            actor.label,
+            actor,
             EntryKind.NOTE,
             f"{actor.label} emitted event {event} (debug).",
-            data={"event": event, "payload": payload, **actor.as_record()},
+            data={"event": event, "payload": payload},
         )
         db.notify(conn, run_id, "thread")

@@ -27,7 +27,7 @@ from engine_adapter.model.names import step_id_of
 from engine_adapter.model.vocab import AuthorKind, AwaitKind, Door, EntryKind, GateDecision
 from engine_adapter.recipes.recipes import find_step_doc
 from engine_adapter.runs.run_state import emit_step_done, lock_run
-from engine_adapter.runs.thread_entries import append, system_note
+from engine_adapter.runs.thread_entries import append, by_person, system_note
 from engine_adapter.store import db
 
 APPROVE_WORDS = ("👍", "approve")
@@ -83,12 +83,9 @@ def reply(conn: psycopg.Connection[Any], run_id: str, text: str, actor: Actor) -
             actor = accounts.resolved(conn, actor)
         decision = _decision_from_reply(conn, gate, text, actor) if gate else None
         refusal = _why_not_decider(conn, gate, run, actor) if gate and decision else None
-        data = actor.as_record()
-        if decision and not refusal:  # the gate's answer, not steering for an agent
-            data = {**data, "answered": run["await_key"]}
-        seq = append(
-            conn, run_id, AuthorKind.HUMAN, actor.label, EntryKind.MESSAGE, text, data=data
-        )
+        # The gate's answer, or else steering for an agent.
+        answered = {"answered": run["await_key"]} if decision and not refusal else {}
+        seq = by_person(conn, run_id, actor, EntryKind.MESSAGE, text, data=answered)
         assert seq is not None  # None only for a dedupe_key seen before
         if gate is None:
             return ReplyOutcome(seq, None, None)
@@ -159,15 +156,14 @@ def _decide(
         text = f"{'👍 approved' if decision == GateDecision.APPROVE else '👎 denied'}" + (
             f": {reason}" if reason else ""
         )
-        append(
+        by_person(
             conn,
             run_id,
-            AuthorKind.HUMAN,
-            actor.label,
+            actor,
             EntryKind.DECISION,
             text,
             step_key=run["await_key"],
-            data={"decision": decision, "reason": reason, **actor.as_record()},
+            data={"decision": decision, "reason": reason},
         )
         _record_decision(conn, run, decision, actor, reason)
         audit(conn, run_id, run["await_key"], actor, decision, reason)

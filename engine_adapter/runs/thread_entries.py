@@ -8,6 +8,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from engine_adapter.model.errors import NotFound
+from engine_adapter.model.identity import Actor
 from engine_adapter.model.vocab import AuthorKind, EntryKind
 from engine_adapter.store import db
 
@@ -44,6 +45,30 @@ def append(
         ),
     )
     return row["seq"] if row else None
+
+
+def by_person(
+    conn: psycopg.Connection[Any],
+    run_id: str,
+    actor: Actor,
+    kind: EntryKind,
+    text: str,
+    *,
+    step_key: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> int | None:
+    """An entry a person wrote or caused (Human in the thread), in their name: its data says
+    who, through which door and on whose behalf (Actor.as_record)."""
+    return append(
+        conn,
+        run_id,
+        AuthorKind.HUMAN,
+        actor.label,
+        kind,
+        text,
+        step_key=step_key,
+        data={**(data or {}), **actor.as_record()},
+    )
 
 
 def system_note(

@@ -37,6 +37,30 @@ def _layout(fig: go.Figure, title: str) -> go.Figure:
     return fig
 
 
+# A bar chart shows at least this many bars' room: one bar is a bar, not the whole panel.
+MIN_SLOTS = 6
+FEW_VALUES = 30  # a box of fewer values shows its points too (one value makes no box)
+
+
+def count_ticks(most: float) -> dict[str, object]:
+    """A count axis: whole numbers, each once ("0 0 1 1" is what `d` does to 0.5 steps)."""
+    ticks: dict[str, object] = {"rangemode": "tozero", "tickformat": "d"}
+    if most <= MIN_SLOTS:
+        ticks.update(tick0=0, dtick=1, range=[0, max(most, 1) * 1.05])
+    return ticks
+
+
+def category_slots(count: int) -> dict[str, object]:
+    """A category axis with room for at least MIN_SLOTS, the first category on top."""
+    return {"range": [max(count, MIN_SLOTS) - 0.5, -0.5], "type": "category"}
+
+
+def centred_slots(count: int) -> dict[str, object]:
+    """A category axis of side-by-side boxes with room for at least MIN_SLOTS, the few centred."""
+    pad = max(0, MIN_SLOTS - count) / 2
+    return {"range": [-0.5 - pad, count - 0.5 + pad], "type": "category"}
+
+
 def _empty(fig: go.Figure, title: str, says: str) -> go.Figure:
     """Words instead of empty axes."""
     fig.add_annotation(
@@ -54,13 +78,16 @@ def _empty(fig: go.Figure, title: str, says: str) -> go.Figure:
 
 
 def over_time_figure(rows: list[dict], window: run_list.ChartWindow | None = None) -> go.Figure:
-    """Stacked bars, one per bucket of the window; drawn over the whole window, so a single bucket
-    gets the window's ticks (not sub-millisecond ones) and a bar as wide as its bucket."""
+    """Stacked bars, one per bucket of the window, each over its own bucket (not centred on its
+    start, which put half of today's bar before midnight and cut the other half at now); drawn
+    over the whole window in whole buckets, so a single bucket gets the window's ticks (not
+    sub-millisecond ones) and a bar as wide as its bucket."""
     title = "Runs over time by outcome"
     if not rows:
         return _empty(go.Figure(), title, "No runs in this window yet")
     frame = pd.DataFrame(rows, columns=["bucket", "state", "runs"])
     width = window["bucket_s"] * 1000 * 0.9 if window else None  # ms on a date axis
+    offset = window["bucket_s"] * 1000 * 0.05 if window else None
     fig = go.Figure(
         [
             go.Bar(
@@ -68,6 +95,7 @@ def over_time_figure(rows: list[dict], window: run_list.ChartWindow | None = Non
                 y=part["runs"],
                 name=name,
                 width=width,
+                offset=offset,
                 marker_color=STATE_COLORS.get(name),
             )
             for name, part in frame.groupby("state")
@@ -75,8 +103,10 @@ def over_time_figure(rows: list[dict], window: run_list.ChartWindow | None = Non
     )
     fig.update_layout(barmode="stack")
     if window:
-        fig.update_xaxes(range=[window["since"], window["until"]])
-    fig.update_yaxes(title="runs", rangemode="tozero", tickformat="d")
+        last = pd.Timestamp(frame["bucket"].max()) + pd.Timedelta(seconds=window["bucket_s"])
+        fig.update_xaxes(range=[window["since"], max(pd.Timestamp(window["until"]), last)])
+    most = frame.groupby("bucket")["runs"].sum().max()
+    fig.update_yaxes(title="runs", **count_ticks(most))
     return _layout(fig, title)
 
 
@@ -87,11 +117,17 @@ def durations_figure(rows: list[dict]) -> go.Figure:
     frame = pd.DataFrame(rows, columns=["workflow", "step", "outcome", "seconds"])
     fig = go.Figure(
         [
-            go.Box(y=part["seconds"], name=name, boxpoints=False)
+            go.Box(
+                y=part["seconds"],
+                name=name,
+                boxpoints="all" if len(part) < FEW_VALUES else False,
+                pointpos=0,
+            )
             for name, part in frame.groupby("workflow")
         ]
     )
-    fig.update_yaxes(title="seconds per attempt")
+    fig.update_yaxes(title="seconds per attempt", rangemode="tozero")
+    fig.update_xaxes(**centred_slots(frame["workflow"].nunique()))
     return _layout(fig, title)
 
 
@@ -100,6 +136,7 @@ def failures_figure(rows: list[dict]) -> go.Figure:
     if not rows:
         return _empty(go.Figure(), title, "No failures yet")
     frame = pd.DataFrame(rows, columns=["workflow", "step", "runs"])
+    frame = frame.sort_values("runs", ascending=False, kind="stable")
     fig = go.Figure(
         go.Bar(
             x=frame["runs"],
@@ -108,7 +145,8 @@ def failures_figure(rows: list[dict]) -> go.Figure:
             marker_color=STATE_COLORS[RunState.FAILED],
         )
     )
-    fig.update_xaxes(title="runs", rangemode="tozero", tickformat="d")
+    fig.update_xaxes(title="runs", **count_ticks(frame["runs"].max()))
+    fig.update_yaxes(**category_slots(len(frame)))
     return _layout(fig, title)
 
 
@@ -126,6 +164,7 @@ def agent_use_figure(rows: list[dict]) -> go.Figure:
     )
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="tokens", rangemode="tozero", tickformat="d")
+    fig.update_yaxes(**category_slots(len(frame)))
     costs = frame["cost_usd"].dropna()
     if len(costs):
         title += f" · ${costs.sum():.4f} priced"

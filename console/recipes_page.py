@@ -33,6 +33,7 @@ from engine_adapter.runs.spawn import manual_key, spawn
 from . import access, data, state
 from .recipe_check import check_recipe_async
 from .style import html_pane
+from .workflow_graph import graph_html
 
 DOUBLE_CLICK_S = 1.0
 NEW_RECIPE = """slug: my-workflow
@@ -123,6 +124,8 @@ class RecipeEditor(Viewer):
         self.editor.param.watch(self._edited, "value")
         self._checks = 0  # the latest check's number: an older answer arriving late is dropped
         self.validation = html_pane("", sizing_mode="stretch_width")
+        # The workflow as a graph, redrawn from each valid text (workflow_graph.py).
+        self.graph = html_pane("", sizing_mode="stretch_width", name="graph")
         self.save = pn.widgets.Button(
             name="Save as new version" if slug else "Create", button_type="primary"
         )
@@ -180,7 +183,10 @@ class RecipeEditor(Viewer):
             note,
             sizing_mode="stretch_width",
         )
-        parts: list[Any] = [editor]
+        parts: list[Any] = [
+            editor,
+            pn.Card(self.graph, title="Graph", sizing_mode="stretch_width"),
+        ]
         if self.slug:
             parts.append(
                 pn.Card(
@@ -236,6 +242,7 @@ class RecipeEditor(Viewer):
         self.validation.object = (
             f'<div class="tl-ok" id="tl-validation">Valid · {len(recipe.steps)} steps</div>'
         )
+        self.graph.object = graph_html(recipe.to_dict()["steps"])
         self.save.disabled = self.read_only is not None
         return recipe
 

@@ -20,7 +20,7 @@ from engine_adapter.access.authorization import Action
 from engine_adapter.conductor import reruns
 from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.vocab import Door, GateDecision, RunState
-from engine_adapter.read import read_model
+from engine_adapter.read import read_model, timeline
 from engine_adapter.read.engine_debug import run_debug
 from engine_adapter.runs import commands, events, gates
 from engine_adapter.runs.run_ids import RunIdError, resolve_run_id
@@ -32,6 +32,7 @@ from .debug_pane import debug_html
 from .live import Change
 from .live_panel import Throttle, on_change, patch_table
 from .style import html_pane
+from .waterfall import waterfall_html
 
 THREAD_TAIL = 200
 
@@ -68,6 +69,10 @@ class RunView(Viewer):
             widths={"status": 130},
             name="stepper",
         )
+        # A bar per step try and attempt, on the database clock (waterfall.py); `_db_now` is that
+        # clock as last read, moved on by the live feed's beat so running bars grow.
+        self.timeline = html_pane("", sizing_mode="stretch_width")
+        self._db_now: datetime | None = None
         # Why each failed step failed, and each agent step's tool calls (state.step_details_html).
         self.details = html_pane("", sizing_mode="stretch_width")
         self.thread = pn.Column(sizing_mode="stretch_width", css_classes=["tl-thread"])
@@ -186,6 +191,8 @@ class RunView(Viewer):
             pn.pane.Markdown("### Steps"),
             self.stepper,
             self.details,
+            pn.pane.Markdown("### Timeline"),
+            self.timeline,
             thread,
             actions,
             self.debug,
@@ -198,6 +205,7 @@ class RunView(Viewer):
         try:
             with data.connection() as conn:
                 self.run = read_model.run_view(conn, self.run_id, thread_limit=0)
+                self._db_now = read_model.db_now(conn)
         except RunNotFound:
             return False
         self._render_summary()
@@ -224,6 +232,7 @@ class RunView(Viewer):
         patch_table(
             self.stepper, pd.DataFrame(state.stepper_rows(run, now, highlight=self.highlight))
         )
+        self._render_timeline()
         details = state.step_details_html(run)
         if self.details.object != details:  # a countdown's tick changes nothing here
             self.details.object = details
@@ -262,6 +271,15 @@ class RunView(Viewer):
         self.permissions.object = (
             f'<div class="tl-muted" id="tl-permissions">{html.escape(" ".join(notes))}</div>'
         )
+
+    def _render_timeline(self) -> None:
+        run = self.run
+        assert run is not None
+        rows, more = timeline.rows(run.steps)
+        now = self._db_now or datetime.now(UTC)
+        drawn = waterfall_html(rows, run.created_at, run.finished_at, now, more)
+        if self.timeline.object != drawn:  # nothing still going: nothing sent
+            self.timeline.object = drawn
 
     def _append_entries(self, entries: list[dict[str, Any]]) -> None:
         for entry in entries:
@@ -330,6 +348,7 @@ class RunView(Viewer):
         if self.run_id in change.run_ids:
             self._reload.poke()
         elif change.beat is not None:
+            self._db_now = change.beat.get("db_now") or self._db_now
             self._reload.beat()
             if self.run and self.run.state in (
                 RunState.SLEEPING,

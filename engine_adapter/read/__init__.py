@@ -8,4 +8,5 @@ __all__ = [
     "run_list",
     "step_report",
     "step_tree",
+    "timeline",
 ]

@@ -251,6 +251,11 @@ def runnable_unclaimed(conn: psycopg.Connection[Any], limit: int = 50) -> list[d
     return rows
 
 
+def db_now(conn: psycopg.Connection[Any]) -> datetime:
+    """The database clock, which every time a run's rows hold was read from."""
+    return db.fetch_row(conn, "db_now")["now"]
+
+
 def conductor_beat(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """The heartbeat badge's inputs: health plus the newest conductor beat."""
     beat = db.fetch_row(conn, "last_conductor_beat")

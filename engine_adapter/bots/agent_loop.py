@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -158,8 +159,10 @@ class AgentLoop:
         run_tool: Callable[[Call], str],
         still_current: Callable[[], bool],
         lease_held: Callable[[], AbstractContextManager[None]] = nullcontext,
+        turned: Callable[[int, int, dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
+        self.turned = turned  # hears of each model turn: its number, start (ns) and tokens
         self.step = step
         self.journal = journal
         self.run_tool = run_tool
@@ -242,6 +245,7 @@ class AgentLoop:
         for person in self.journal.human_messages(self.seen):  # steering, since the last turn
             messages.append(_from_person(person))
             self.seen = person["seq"]
+        started_ns = time.time_ns()
         try:
             if self.client is None:  # one client (and its connection pool) for the attempt
                 self.client = _client(self.config, self.step.timeout_s)
@@ -286,6 +290,8 @@ class AgentLoop:
         if cost is not None:
             usage["cost_usd"] = cost
         self.add_usage(usage)
+        if self.turned is not None:
+            self.turned(turn, started_ns, usage)
         text = message["content"] or ""
         if message.get("tool_calls"):  # each call with its arguments (cut when long)
             text = (text + "\n" if text else "") + step_report.calls_line(message["tool_calls"])

@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import Enum
@@ -50,7 +50,7 @@ from engine_adapter.sandbox.process_runner import (
 from engine_adapter.sandbox.sandbox import Sandbox, SandboxError, detect
 from engine_adapter.sandbox.step_network import NetworkError
 from engine_adapter.sandbox.workdirs import StepDir
-from engine_adapter.store import db
+from engine_adapter.store import db, traces
 from engine_adapter.store.wakeups import POLL_S, Wake, start_listener
 from engine_adapter.store.workers import Worker, crash_point
 
@@ -90,6 +90,7 @@ class BotSlot:
         self.conn = db.connect(url, role="bots")
         self.current_pgid: int | None = None
         self.abandoning = False
+        self.claimed_ns = 0  # when the claim in hand was made: its attempt's span starts there
 
     def loop(self) -> None:
         while not self.stop.is_set():
@@ -171,6 +172,7 @@ class BotSlot:
             row["more"],
             row["secret"],
         )
+        self.claimed_ns = time.time_ns()
         crash_point("bot_after_claim")
         if claim.attempt > 1 and (lost_attempt is None or parsed.retry.retries_lost):
             with self.conn.transaction():
@@ -355,6 +357,7 @@ class BotSlot:
             run_tool,
             lambda: self.still_current(claim),
             lambda: self.lease_held(claim),
+            self.turn_traced(claim, config.model) if traces.enabled() else None,
         )
         started = time.monotonic()
         try:
@@ -557,6 +560,8 @@ class BotSlot:
                 claim.attempt,
                 claim.step_key,
             )
+        if outcome_of != "dropped":
+            self.trace_attempt(claim, outcome, exit_code, reason)
         if outcome_of == "done":
             crash_point("bot_after_terminal")
 
@@ -565,6 +570,35 @@ class BotSlot:
             db.q("cancel_claim"),
             dict(step_key=claim.step_key, attempt=claim.attempt, secret=claim.secret),
         )
+        self.trace_attempt(claim, AttemptOutcome.CANCELLED, None, None)
+
+    def trace_attempt(
+        self, claim: Claim, outcome: str, exit_code: int | None, reason: str | None
+    ) -> None:
+        """The attempt's span, from its claim to its report, when traces are sent."""
+        if traces.enabled():
+            traces.attempt_ended(
+                claim.step_key,
+                claim.instruction.step,
+                claim.instruction.try_no,
+                claim.attempt,
+                self.claimed_ns,
+                outcome,
+                bot=claim.bot,
+                worker=self.worker.id,
+                sandbox=self.sandbox.describe(),
+                exit_code=exit_code,
+                reason=reason,
+            )
+
+    def turn_traced(self, claim: Claim, model: str) -> Callable[[int, int, dict[str, Any]], None]:
+        """What an agent's loop calls at each model turn: the turn's span."""
+
+        def turned(turn: int, started_ns: int, usage: dict[str, Any]) -> None:
+            step = claim.instruction.step
+            traces.agent_turn(claim.step_key, step, claim.attempt, turn, started_ns, model, usage)
+
+        return turned
 
     def close(self) -> None:
         self.abandoning = True
@@ -594,6 +628,7 @@ def main(
     slots = [BotSlot(worker, url, bots, stop, sandbox, wake) for _ in range(concurrency)]
     start_listener(url, "bots", db.BOTS_CHANNEL, wake, stop)
     log.info("bot process %s serving %s with %d slots", worker.id, bots or "all bots", concurrency)
+    traces.start("threadline-bots")
     threads_ = [
         threading.Thread(target=s.loop, name=f"bot-slot-{i}", daemon=True)
         for i, s in enumerate(slots)
@@ -604,4 +639,5 @@ def main(
     for s in slots:
         s.close()
     afterwards.settled()  # the steps' /tmp directories removed, their slirp4netns reaped
+    traces.shutdown()  # the spans still queued are sent
     worker.close()

@@ -22,6 +22,7 @@ import psycopg
 from absurd_sdk import Absurd, TaskContext
 from psycopg.types.json import Jsonb
 
+from engine_adapter.conductor import known_checkpoints
 from engine_adapter.conductor.notifier import Notifier
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model.domain import HandlerParams, decision_result
@@ -29,7 +30,7 @@ from engine_adapter.model.errors import Invalid
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
-from engine_adapter.store import db
+from engine_adapter.store import db, traces
 from engine_adapter.store.wakeups import Hold, Holds, Wake, route_wake
 from engine_adapter.store.workers import Worker
 
@@ -84,7 +85,8 @@ class Executor:
     def handle_run(self, params: HandlerParams, ctx: TaskContext) -> dict[str, Any]:
         self.handled += 1
         self.in_batch += 1
-        return RunHandler(self.conn, ctx, params, holds=self).run()
+        ctx = known_checkpoints.adopt(ctx)  # no look-up of a checkpoint the claim did not load
+        return RunHandler(self.conn, ctx, params, holds=self, traced=traces.enabled()).run()
 
     def work_once(self) -> bool:
         """Claim up to CLAIM_BATCH runs and handle them; True when the claim was full, so more
@@ -347,4 +349,8 @@ def main(url: str | None = None, threads: int | None = None) -> None:
     )
     if threads is not None and threads < 1:
         raise Invalid(f"--threads {threads} must be at least 1")
-    Conductor(url, threads).run_forever()
+    traces.start("threadline-conductor")
+    try:
+        Conductor(url, threads).run_forever()
+    finally:
+        traces.shutdown()

@@ -17,7 +17,7 @@ from engine_adapter.model.vocab import AwaitKind, RunState
 from engine_adapter.recipes.recipes import PLACEHOLDER, RecipeError, Step
 from engine_adapter.recipes.render import render, resolve
 from engine_adapter.runs import run_state, thread_entries
-from engine_adapter.store import db
+from engine_adapter.store import db, traces
 from engine_adapter.store.wakeups import HoldPolicy
 
 INVALID = "invalid"  # a snapshot's step that no longer validates: it fails when reached
@@ -44,8 +44,12 @@ class HandlerBase:
         ctx: TaskContext,
         params: HandlerParams,
         holds: HoldPolicy | None = None,
+        traced: bool = False,
     ) -> None:
         self.conn = conn
+        # Spans of its step tries go out (traces.py), each once: behind checkpoints of their own.
+        self.traced = traced
+        self.trace_within: list[tuple[str, int]] = []  # the loop or block tries a step runs in
         self.holds = holds
         self.ctx = ctx
         self.run_id = str(ctx.task_id)
@@ -141,6 +145,42 @@ class HandlerBase:
             dedupe_key=dedupe,
             data=data,
         )
+
+    def trace_began(self, path: str, try_no: int) -> int | None:
+        """When this step try was taken up (first taken up: a replay reads it back), if traced."""
+        if not self.traced:
+            return None
+        return int(self.ctx.step(f"trace.began:{path}:{try_no}", traces.now_ns))
+
+    def trace_tried(
+        self, step: Step, path: str, try_no: int, began: int | None, result: StepResult
+    ) -> None:
+        """The step try's span, sent once (a replay finds its checkpoint), if traced."""
+        if began is None:
+            return
+        extra = result.extra
+        children = [b["run_id"] for b in (extra.get("branches") or {}).values()]
+        if extra.get("run_id"):
+            children.append(extra["run_id"])
+
+        def send() -> bool:
+            traces.step_tried(
+                self.run_id,
+                str(self.recipe.get("slug") or self.recipe.get("name") or ""),
+                path,
+                try_no,
+                step.kind,
+                began,
+                result.status,
+                self.trace_within[-1] if self.trace_within else None,
+                reason=result.reason,
+                exit_code=result.exit_code,
+                attempts=extra.get("attempt"),
+                children=children,
+            )
+            return True
+
+        self.ctx.step(f"trace.sent:{path}:{try_no}", send)
 
     def db_now(self) -> datetime:
         return cast(datetime, db.fetch_row(self.conn, "db_now")["now"])

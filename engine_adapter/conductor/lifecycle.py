@@ -18,7 +18,7 @@ from engine_adapter.recipes import expressions
 from engine_adapter.recipes.recipes import Step
 from engine_adapter.recipes.render import as_text
 from engine_adapter.runs import child_runs, notifications
-from engine_adapter.store import db
+from engine_adapter.store import db, traces
 
 
 class Lifecycle(HandlerBase):
@@ -67,6 +67,7 @@ class Lifecycle(HandlerBase):
             db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
             child_runs.cancel_open_children(self.conn, self.run_id, "its parent run was cancelled")
             db.notify(self.conn, self.run_id, RunState.CANCELLED)
+        self.trace_ended(RunState.CANCELLED)
         raise CancelledTask()
 
     def end_by_policy(self, path: str, try_no: int, why: str) -> None:
@@ -80,6 +81,7 @@ class Lifecycle(HandlerBase):
                 db.fetch_one(self.conn, "cancel_engine_task", dict(queue=QUEUE, run_id=self.run_id))
                 child_runs.cancel_open_children(self.conn, self.run_id, "its parent was cancelled")
                 db.notify(self.conn, self.run_id, RunState.CANCELLED)
+            self.trace_ended(RunState.CANCELLED)
             return True
 
         self.ctx.step(names.checkpoint(names.FAILED, path, try_no, "policy"), end)
@@ -107,7 +109,13 @@ class Lifecycle(HandlerBase):
                 why = ended.result.reason or as_text(ended.result.output)[-500:]
                 self.note(f"Run failed at step {step_id}: {why}", None, END_NOTE)
                 db.notify(self.conn, self.run_id, RunState.FAILED)
+        self.trace_ended(RunState.COMPLETED if ended is None else RunState.FAILED)
         return True
+
+    def trace_ended(self, state: RunState) -> None:
+        """The run's root span, as it ends (inside the checkpoint that ends it), if traced."""
+        if self.traced:
+            traces.run_ended(self.conn, self.run_id, state)
 
     def declared_outputs(self) -> dict[str, Any]:
         """The recipe's `outputs`, evaluated over the finished run (once: inside a checkpoint)."""

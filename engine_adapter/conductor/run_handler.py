@@ -102,7 +102,13 @@ class RunHandler(ControlFlow, BotSteps, Waits, Lifecycle):
         failure parks the run on a retry (a child run ends instead)."""
         try_no = 1
         while True:
-            result = self.try_once(step, path, scope, try_no)
+            began = self.trace_began(path, try_no)
+            self.trace_within.append((path, try_no))
+            try:
+                result = self.try_once(step, path, scope, try_no)
+            finally:
+                self.trace_within.pop()
+            self.trace_tried(step, path, try_no, began, result)
             if step.kind in _BLOCKS and result.status != domain.SKIPPED:
                 # A block's result lives in memory only: write it down for the read model.
                 done = result.to_dict()

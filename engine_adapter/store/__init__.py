@@ -1,5 +1,5 @@
 """Postgres: connections, the embedded server, roles and their grants, migrations and the SQL they
-run, wake-ups and worker liveness.
+run, wake-ups, worker liveness and the OpenTelemetry traces a process sends.
 """
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "grants",
     "roles",
     "schema",
+    "traces",
     "wakeups",
     "waking",
     "workers",

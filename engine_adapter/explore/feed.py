@@ -82,7 +82,9 @@ class Feed:
             try:
                 conn.execute("select threadline.follow_feed()")
             except psycopg.errors.InsufficientPrivilege:
-                pass  # a viewer: the conductors' channel and the tick still cover every run
+                # A database before migration 050 (its viewer may not follow the feed): the
+                # conductors' channel and the tick still cover every run.
+                pass
             conn.execute(f"listen {CHANGES}")
             conn.execute(f"listen {db.NOTIFY_CHANNEL}")
             while not self._stop.is_set():

@@ -1,6 +1,7 @@
 """Prometheus metrics, in the text exposition format (version 0.0.4), computed from the read
 schema's views at each scrape: runs by workflow and state, step and gate-wait durations as
-histograms, open and unclaimed steps, live processes, retries, agent tokens and cost.
+histograms, open and unclaimed steps, live processes, retries, limits hit, agent tokens and
+cost.
 
 Everything is read from the views, so the numbers equal what connect()'s lists show. A scrape
 reads every finished step's duration: its cost grows with the history kept (retention bounds it).
@@ -157,4 +158,18 @@ def render(conn: psycopg.Connection[Any]) -> str:
         out.family(name, "counter", help_)
         for r in per_query[query]:
             out.sample(name, r[column], workflow=r["workflow"])
+
+    out.family(
+        "threadline_sandbox_limits_hit_total",
+        "counter",
+        "Bot attempts a limit ended (memory, pids, cpu, tmp, timeout) or whose output was cut "
+        "(output).",
+    )
+    for r in db.fetch_all(conn, "metrics_limits"):
+        out.sample(
+            "threadline_sandbox_limits_hit_total",
+            r["n"],
+            workflow=r["workflow"],
+            limit=r["limit_hit"],
+        )
     return out.text()

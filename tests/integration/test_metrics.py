@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine_adapter import connect
+from engine_adapter.sandbox.sandbox import detect
 from engine_adapter.testing import harness
 from tests.integration.test_api import api, token  # noqa: F401  (the console fixture)
 
@@ -97,3 +98,33 @@ def test_metrics_need_a_token_and_match_the_read_views(api, db_url, logins, appl
     alive = {s.labels["kind"]: s.value for s in found["threadline_processes_alive"]}
     assert alive == {k: float(v) for k, v in client.workers(alive=True).kind.value_counts().items()}
     assert found["threadline_instructions_unclaimed"][0].value == 0
+
+
+LIMITED = {  # a step of its own workflow each
+    "sleepy": "run_command: sleep 30\n    timeout: 1s\n    retries: 1",
+    "spinner": "run_command: \"python3 -c 'while True: pass'\"\n    limits: {cpu: 1s}",
+    "chatty": "run_command: head -c 5000 /dev/zero | tr '\\\\0' x\n    limits: {output: 1KiB}",
+}
+
+
+def test_limits_hit_are_counted_by_workflow_and_limit(api, db_url, logins, apply):  # noqa: F811
+    """A timeout (once retried, once the last try), a CPU limit and an output cut: each attempt
+    counted by its limit, as the attempts view names it."""
+    if detect().bwrap is None:
+        pytest.skip("per-step limits need bubblewrap (apt-get install bubblewrap)")
+    for slug, step in LIMITED.items():
+        apply(f"slug: {slug}\nsteps:\n  - id: work\n    {step}\n")
+    writer = connect(url=db_url, write=True)
+    ended = {slug: writer.spawn(slug) for slug in LIMITED}
+    for slug, run in ended.items():
+        harness.wait_for_state(db_url, run, "completed" if slug == "chatty" else "failed", 90)
+
+    found = samples(scrape(api, token(db_url, "grafana", "viewer"))[1])
+    hits = {
+        (s.labels["workflow"], s.labels["limit"]): s.value
+        for s in found["threadline_sandbox_limits_hit_total"]
+    }
+    assert hits == {("sleepy", "timeout"): 2, ("spinner", "cpu"): 1, ("chatty", "output"): 1}
+    attempts = connect(url=logins["viewer"]).attempts()
+    named = attempts[attempts.limit_hit.notna()].groupby(["workflow", "limit_hit"]).size()
+    assert hits == {k: float(v) for k, v in named.to_dict().items()}

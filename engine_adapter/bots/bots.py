@@ -124,7 +124,12 @@ class BotSlot:
         except psycopg.OperationalError:
             raise
         except Exception as err:  # a bot bug must fail the attempt visibly, not strand the claim
-            log.exception("attempt %s of %s failed inside the bot", claim.attempt, claim.step_key)
+            log.exception(
+                "attempt %s of %s failed inside the bot",
+                claim.attempt,
+                claim.step_key,
+                extra=logged(claim),
+            )
             if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self.conn.rollback()
             self.report(
@@ -253,6 +258,7 @@ class BotSlot:
                 "attempt %s of %s abandoned: the bot process is stopping",
                 claim.attempt,
                 claim.step_key,
+                extra=logged(claim),
             )
             return
         if result.limit:  # one of its limits ended it: the step fails, naming it
@@ -269,6 +275,7 @@ class BotSlot:
                 "attempt %s of %s stopped: run cancelled or attempt superseded",
                 claim.attempt,
                 claim.step_key,
+                extra=logged(claim),
             )
             self.cancel_claim(claim)
             return
@@ -365,7 +372,12 @@ class BotSlot:
         except agent_loop.Stopped:
             if not self.abandoning:
                 self.cancel_claim(claim)
-            log.info("agent loop of attempt %s of %s stopped", claim.attempt, claim.step_key)
+            log.info(
+                "agent loop of attempt %s of %s stopped",
+                claim.attempt,
+                claim.step_key,
+                extra=logged(claim),
+            )
             return
         if outcome.status == AttemptOutcome.FAILED and not outcome.retryable:
             if claim.failures < claim.instruction.retries:
@@ -559,9 +571,20 @@ class BotSlot:
                 "attempt %s of %s is no longer current; result dropped",
                 claim.attempt,
                 claim.step_key,
+                extra=logged(claim),
             )
         if outcome_of != "dropped":
             self.trace_attempt(claim, outcome, exit_code, reason)
+        if outcome_of != "dropped" and status == AttemptOutcome.FAILED:
+            again = f"; retried in {backoff:g}s" if backoff is not None else ""
+            log.info(
+                "attempt %s of %s failed: %s%s",
+                claim.attempt,
+                claim.step_key,
+                why,
+                again,
+                extra=logged(claim),
+            )
         if outcome_of == "done":
             crash_point("bot_after_terminal")
 
@@ -608,6 +631,16 @@ class BotSlot:
             self.conn.close()
         except Exception:  # closing on the way out
             pass
+
+
+def logged(claim: Claim) -> dict[str, Any]:
+    """A claim's run, step and attempt: fields of their own in JSON logs (model.logs)."""
+    return {
+        "run_id": claim.run_id,
+        "step": claim.instruction.step,
+        "step_key": claim.step_key,
+        "attempt": claim.attempt,
+    }
 
 
 def main(

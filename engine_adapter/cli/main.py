@@ -4,11 +4,15 @@ non-zero."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import traceback
 
+from engine_adapter.model import logs
+
 EXIT_DATABASE = 3  # the database refused or failed (one line, no traceback)
+PROCESSES = ("up", "conductor", "bots", "hooks", "console")  # the commands that run until stopped
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
         reset,
     ):
         group.register(sub)
+    for name in PROCESSES:  # every long-running process logs alike
+        sub.choices[name].add_argument(
+            "--log-format",
+            choices=logs.FORMATS,
+            default=None,
+            help=f"text lines, or one JSON object per line (default ${logs.LOG_FORMAT_ENV})",
+        )
     return p
 
 
@@ -58,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["PGAPPNAME"] = application_name(args.fn.__name__.removeprefix("cmd_"))
     try:
+        if args.fn.__name__.removeprefix("cmd_") in PROCESSES:
+            logs.configure(args.command, args.log_format)
         return args.fn(args)
     except ThreadlineError as err:  # meant for a person: its message, its kind's exit code
         print(f"threadline: {err}", file=sys.stderr)
@@ -75,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # as a shell reports a process ended by SIGPIPE
     except Exception:  # a bug of ours: its traceback, then one line that says so
+        if logs.in_json():  # one record, its traceback inside
+            logging.getLogger("threadline").exception("threadline: %s", INTERNAL.message)
+            return INTERNAL.exit_code
         traceback.print_exc()
         print(f"threadline: {INTERNAL.message}; its traceback is above", file=sys.stderr)
         return INTERNAL.exit_code

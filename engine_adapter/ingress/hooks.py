@@ -663,6 +663,7 @@ class _Handler(BaseHTTPRequestHandler):
             _without_token(getattr(self, "path", "-")),
             reply.status,
             reply.body.get("run_id") or reply.body.get("error", ""),
+            extra={"run_id": reply.body.get("run_id")},  # a field of its own in JSON logs
         )
 
     def _send_page(self, html: str) -> None:

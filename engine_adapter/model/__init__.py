@@ -6,6 +6,7 @@ __all__ = [
     "domain",
     "errors",
     "identity",
+    "logs",
     "names",
     "recipe_values",
     "settings",

@@ -18,11 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, overload
 
 import psycopg
 from referencing import Registry, Resource
 
+from engine_adapter.cli.requests import (
+    PolicyRequest,
+    ProposeRequest,
+    RequestName,
+    ResumeRequest,
+    RunRequest,
+    ValidateRequest,
+)
 from engine_adapter.model import domain, errors
 from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.identity import Actor
@@ -85,9 +93,9 @@ def schema(name: str) -> dict[str, Any]:
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:
+    """A validator of one of the published schemas; they refer to each other by file name."""
     import jsonschema  # here, not at the top: payload_schema.py says why
 
-    """A validator of one of the published schemas; they refer to each other by file name."""
     registry: Registry[Any] = Registry().with_resources(
         (path.name, Resource.from_contents(json.loads(path.read_text())))
         for path in SCHEMAS.glob("*.schema.json")
@@ -95,8 +103,9 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema(name), registry=registry)
 
 
-def check_request(request: Any, name: str) -> dict[str, Any]:
-    """The request, valid against its schema; else a contract error naming each bad field."""
+def check_request(request: Any, name: RequestName) -> Any:
+    """The request, valid against its schema (so of its typed record, requests.py); else a
+    contract error naming each bad field."""
     validator_ = validator(name)
     errors = sorted(validator_.iter_errors(request), key=lambda e: list(e.absolute_path))
     if errors:
@@ -109,7 +118,16 @@ def check_request(request: Any, name: str) -> dict[str, Any]:
     return request
 
 
-def read_request(text: str, name: str) -> dict[str, Any]:
+@overload
+def read_request(text: str, name: Literal["validate"]) -> ValidateRequest: ...
+@overload
+def read_request(text: str, name: Literal["run"]) -> RunRequest: ...
+@overload
+def read_request(text: str, name: Literal["resume"]) -> ResumeRequest: ...
+@overload
+def read_request(text: str, name: Literal["propose"]) -> ProposeRequest: ...
+def read_request(text: str, name: RequestName) -> Any:
+    """The request `text` holds, checked against its schema: of the typed record `name` names."""
     try:
         request = json.loads(text)
     except json.JSONDecodeError as err:
@@ -133,13 +151,13 @@ def error_envelope(err: ContractError, run_id: str | None = None) -> dict[str, A
 
 
 # -- validate ----------------------------------------------------------------------------------
-def names_a_workflow(workflow: Any) -> bool:
+def names_a_workflow(workflow: Any) -> TypeGuard[str]:
     """A slug, as `run` takes it (a recipe's text holds more than a slug's characters)."""
     return isinstance(workflow, str) and SLUG.fullmatch(workflow.strip()) is not None
 
 
 def validate(
-    request: dict[str, Any], conn: psycopg.Connection[Any] | None = None
+    request: ValidateRequest, conn: psycopg.Connection[Any] | None = None
 ) -> tuple[dict[str, Any], int]:
     """Check what `run` would run: a recipe (object or text), or a workflow's current version by
     its slug (conn: where to look it up), whose hash the answer gives for pinning."""
@@ -196,8 +214,8 @@ class Policy:
     max_output_bytes: int | None = None
 
     @classmethod
-    def from_request(cls, d: dict[str, Any] | None) -> Policy:
-        d = d or {}
+    def from_request(cls, d: PolicyRequest | None) -> Policy:
+        d = d or PolicyRequest()
         timeout_ms = d.get("timeout_ms")
         return cls(
             timeout_s=None if timeout_ms is None else timeout_ms / 1000,
@@ -296,7 +314,7 @@ def _now() -> str:
 
 
 def run(
-    conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
+    conn: psycopg.Connection[Any], request: RunRequest, actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
     """Start (or find) the run the request asks for and follow it: the envelope, exit code."""
     from engine_adapter.catalog.workflows import WorkflowNotFound, apply_recipe, get_workflow
@@ -465,7 +483,7 @@ def _approval(conn: psycopg.Connection[Any], view: dict[str, Any], actor: Actor)
 
 # -- resume ------------------------------------------------------------------------------------
 def resume(
-    conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
+    conn: psycopg.Connection[Any], request: ResumeRequest, actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
     """Decide the gate the token is bound to (as the token's subject), then follow the run on."""
     from engine_adapter.runs.gates import DecisionRefused
@@ -493,7 +511,7 @@ def resume(
 
 # -- propose -----------------------------------------------------------------------------------
 def propose(
-    conn: psycopg.Connection[Any], request: dict[str, Any], actor: Actor, emit: Emit
+    conn: psycopg.Connection[Any], request: ProposeRequest, actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
     """A change to a workflow that takes proposals, proposed for review: never applied here."""
     from engine_adapter.catalog import proposals

@@ -15,6 +15,7 @@ from typing import Any
 from engine_adapter.cli import contract
 from engine_adapter.cli.common import _actor, _conn
 from engine_adapter.model.errors import INTERNAL, ThreadlineError
+from engine_adapter.model.identity import Actor
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -30,16 +31,25 @@ def cmd_contract(args: argparse.Namespace) -> int:
     """One request in, one envelope out, whatever happens."""
     run_id = None
     try:
-        request = contract.read_request(sys.stdin.read(), args.request)
-        run_id = request.get("run_id")
+        text = sys.stdin.read()
         if args.request == "validate":
-            if not contract.names_a_workflow(request["workflow"]):
-                return _answer(*contract.validate(request))
+            checked = contract.read_request(text, "validate")
+            if not contract.names_a_workflow(checked["workflow"]):
+                return _answer(*contract.validate(checked))
             with _conn() as conn:  # a slug: its current version, as `run` would run it
-                return _answer(*contract.validate(request, conn))
+                return _answer(*contract.validate(checked, conn))
+        if args.request == "run":
+            with _conn() as conn:
+                return _answer(*contract.run(conn, contract.read_request(text, "run"), *_by(args)))
+        if args.request == "resume":
+            resume = contract.read_request(text, "resume")
+            run_id = resume["run_id"]
+            with _conn() as conn:
+                return _answer(*contract.resume(conn, resume, *_by(args)))
         with _conn() as conn:
-            do = {"run": contract.run, "resume": contract.resume, "propose": contract.propose}
-            return _answer(*do[args.request](conn, request, _actor(args), _emit))
+            return _answer(
+                *contract.propose(conn, contract.read_request(text, "propose"), *_by(args))
+            )
     except ThreadlineError as err:  # its kind says the exit code and type (model/errors.py)
         error = contract.ContractError.of(err)
     except Exception as err:  # a bug, or the database gone: still exactly one envelope
@@ -47,6 +57,11 @@ def cmd_contract(args: argparse.Namespace) -> int:
     if args.request == "propose":
         return _answer(contract.proposal_error(error), error.code)
     return _answer(contract.error_envelope(error, run_id), error.code)
+
+
+def _by(args: argparse.Namespace) -> tuple[Actor, contract.Emit]:
+    """Who asks, and where the request's progress events go."""
+    return _actor(args), _emit
 
 
 def _internal(err: Exception) -> contract.ContractError:

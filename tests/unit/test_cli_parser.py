@@ -15,7 +15,7 @@ from engine_adapter.cli.main import build_parser
 HERE = Path(__file__).parent
 SNAPSHOT = HERE / "cli_parser.json"
 CLI = HERE.parents[1] / "engine_adapter" / "cli"
-MAX_LINES = 550  # contract.py, the envelope's rules, is the longest (~530)
+MAX_LINES = 560  # contract.py (the envelope's rules, its typed request reading) is the longest
 
 
 def _name(value: Any) -> Any:

@@ -5,6 +5,9 @@ take the steps, people's decisions go through the same doors as the CLI's. That 
 way to get steps, attempts, gate waits and threads the read views show as they would be. The
 example recipes never fail, so a small `checks` recipe beside them does, one run in five; of
 the gates some are approved, some denied, some answered with a reply, and two are left waiting.
+One run in ten is an agent's (`summaries`, bot `seed-analyst`): with no model endpoint at hand,
+the seed serves a stand-in on loopback while it runs (bench/stand_in_model.py) and prices its
+model, so agent turns carry tokens and cost. The bot keeps pointing at that address afterwards.
 
     THREADLINE_SEED_RUNS=3000 python -m bench.seed_explore   # against THREADLINE_DATABASE_URL
 """
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stand_in_model import StandInModel
 from engine_adapter.explore.client import Client, connect
 
 RUNS_ENV = "THREADLINE_SEED_RUNS"
@@ -43,19 +47,50 @@ steps:
 """
 
 
+# An agent step with no tools: one model turn a run, its tokens and cost in the thread.
+AGENT_BOT, AGENT_MODEL = "seed-analyst", "seed-model"
+PRICE_USD = (3.0, 15.0)  # per million tokens in and out, as a mid-sized hosted model costs
+SUMMARIES = f"""
+slug: summaries
+bot: {AGENT_BOT}
+steps:
+  - id: summarise
+    dispatch_task: Summarise build {{{{payload.n}}}} in one line.
+"""
+
+
 def recipes() -> list[str]:
     """The recipes the seed runs (apply them first)."""
     examples = [(RECIPES / f"{name}.yaml").read_text() for name in ("hello", "wait-for-reply")]
-    return [*examples, CHECKS]
+    return [*examples, CHECKS, SUMMARIES]
+
+
+def point_agent_at(url: str, base_url: str) -> None:
+    """The seed's agent bot on the model at base_url, and its model priced: before any spawn,
+    since a run keeps the bot's settings and the price its spawn found."""
+    from engine_adapter.catalog.bot_config import apply_bots, parse_bots, set_price
+    from engine_adapter.store import db
+
+    with db.connect(url) as conn:
+        apply_bots(conn, parse_bots({AGENT_BOT: {"base_url": base_url, "model": AGENT_MODEL}}))
+        set_price(conn, AGENT_MODEL, *PRICE_USD)
 
 
 def seed(tl: Client, runs: int, timeout_s: float = 3600) -> dict[str, Any]:
     """Start `runs` runs on a write client and decide their gates as they open; returns what was
     started and how long it took. The recipes must be applied and a conductor and bots running."""
+    with StandInModel() as model:
+        point_agent_at(tl.url, model.base_url)
+        return _seed(tl, runs, timeout_s)
+
+
+def _seed(tl: Client, runs: int, timeout_s: float) -> dict[str, Any]:
     started = time.perf_counter()
-    hello, failing, gated = [], [], []
+    hello, failing, gated, agents = [], [], [], []
     for i in range(runs):
-        if i % 4 == 3:
+        if i % 10 == 5:
+            agents.append(tl.spawn("summaries", {"n": i}))
+        elif i % 4 == 3:
             gated.append(tl.spawn("wait-for-reply"))
         elif i % 4 == 2:
             code = 3 if i % 5 == 2 else 0
@@ -89,6 +124,7 @@ def seed(tl: Client, runs: int, timeout_s: float = 3600) -> dict[str, Any]:
         "runs": runs,
         "failing": len(failing),
         "gated": len(gated),
+        "agent": len(agents),
         "decided": decided,
         "waiting": sorted(undecided),
         "seconds": round(time.perf_counter() - started, 1),

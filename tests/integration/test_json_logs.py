@@ -5,12 +5,19 @@ run's id as a field of its own, as does a bot's failed attempt with its step and
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
 from engine_adapter import connect
+from engine_adapter.cli.supervisor import answers_http
+from engine_adapter.model.logs import LOG_FORMAT_ENV
+from engine_adapter.model.settings import DATABASE_URL_ENV, HOME_ENV
+from engine_adapter.store.embedded import remove_home
 from engine_adapter.testing import harness
 
 JSON = {"THREADLINE_LOG_FORMAT": "json"}
@@ -95,3 +102,43 @@ def test_every_line_of_every_process_is_json_and_a_run_names_its_id(procs, apply
     assert failed["step_key"] == f"{broken}:work:1" and "exit" in failed["message"], failed
     said = " ".join(r["message"] for r in records(procs.home / "console.log"))
     assert f"http://127.0.0.1:{port}/" in said  # its address, printed, is a record too
+
+
+def test_up_with_the_flag_logs_json_and_so_do_the_processes_it_starts(tmp_path: Path) -> None:
+    """`threadline up --log-format json`: its own lines, the embedded database's set-up and
+    every process it starts (conductor, bots, console, ingress) write JSON lines only."""
+    home = tmp_path / "home"
+    console = harness.free_port()
+    env = {k: v for k, v in os.environ.items() if k not in (DATABASE_URL_ENV, LOG_FORMAT_ENV)} | {
+        HOME_ENV: str(home),
+        "THREADLINE_CONSOLE_PORT": str(console),
+        "THREADLINE_HOOKS_PORT": str(harness.free_port()),
+        "THREADLINE_PG_PORT": str(harness.free_port()),
+    }
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "engine_adapter.cli", "up", "--log-format", "json"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        harness.wait_for(
+            lambda: up.poll() is not None or "Threadline is up" in log.read_text(),
+            timeout=120,
+            what="up",
+        )
+        harness.wait_for(lambda: answers_http(console), timeout=60, what="the console")
+        harness.wait_for(
+            lambda: {r["process"] for r in records(log)} >= {"up", "conductor", "bots", "hooks"},
+            timeout=30,
+            what="every process to log",
+        )
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=60)
+        remove_home(home)
+    lines = records(log)
+    assert {r["process"] for r in lines} == {"up", "conductor", "bots", "hooks", "console"}
+    assert all(FIELDS <= r.keys() for r in lines)

@@ -1,11 +1,12 @@
 """Who may use the console, and for what.
 
 Sign-in is always on: a one-time link (console/tokens.py) signs in the OS account running
-Threadline with every role, and the users file (console/users.py) adds people with roles. A
-session is kept on the server (console/sessions.py); its cookie carries only the session's id,
-signed with THREADLINE_COOKIE_SECRET or with a secret generated once in $THREADLINE_HOME, and
-signing out ends it. `--no-auth` turns sign-in off, on loopback only; actions are then attributed
-to the account running the console.
+Threadline with every role, and console passwords (console/users.py) add people with roles; the
+database checks either proof and gives the roles itself (migration 049). A session is kept on the
+server (console/sessions.py); its cookie carries only the session's id, signed with
+THREADLINE_COOKIE_SECRET or with a secret generated once in $THREADLINE_HOME, and signing out
+ends it. `--no-auth` turns sign-in off, on loopback only, where the install's owner allowed it
+(`threadline up --no-auth`); actions are then attributed to the account running the console.
 
 Every write asks `actor_for` first, server-side: hiding a button is a courtesy, not the check.
 What each write needs is the authorization layer's
@@ -35,8 +36,8 @@ from engine_adapter.model.settings import threadline_home
 from engine_adapter.model.vocab import Door
 
 from . import sessions
-from .sessions import SESSION_DAYS
-from .users import USERS_ENV, UsersFileError, load_users
+from .sessions import SESSION_DAYS, Record
+from .users import USERS_ENV, upgrade_advice
 
 log = logging.getLogger("threadline.console")
 
@@ -58,7 +59,8 @@ class NotAllowed(authorization.Refused):
 class Access:
     home: Path
     no_auth: bool = False
-    users_path: Path | None = None
+    # An earlier version's users file, read only to tell its users what the admin runs.
+    old_users_file: Path | None = None
     secret: str | None = None
 
 
@@ -66,7 +68,7 @@ class Access:
 class Session:
     user: str
     roles: frozenset[str]
-    via: str  # "token" (a sign-in link), "password" (the users file) or "no-auth"
+    via: str  # "token" (a sign-in link), "password" or "no-auth"
     # The session's id: the credential the database checks for each change (migration 045).
     sid: str | None = field(default=None, repr=False, compare=False)
 
@@ -107,19 +109,10 @@ def configure(
         _current = Access(home, no_auth=True)
         return _current
     users_file = env.get(USERS_ENV)
-    if not users_file and not loopback:
-        raise AccessError(
-            f"the console will not listen on {address} without a users file: "
-            f"set {USERS_ENV} to a JSON "
-            f"file of users (`threadline console user add NAME --role operator` writes one) and "
-            f"{SECRET_ENV} to a long random string, or use 127.0.0.1"
-        )
-    users_path = Path(users_file).expanduser() if users_file else None
-    if users_path is not None:
-        try:
-            load_users(users_path)
-        except UsersFileError as err:
-            raise AccessError(str(err)) from None
+    old_users = Path(users_file).expanduser() if users_file else None
+    advice = upgrade_advice(old_users) if old_users else None
+    if advice:
+        log.warning("%s", advice)
     secret = env.get(SECRET_ENV)
     if secret is not None and len(secret) < 16:
         raise AccessError(
@@ -131,7 +124,7 @@ def configure(
             f"{SECRET_ENV} must be set to a random string of at least 16 characters when "
             f"the console listens on {address} (it signs the session cookie)"
         )
-    _current = Access(home, users_path=users_path, secret=secret or stored_secret(home))
+    _current = Access(home, old_users_file=old_users, secret=secret or stored_secret(home))
     return _current
 
 
@@ -165,17 +158,15 @@ def current() -> Access:
     return _current
 
 
-def session_cookie(access: Access, user: str, via: str) -> bytes:
-    """A new server-side session for user, and the cookie value that names it."""
+def sign_in(
+    access: Access, via: str, secret: str, account: str | None = None
+) -> tuple[bytes, Record]:
+    """A new server-side session for a proof the database checks (a link's token, or an account
+    and its password), and the cookie value that names it; sessions.SignInRefused says why
+    not."""
     assert access.secret is not None
-    roles = ALL_ROLES
-    if via == "password":
-        if access.users_path is None:
-            raise NotAllowed(f"{user}: no users file to sign in by password")
-        found = load_users(access.users_path).get(user)
-        roles = found.roles if found else frozenset()
-    sid = sessions.open_session(user, via, roles)
-    return create_signed_value(access.secret, SESSION_COOKIE, sid)
+    sid, record = sessions.open_session(via, secret, account)
+    return create_signed_value(access.secret, SESSION_COOKIE, sid), record
 
 
 def _session_id(access: Access, value: str | bytes | None) -> str | None:
@@ -190,8 +181,8 @@ def _session_id(access: Access, value: str | bytes | None) -> str | None:
 
 
 def session_from_cookie(access: Access, value: str | bytes | None) -> Session | None:
-    """The session a cookie names, if it is still open on the server, checked against the users
-    file as it is now; None: no session."""
+    """The session a cookie names, if it is still open on the server (its roles the database's);
+    None: no session."""
     if access.no_auth:
         return Session(os_user(), ALL_ROLES, "no-auth", no_auth_session())
     sid = _session_id(access, value)
@@ -202,18 +193,7 @@ def session_from_cookie(access: Access, value: str | bytes | None) -> Session | 
         return None
     if record is None:
         return None
-    users = None
-    if access.users_path is not None:
-        try:
-            users = load_users(access.users_path)
-        except UsersFileError as err:  # vanished or broken after start: everyone is locked out
-            log.error("sign-in closed: %s", err)
-            return None
-    if record.via == "token":
-        return Session(record.user, ALL_ROLES, record.via, sid)
-    if record.via == "password" and users is not None and record.user in users:
-        return Session(record.user, users[record.user].roles & record.roles, record.via, sid)
-    return None
+    return Session(record.user, record.roles, record.via, sid)
 
 
 _no_auth_sid: str | None = None
@@ -221,12 +201,13 @@ _no_auth_sid: str | None = None
 
 def no_auth_session() -> str | None:
     """With sign-in off (loopback only), one session for the account running the console,
-    opened on first use: the database still acts only for a session it holds."""
+    opened on first use: the database still acts only for a session it holds, and opens it only
+    for the account the install's owner let in without sign-in."""
     global _no_auth_sid
     if _no_auth_sid is None:
         try:
-            _no_auth_sid = sessions.open_session(os_user(), "no-auth", ALL_ROLES)
-        except psycopg.Error as err:
+            _no_auth_sid, _ = sessions.open_session("no-auth", account=os_user())
+        except (psycopg.Error, sessions.SignInRefused) as err:
             log.error("no session for the console's account: %s", err)
     return _no_auth_sid
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import data
-from .access import configure
+from .access import AccessError, configure, no_auth_session
 from .live import hub
 
 log = logging.getLogger("threadline.console")
@@ -110,11 +110,17 @@ def serve(
 
     from engine_adapter.model.identity import os_user
 
-    from . import api, metrics, tokens
+    from . import api, metrics
     from .auth import NOT_SERVED, ConsoleAuth, NotServed
 
     access = configure(address, no_auth=no_auth)  # refuses a bad setup before anything starts
     data.configure(url)
+    if no_auth and no_auth_session() is None:
+        raise AccessError(
+            "--no-auth: the database opens no session without sign-in here: only the install's "
+            "owner turns sign-in off (`threadline up --no-auth`, or `threadline console "
+            "--no-auth` with the owner's credentials)"
+        )
     hub(url)
     pn.extension("plotly", "tabulator", "codeeditor", notifications=False)
     origin = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
@@ -146,16 +152,36 @@ def serve(
         )
         print(f"console: http://{host}:{port}/ (sign-in OFF: --no-auth)", flush=True)
     elif link:
-        token = tokens.mint(access.home, os_user())
-        print(
-            f"console: {tokens.link(token, port, host)} (one-time sign-in link for {os_user()}; "
-            "`threadline console link` prints another)",
-            flush=True,
-        )
+        print(f"console: {start_link(port, host)}", flush=True)
     server.start()
     stop_on_signals(server)
     quiet_closed_sockets(server.io_loop.asyncio_loop)
     server.io_loop.start()
+
+
+def start_link(port: int, host: str) -> str:
+    """A one-time sign-in link for the account running the console, minted with the owner's
+    login where this process has it (only the owner keeps links); else where to get one."""
+    import psycopg
+
+    from engine_adapter.model.identity import os_user
+    from engine_adapter.model.settings import NotConfigured, database_url
+    from engine_adapter.store import db
+
+    from . import tokens
+
+    try:
+        with db.connect(database_url()) as conn:
+            token = tokens.mint(conn, os_user())
+    except (psycopg.Error, NotConfigured):
+        return (
+            f"http://{host}:{port}/ (no sign-in link: this database login mints none; "
+            "`threadline console link` prints one)"
+        )
+    return (
+        f"{tokens.link(token, port, host)} (one-time sign-in link for {os_user()}; "
+        "`threadline console link` prints another)"
+    )
 
 
 def quiet_closed_sockets(loop: Any) -> None:

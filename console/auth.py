@@ -1,7 +1,8 @@
 """Sign-in for the console's Bokeh/Tornado server: an AuthProvider that admits a request only with
 a cookie naming a session open on the server (pages, the websocket and Bokeh's other endpoints
 alike), a sign-in page that takes a password or a one-time link's token, and sign-out, which ends
-the session on the server.
+the session on the server. The console only passes the proof on: the database checks it and
+says whom it signs in, with which roles (migration 049).
 
 A valid link always signs in, whatever failures others caused from the same address (on loopback
 every local account shares 127.0.0.1): the link is checked first, and only failed links are
@@ -19,22 +20,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import psycopg
 from bokeh.server.auth_provider import AuthProvider
 from tornado.web import RequestHandler
 from tornado.websocket import WebSocketHandler
 
-from . import tokens
 from .access import (
     SESSION_COOKIE,
     SESSION_DAYS,
     Access,
     current,
     end_session,
-    session_cookie,
     session_from_cookie,
+    sign_in,
 )
 from .ratelimit import FailureLimiter
-from .users import UsersFileError, load_users, verify_password
+from .sessions import SignInRefused
+from .users import add_command, legacy_user
 
 log = logging.getLogger("threadline.console")
 LOGIN_PAGE = string.Template((Path(__file__).parent / "static" / "login.html").read_text())
@@ -65,13 +67,10 @@ def _token_of(url: str) -> str | None:
 
 class LoginHandler(RequestHandler):
     def _page(self, status: int, message: str = "", ok: bool = False) -> None:
-        access = current()
         hint = (
             "Sign in with your user name and password, or open a sign-in link "
-            "(<code>threadline console link</code> prints one)."
-            if access.users_path
-            else "Open a sign-in link: <code>threadline up</code> prints one, and "
-            "<code>threadline console link</code> prints a fresh one."
+            "(<code>threadline up</code> prints one, <code>threadline console link</code> a "
+            "fresh one)."
         )
         self.set_status(status)
         self.write(
@@ -80,36 +79,32 @@ class LoginHandler(RequestHandler):
                 message_class="ok" if ok else "error",
                 hint=hint,
                 next=html.escape(_without_token(_safe_next(self.get_argument("next", "/")))),
-                form_display="block" if access.users_path else "none",
+                form_display="block",
             )
         )
 
-    def _sign_in(self, user: str, via: str, next_url: str) -> None:
+    def _sign_in(self, via: str, secret: str, account: str | None, next_url: str) -> bool:
+        """Sign in with the proof (the database checks it), or say the database is away; False:
+        the proof was refused, and nothing changed."""
+        try:
+            cookie, record = sign_in(current(), via, secret, account)
+        except SignInRefused:
+            return False
+        except psycopg.Error as err:
+            log.error("sign-in unavailable: %s", err)
+            self._page(503, "Sign-in is unavailable: the database cannot be reached. Try again.")
+            return True
         self.set_cookie(
             SESSION_COOKIE,
-            session_cookie(current(), user, via),
+            cookie,
             expires_days=SESSION_DAYS,
             httponly=True,
             samesite="Lax",
             path="/",
         )
-        log.info("%s signed in (%s) from %s", user, via, self.request.remote_ip)
+        log.info("%s signed in (%s) from %s", record.user, via, self.request.remote_ip)
         self.redirect(_without_token(_safe_next(next_url)))
-
-    def _closed(self) -> str | None:
-        """Why sign-in is closed now (the users file gone or broken), else None."""
-        path = current().users_path
-        if path is None:
-            return None
-        try:
-            load_users(path)
-        except UsersFileError as err:
-            log.error("sign-in closed: %s", err)
-            return (
-                "Sign-in is closed: the console's users file cannot be read. "
-                "Ask whoever runs Threadline."
-            )
-        return None
+        return True
 
     async def get(self) -> None:
         next_url = _safe_next(self.get_argument("next", "/"))
@@ -117,14 +112,8 @@ class LoginHandler(RequestHandler):
         if token is None:
             self._page(200, "Signed out." if self.get_argument("signed_out", None) else "", ok=True)
             return
-        closed = self._closed()
-        if closed:
-            self._page(503, closed)
-            return
-        user = tokens.consume(current().home, token)
-        if user is not None:  # the right link signs in, whatever failures came before it
-            self._sign_in(user, "token", next_url)
-            return
+        if self._sign_in("token", token, None, next_url):
+            return  # the right link signs in, whatever failures came before it
         address = self.request.remote_ip or "?"
         limiter.fail(f"link:{address}")
         log.warning("a used, expired or unknown sign-in link from %s", address)
@@ -153,21 +142,20 @@ class LoginHandler(RequestHandler):
                 f"try again in {int(wait) + 1} s.",
             )
             return
-        closed = self._closed()
-        path = current().users_path
-        if closed or path is None:
+        if self._sign_in("password", password, name, self.get_argument("next", "/")):
+            return
+        old = legacy_user(current().old_users_file, name, password)
+        if old is not None:  # the right password, kept where sign-in no longer looks
+            log.warning("%s signed in with a password of the old users file", name)
             self._page(
-                503 if closed else 400,
-                closed or "This console has no users file: sign in with a link.",
+                401,
+                f"Your password is kept in the console's old users file, which is no longer "
+                f"read: ask the admin to run `{add_command(old)}`.",
             )
             return
-        user = load_users(path).get(name)
-        if user is None or not verify_password(password, user.password_hash):
-            limiter.fail(f"user:{name}", f"address:{address}")
-            log.warning("failed sign-in for %r from %s", name, address)
-            self._page(401, "Invalid user name or password.")
-            return
-        self._sign_in(name, "password", self.get_argument("next", "/"))
+        limiter.fail(f"user:{name}", f"address:{address}")
+        log.warning("failed sign-in for %r from %s", name, address)
+        self._page(401, "Invalid user name or password.")
 
     def check_xsrf_cookie(self) -> None:
         """The form carries no xsrf token; the session cookie is SameSite=Lax, and signing someone

@@ -5,14 +5,19 @@ live connection again; sessions survive a restart of the console and expire afte
 
 In the database, not a file of the home: the database resolves a session id to its person and
 roles itself (threadline.authenticate), so the console's login changes nothing but for a person
-who is signed in, in that person's name. No process login writes the table: a session opens and
-closes only through migration 045's functions.
+who is signed in, in that person's name. A session opens only for a proof the database checks
+itself (migration 049): a sign-in link's token (tokens.py), an account's password (users.py), or,
+with sign-in off, nothing, for the one account the install's owner named (`allow_no_auth`). The
+roles come from the database's rows, never from the console.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
 
 from engine_adapter.store import db
 
@@ -21,23 +26,43 @@ from . import data
 SESSION_DAYS = 7
 
 
+class SignInRefused(Exception):
+    """The database refused the proof (a wrong, used, expired or foreign one); nothing changed."""
+
+
 @dataclass(frozen=True)
 class Record:
     user: str
-    via: str  # "token" (a sign-in link), "password" (the users file) or "no-auth"
+    via: str  # "token" (a sign-in link), "password" or "no-auth"
     roles: frozenset[str]
 
 
-def open_session(user: str, via: str, roles: frozenset[str], days: int = SESSION_DAYS) -> str:
-    """A new session for user with roles; returns its id (the caller puts it, signed, in the
-    cookie)."""
+def open_session(
+    via: str,
+    secret: str | None = None,
+    account: str | None = None,
+    days: int = SESSION_DAYS,
+) -> tuple[str, Record]:
+    """A new session for the proof: a link's token (via "token"), an account and its password
+    ("password"), or none ("no-auth"). Returns its id (the caller puts it, signed, in the cookie)
+    and whom it signed in; SignInRefused says why not."""
     sid = secrets.token_urlsafe(32)
-    with data.connection() as conn:
-        conn.execute(
-            db.q("open_console_session"),
-            dict(session=sid, account=user, roles=sorted(roles), via=via, days=days),
-        )
-    return sid
+    params = dict(session=sid, via=via, account=account, secret=secret, days=days)
+    try:
+        with data.connection() as conn:
+            row = db.fetch_row(conn, "open_console_session", params)
+    except (psycopg.errors.InvalidPassword, psycopg.errors.InsufficientPrivilege) as err:
+        raise SignInRefused(err.diag.message_primary or str(err)) from None
+    return sid, Record(row["account"], via, frozenset(row["roles"]))
+
+
+def allow_no_auth(conn: psycopg.Connection[Any], account: str | None, by: str) -> None:
+    """The owner's switch (its own connection): sessions without a proof open for account only;
+    None turns sign-in back on."""
+    if account is None:
+        conn.execute(db.q("end_console_no_auth"))
+    else:
+        conn.execute(db.q("allow_console_no_auth"), dict(account=account, set_by=by))
 
 
 def find(sid: str) -> Record | None:

@@ -1,11 +1,13 @@
-"""The console's users file (THREADLINE_CONSOLE_USERS): who may sign in with a password, and with
-which roles.
+"""Console passwords: who may sign in with a password, and with which roles.
 
-    {"alice": {"password": "scrypt$16384$8$1$<salt>$<hash>", "roles": ["operator", "approver"]}}
+Kept in the database (threadline.console_passwords, migration 049), written only by the owner's
+login (`threadline console user add`, an admin's action), as a PBKDF2-HMAC-SHA256 verifier that
+the database itself checks when a session opens: the console never sees a verifier, and its login
+can neither read nor write one, nor choose a signed-in person's roles.
 
-Only scrypt hashes are kept (`threadline console user add` writes them). The file is read again on
-every check, so a removed user or a changed role takes effect at once, and a file that vanishes or
-breaks locks everyone out.
+The users file of earlier versions (THREADLINE_CONSOLE_USERS, scrypt hashes, which the database
+cannot check) is no longer read for sign-in: the console says, at start and to a person whose
+password it still holds, what the admin runs to set each password again (`upgrade_advice`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ import base64
 import hashlib
 import hmac
 import json
-import os
-import secrets
+import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,10 @@ import psycopg
 from engine_adapter.access.authorization import Action, change
 from engine_adapter.model.errors import Invalid
 from engine_adapter.model.identity import ROLES, Actor
+from engine_adapter.store import db
 
 USERS_ENV = "THREADLINE_CONSOLE_USERS"
-# scrypt's recommended interactive cost: ~16 MiB and tens of milliseconds per check.
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+NAME = r"[A-Za-z0-9_.@-]{1,100}"  # an account's name (threadline.accounts)
 NEW_FORM = '{"alice": {"password": "scrypt$…", "roles": ["operator", "approver"]}}'
 
 
@@ -42,23 +43,6 @@ class User:
     name: str
     roles: frozenset[str]
     password_hash: str
-
-
-def hash_password(password: str) -> str:
-    if not password:
-        raise Invalid("password: empty")
-    salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P)
-    return "$".join(
-        [
-            "scrypt",
-            str(SCRYPT_N),
-            str(SCRYPT_R),
-            str(SCRYPT_P),
-            base64.b64encode(salt).decode(),
-            base64.b64encode(digest).decode(),
-        ]
-    )
 
 
 def verify_password(password: str, stored: str) -> bool:
@@ -126,30 +110,73 @@ def load_users(path: Path) -> dict[str, User]:
 
 
 def add_user(
-    path: Path,
+    conn: psycopg.Connection[Any],
     name: str,
     password: str,
     roles: list[str],
-    by: tuple[psycopg.Connection[Any], Actor] | None = None,
+    by: Actor | None = None,
 ) -> None:
-    """Add or replace one user; the file is rewritten whole (mode 0600) or not at all. The file
-    hands out console roles, so a person's door passes its connection and actor (`by`): the
-    authorization layer decides (an admin's action) and audits, and the file is written inside
-    the audited transaction, so a failed write leaves no allowed row."""
-    if not name.strip() or name != name.strip():
-        raise Invalid(f"user name {name!r}: must be non-empty, without surrounding spaces")
-    existing = load_users(path) if path.exists() else {}
-    entry = {"password": hash_password(password), "roles": sorted(set(roles))}
-    raw = {
-        u.name: {"password": u.password_hash, "roles": sorted(u.roles)} for u in existing.values()
-    }
-    raw[name] = entry
-    parse_users(json.dumps(raw), str(path))  # the roles are checked before anything is written
-    detail = {"console_user": name, "roles": entry["roles"], "file": str(path)}
-    with nullcontext() if by is None else change(*by, Action.MANAGE_ACCOUNTS, detail=detail):
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(raw, out, indent=2)
-            out.write("\n")
-        os.replace(tmp, path)
+    """Set (or replace) one account's console password and roles, through the owner's connection;
+    that account's password sessions end. Console roles are an admin's to hand out, so a
+    person's door passes its actor (`by`): the authorization layer decides and audits, in the
+    change's transaction."""
+    if not re.fullmatch(NAME, name):
+        raise Invalid(f"user name {name!r}: letters, digits and _ . @ - only (1 to 100)")
+    if not password:
+        raise Invalid("password: empty")
+    unknown = sorted(set(roles) - set(ROLES))
+    if not roles or unknown:
+        raise Invalid(f"roles: {unknown or 'none'}; give one or more of {', '.join(ROLES)}")
+    detail = {"console_user": name, "roles": sorted(set(roles))}
+    params = dict(account=name, password=password, roles=sorted(set(roles)), set_by=_by(by))
+    with nullcontext() if by is None else change(conn, by, Action.MANAGE_ACCOUNTS, detail=detail):
+        conn.execute(db.q("set_console_password"), params)
+
+
+def remove_user(conn: psycopg.Connection[Any], name: str, by: Actor | None = None) -> bool:
+    """Remove one account's console password (its password sessions end); whether it had one."""
+    detail = {"console_user": name, "removed": True}
+    with nullcontext() if by is None else change(conn, by, Action.MANAGE_ACCOUNTS, detail=detail):
+        return bool(db.fetch_row(conn, "remove_console_password", dict(account=name))["removed"])
+
+
+def list_users(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """The accounts that sign in by password, with their roles (the owner's connection)."""
+    return db.fetch_all(conn, "console_passwords")
+
+
+def _by(actor: Actor | None) -> str:
+    return actor.name if actor is not None else "setup"
+
+
+def add_command(user: User) -> str:
+    roles = " ".join(f"--role {r}" for r in sorted(user.roles))
+    return f"threadline console user add {user.name} {roles}"
+
+
+def upgrade_advice(path: Path) -> str | None:
+    """What the admin runs so that the users of an earlier version's users file sign in again
+    (None: no such file)."""
+    if not path.exists():
+        return None
+    try:
+        users = load_users(path)
+    except UsersFileError as err:
+        return f"{err}; console passwords are now kept in the database: set each again"
+    commands = "; ".join(f"`{add_command(u)}`" for u in users.values())
+    return (
+        f"{USERS_ENV} ({path}) is no longer read: console passwords are now kept in the "
+        f"database. Set each again: {commands}"
+    )
+
+
+def legacy_user(path: Path | None, name: str, password: str) -> User | None:
+    """The user of an earlier version's users file whose password this is (it signs in no more;
+    the message tells them what the admin runs), else None."""
+    if path is None:
+        return None
+    try:
+        user = load_users(path).get(name)
+    except UsersFileError:
+        return None
+    return user if user is not None and verify_password(password, user.password_hash) else None

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from engine_adapter.cli.common import _actor, _conn, _start_embedded_server, add_command
 from engine_adapter.model.errors import Invalid, Refused
@@ -52,8 +53,10 @@ def cmd_hooks(args: argparse.Namespace) -> int:
 
 
 def cmd_console(args: argparse.Namespace) -> int:
+    from console.access import is_loopback
     from console.app import serve
 
+    allow_no_auth(args.no_auth and is_loopback(args.address))  # elsewhere serve refuses it
     serve(port=args.port, address=args.address, no_auth=args.no_auth, link=not args.no_link)
     return 0
 
@@ -67,25 +70,38 @@ def cmd_console_link(args: argparse.Namespace) -> int:
     if args.minutes < 1:
         raise Invalid(f"--minutes: {args.minutes}; a link must work for at least a minute")
     try:
-        token = tokens.mint(threadline_home(), os_user(), ttl_s=args.minutes * 60)
-    except OSError as err:  # another account: Threadline's home is not theirs to write
+        with _conn() as conn:  # the owner's login: only it keeps a link's hash
+            token = tokens.mint(conn, os_user(), ttl_s=args.minutes * 60)
+    except psycopg.errors.InsufficientPrivilege:
         raise Refused(
-            f"cannot mint a sign-in link in {threadline_home()}: {err.strerror}; run this as "
-            "the account that runs Threadline"
+            "cannot mint a sign-in link with this database login: run this as the account "
+            f"that runs Threadline (whose credentials in {threadline_home()} hold the owner's)"
         ) from None
     print(tokens.link(token, args.link_port, args.host))
     print(f"(signs in {os_user()} once, within {args.minutes} minutes)", file=sys.stderr)
     return 0
 
 
+def allow_no_auth(on: bool) -> None:
+    """The owner's switch for sign-in without a proof (the database opens such a session only
+    while it is on, for the OS account running this). Through another login (`up` runs the
+    console as the console's login, and sets the switch itself) nothing is switched: a console
+    with --no-auth then starts only where the owner turned sign-in off."""
+    from console.sessions import allow_no_auth as switch
+    from engine_adapter.model.identity import os_user
+
+    try:
+        with _conn() as conn:
+            switch(conn, os_user() if on else None, os_user())
+    except psycopg.errors.InsufficientPrivilege:
+        pass
+
+
 def cmd_console_user_add(args: argparse.Namespace) -> int:
     import getpass
 
-    from console.users import USERS_ENV, add_user
+    from console.users import add_user
 
-    path = args.file or os.environ.get(USERS_ENV)
-    if not path:
-        raise Invalid(f"--file: no users file named (or set {USERS_ENV})")
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -93,8 +109,18 @@ def cmd_console_user_add(args: argparse.Namespace) -> int:
         if getpass.getpass("again: ") != password:
             raise Invalid("the passwords differ; nothing written")
     with _conn() as conn:  # the authorization layer decides and audits (an admin's action)
-        add_user(Path(path).expanduser(), args.name, password, args.role, (conn, _actor(args)))
-    print(f"{args.name} ({', '.join(sorted(set(args.role)))}) written to {path}")
+        add_user(conn, args.name, password, args.role, _actor(args))
+    print(f"{args.name} ({', '.join(sorted(set(args.role)))}) signs in to the console by password")
+    return 0
+
+
+def cmd_console_user_remove(args: argparse.Namespace) -> int:
+    from console.users import remove_user
+
+    with _conn() as conn:
+        if not remove_user(conn, args.name, _actor(args)):
+            raise Invalid(f"user {args.name!r}: has no console password")
+    print(f"{args.name} signs in by password no more (their password sessions ended)")
     return 0
 
 
@@ -235,7 +261,7 @@ def register(sub: Any) -> None:
     sp.add_argument(
         "--address",
         default="127.0.0.1",
-        help="address to listen on; anything but loopback needs a users file",
+        help="address to listen on; anything but loopback needs THREADLINE_COOKIE_SECRET",
     )
     sp.add_argument(
         "--no-auth",
@@ -255,7 +281,7 @@ def register(sub: Any) -> None:
         dest="user_command", required=True
     )
     ap = up_.add_parser(
-        "add", help="add or replace a user of the users file (asks for the password)"
+        "add", help="set a user's console password and roles (asks for the password)"
     )
     ap.set_defaults(fn=cmd_console_user_add)
     ap.add_argument("name")
@@ -266,8 +292,10 @@ def register(sub: Any) -> None:
         choices=["viewer", "operator", "approver"],
         help="repeatable",
     )
-    ap.add_argument("--file", help="the users file (default: $THREADLINE_CONSOLE_USERS)")
     ap.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    rp = up_.add_parser("remove", help="remove a user's console password (ends their sessions)")
+    rp.set_defaults(fn=cmd_console_user_remove)
+    rp.add_argument("name")
 
     dbp = sub.add_parser("db", help="database commands").add_subparsers(
         dest="db_command", required=True

@@ -104,8 +104,9 @@ def answers_http(port: int) -> bool:
         return False
 
 
-def announce_console(home: Path, port: int, no_auth: bool) -> None:
-    """The console's address: with a one-time sign-in link, or a warning when sign-in is off."""
+def announce_console(url: str, port: int, no_auth: bool) -> None:
+    """The console's address: with a one-time sign-in link (minted with the owner's login, url),
+    or a warning when sign-in is off."""
     from console import tokens
     from engine_adapter.model.identity import os_user
 
@@ -117,7 +118,8 @@ def announce_console(home: Path, port: int, no_auth: bool) -> None:
             os_user(),
         )
         return
-    link = tokens.link(tokens.mint(home, os_user()), port)
+    with db.connect(url) as conn:
+        link = tokens.link(tokens.mint(conn, os_user()), port)
     log.info(
         "console: %s (one-time sign-in link for %s, valid %d minutes; `threadline console link` "
         "prints another)",
@@ -148,6 +150,8 @@ def up(
         log.info("made %s private to its owner (0700)", home)
     # What the bot process will find: refused here, before anything starts, if it cannot be had.
     steps = detect()  # SandboxError (Invalid): says what to change
+    from console.sessions import allow_no_auth
+    from engine_adapter.model.identity import os_user
     from engine_adapter.store.embedded import EmbeddedPostgres, home_lock
 
     embedded = None
@@ -164,6 +168,8 @@ def up(
             applied = schema.migrate(conn)
             authorization.sync_rules(conn)
             logins = ensure_logins(conn)  # each child connects as its own kind's role
+            # Sign-in without a proof only while this `up` says so, for its own account.
+            allow_no_auth(conn, os_user() if no_auth and console else None, os_user())
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
         examples = install_examples(url, home)
@@ -214,7 +220,7 @@ def up(
             time.sleep(0.5)
             if link_due and answers_http(port):
                 link_due = False
-                announce_console(home, port, no_auth)
+                announce_console(url, port, no_auth)
                 log.info("Threadline is up. Ctrl-C stops everything.")
             for child in children:
                 code = child.proc.poll() if child.proc else None

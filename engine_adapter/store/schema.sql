@@ -1569,32 +1569,85 @@ end;
 $$;
 
 --
--- Name: open_console_session(text, text, text[], text, integer); Type: FUNCTION; Schema: threadline; Owner: -
+-- Name: open_console_session(text, text, text, text, integer); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
-CREATE FUNCTION threadline.open_console_session(p_session text, p_account text, p_roles text[], p_via text, p_days integer) RETURNS void
+CREATE FUNCTION threadline.open_console_session(p_session text, p_via text, p_account text, p_secret text, p_days integer) RETURNS TABLE(account text, roles text[])
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+declare
+  v_account text;
+  v_roles text[];
+  v_expires timestamptz;
+  v_used timestamptz;
+  v_verifier text;
 begin
   perform threadline.require_caller(array['console'], 'opening a console session');
   if length(coalesce(p_session, '')) < 32 then
     raise exception 'a session id needs at least 32 characters' using errcode = '22023';
   end if;
-  if p_days not between 1 and 30 then
+  if p_days is null or p_days not between 1 and 30 then
     raise exception 'a session lasts 1 to 30 days, not %', p_days using errcode = '22023';
   end if;
-  delete from threadline.console_sessions where expires_at < now() - interval '1 day';
-  -- The account of a name signing in is made on its first use (accounts.ensure), unless it was
-  -- removed: an admin adds it again.
-  if p_account ~ '^[A-Za-z0-9_.@-]{1,100}$'
-     and not exists (select 1 from threadline.accounts a where a.name = p_account) then
-    insert into threadline.accounts (name, created_by) values (p_account, 'console sign-in')
+  if p_via = 'token' then
+    select l.account, l.roles, l.expires_at, l.used_at into v_account, v_roles, v_expires, v_used
+      from threadline.console_links l
+     where l.token_hash = threadline.sha256_hex(coalesce(p_secret, ''))
+       for update;
+    if v_account is null or v_used is not null or v_expires <= now() then
+      raise exception 'this sign-in link is unknown, used up or expired'
+        using errcode = 'invalid_password';
+    end if;
+    if p_account is not null and p_account <> v_account then
+      raise exception 'this sign-in link signs in %, not %', v_account, p_account
+        using errcode = 'invalid_password';
+    end if;
+    update threadline.console_links l set used_at = now()
+     where l.token_hash = threadline.sha256_hex(p_secret);
+  elsif p_via = 'password' then
+    select p.verifier, p.roles into v_verifier, v_roles
+      from threadline.console_passwords p where p.account = p_account;
+    -- An unknown name costs a check too, so the time taken tells no name apart.
+    if not threadline.password_matches(coalesce(p_secret, ''), coalesce(v_verifier,
+         'pbkdf2-sha256$100000$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA='))
+       or v_verifier is null then
+      raise exception 'invalid user name or password' using errcode = 'invalid_password';
+    end if;
+    v_account := p_account;
+  elsif p_via = 'no-auth' then
+    select n.account into v_account from threadline.console_no_auth n;
+    if v_account is null then
+      raise exception 'sign-in is on: only the install''s owner turns it off (threadline up --no-auth)'
+        using errcode = 'insufficient_privilege';
+    end if;
+    if p_account is not null and p_account <> v_account then
+      raise exception 'sign-in is off only for %, not %', v_account, p_account
+        using errcode = 'insufficient_privilege';
+    end if;
+    v_roles := array['approver', 'operator', 'viewer'];
+  else
+    raise exception 'via: %; a session opens by token, password or no-auth', p_via
+      using errcode = '22023';
+  end if;
+  -- A removed account signs in no more: an admin adds it again.
+  if exists (select 1 from threadline.accounts a where a.name = v_account)
+     and not exists (select 1 from threadline.accounts a
+                      where a.name = v_account and a.removed_at is null) then
+    raise exception 'the account % was removed: an admin adds it again (threadline user add %)',
+      v_account, v_account using errcode = 'insufficient_privilege';
+  end if;
+  delete from threadline.console_sessions s where s.expires_at < now() - interval '1 day';
+  delete from threadline.console_links l where l.expires_at < now() - interval '1 day';
+  -- The account of a name signing in is made on its first use (accounts.ensure).
+  if v_account ~ '^[A-Za-z0-9_.@-]{1,100}$' then
+    insert into threadline.accounts (name, created_by) values (v_account, 'console sign-in')
     on conflict do nothing;
   end if;
   insert into threadline.console_sessions (session_hash, account, roles, via, expires_at)
-  values (threadline.sha256_hex(p_session), p_account, p_roles, p_via,
+  values (threadline.sha256_hex(p_session), v_account, v_roles, p_via,
           now() + make_interval(days => p_days));
+  return query select v_account, v_roles;
 end;
 $_$;
 
@@ -1612,6 +1665,87 @@ CREATE FUNCTION threadline.own_worker(p_id text) RETURNS boolean
       join pg_locks l on l.locktype = 'advisory' and l.classid = 7411 and l.objid = w.lock_key
                      and l.objsubid = 2 and l.granted and l.mode = 'ExclusiveLock'
      where w.id = p_id and w.kind = threadline.caller_kind() and l.pid = pg_backend_pid())
+$$;
+
+--
+-- Name: password_matches(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.password_matches(p_password text, p_verifier text) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  v_parts text[] := string_to_array(p_verifier, '$');
+begin
+  if cardinality(v_parts) <> 4 or v_parts[1] <> 'pbkdf2-sha256' or v_parts[2] !~ '^[0-9]{1,8}$'
+  then
+    return false;
+  end if;
+  return threadline.pbkdf2_sha256(p_password, decode(v_parts[3], 'base64'), v_parts[2]::integer)
+         = decode(v_parts[4], 'base64');
+end;
+$_$;
+
+--
+-- Name: password_verifier(text, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.password_verifier(p_password text, p_iterations integer DEFAULT 100000) RETURNS text
+    LANGUAGE plpgsql STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$
+declare
+  -- gen_random_uuid draws from the server's strong random source (122 random bits each).
+  v_salt bytea := substring(sha256(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()))
+                            from 1 for 16);
+begin
+  if p_password = '' then
+    raise exception 'password: empty' using errcode = '22023';
+  end if;
+  return format('pbkdf2-sha256$%s$%s$%s', p_iterations, encode(v_salt, 'base64'),
+                encode(threadline.pbkdf2_sha256(p_password, v_salt, p_iterations), 'base64'));
+end;
+$_$;
+
+--
+-- Name: pbkdf2_sha256(text, bytea, integer); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.pbkdf2_sha256(p_password text, p_salt bytea, p_iterations integer) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE STRICT
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_key bytea := convert_to(p_password, 'UTF8');
+  v_ikey bytea;
+  v_okey bytea;
+  v_u bytea;
+  v_acc bit(256);
+begin
+  if p_iterations not between 1 and 10000000 then
+    raise exception 'pbkdf2: % iterations is out of range', p_iterations using errcode = '22023';
+  end if;
+  if length(v_key) > 64 then
+    v_key := sha256(v_key);
+  end if;
+  v_key := v_key || decode(repeat('00', 64 - length(v_key)), 'hex');
+  v_ikey := v_key;
+  v_okey := v_key;
+  for i in 0 .. 63 loop
+    v_ikey := set_byte(v_ikey, i, get_byte(v_key, i) # 54);  -- 0x36
+    v_okey := set_byte(v_okey, i, get_byte(v_key, i) # 92);  -- 0x5c
+  end loop;
+  v_u := sha256(v_okey || sha256(v_ikey || p_salt || '\x00000001'::bytea));
+  v_acc := ('x' || encode(v_u, 'hex'))::bit(256);
+  for i in 2 .. p_iterations loop
+    v_u := sha256(v_okey || sha256(v_ikey || v_u));
+    v_acc := v_acc # ('x' || encode(v_u, 'hex'))::bit(256);
+  end loop;
+  return decode((select string_agg(lpad(to_hex(substring(v_acc from 64 * k + 1 for 64)::bit(64)
+                                                 ::bigint), 16, '0'), '' order by k)
+                   from generate_series(0, 3) k), 'hex');
+end;
 $$;
 
 --
@@ -1866,6 +2000,22 @@ begin
    where run_id = v_run and await_key = p_step_key and awaiting;
   perform threadline.wake('threadline', 'step.done:' || v_run);
   return true;
+end;
+$$;
+
+--
+-- Name: remove_console_password(text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.remove_console_password(p_account text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  update threadline.console_sessions s set closed_at = now()
+   where s.account = p_account and s.via = 'password' and s.closed_at is null;
+  delete from threadline.console_passwords p where p.account = p_account;
+  return found;
 end;
 $$;
 
@@ -2153,6 +2303,29 @@ begin
   perform threadline.held_claim(p_step_key, p_attempt, p_secret);
   update threadline.step_claims set pgid = p_pgid
    where step_key = p_step_key and attempt = p_attempt and finished_at is null;
+end;
+$$;
+
+--
+-- Name: set_console_password(text, text, text[], text); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.set_console_password(p_account text, p_password text, p_roles text[], p_set_by text) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if coalesce(p_password, '') = '' then
+    raise exception 'password: empty' using errcode = '22023';
+  end if;
+  insert into threadline.console_passwords (account, verifier, roles, set_by)
+  values (p_account, threadline.password_verifier(p_password),
+          array(select distinct r from unnest(p_roles) r order by 1), p_set_by)
+  on conflict (account) do update
+    set verifier = excluded.verifier, roles = excluded.roles, set_by = excluded.set_by,
+        set_at = now();
+  update threadline.console_sessions s set closed_at = now()
+   where s.account = p_account and s.via = 'password' and s.closed_at is null;
 end;
 $$;
 
@@ -2926,6 +3099,49 @@ CREATE SEQUENCE threadline.cleanups_id_seq
 ALTER SEQUENCE threadline.cleanups_id_seq OWNED BY threadline.cleanups.id;
 
 --
+-- Name: console_links; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.console_links (
+    token_hash text NOT NULL,
+    account text NOT NULL,
+    roles text[] NOT NULL,
+    minted_by text NOT NULL,
+    minted_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    used_at timestamp with time zone,
+    CONSTRAINT console_links_account_check CHECK ((account ~ '^[A-Za-z0-9_.@-]{1,100}$'::text)),
+    CONSTRAINT console_links_roles_check CHECK ((roles <@ ARRAY['viewer'::text, 'operator'::text, 'approver'::text]))
+);
+
+--
+-- Name: console_no_auth; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.console_no_auth (
+    only_row boolean DEFAULT true NOT NULL,
+    account text NOT NULL,
+    set_by text NOT NULL,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT console_no_auth_only_row_check CHECK (only_row)
+);
+
+--
+-- Name: console_passwords; Type: TABLE; Schema: threadline; Owner: -
+--
+
+CREATE TABLE threadline.console_passwords (
+    account text NOT NULL,
+    verifier text NOT NULL,
+    roles text[] NOT NULL,
+    set_by text NOT NULL,
+    set_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT console_passwords_account_check CHECK ((account ~ '^[A-Za-z0-9_.@-]{1,100}$'::text)),
+    CONSTRAINT console_passwords_roles_check CHECK (((cardinality(roles) > 0) AND (roles <@ ARRAY['viewer'::text, 'operator'::text, 'approver'::text]))),
+    CONSTRAINT console_passwords_verifier_check CHECK ((verifier ~ '^pbkdf2-sha256\$[0-9]+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+$'::text))
+);
+
+--
 -- Name: console_sessions; Type: TABLE; Schema: threadline; Owner: -
 --
 
@@ -3415,6 +3631,27 @@ ALTER TABLE ONLY threadline.cleanups
     ADD CONSTRAINT cleanups_pkey PRIMARY KEY (id);
 
 --
+-- Name: console_links console_links_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.console_links
+    ADD CONSTRAINT console_links_pkey PRIMARY KEY (token_hash);
+
+--
+-- Name: console_no_auth console_no_auth_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.console_no_auth
+    ADD CONSTRAINT console_no_auth_pkey PRIMARY KEY (only_row);
+
+--
+-- Name: console_passwords console_passwords_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
+--
+
+ALTER TABLE ONLY threadline.console_passwords
+    ADD CONSTRAINT console_passwords_pkey PRIMARY KEY (account);
+
+--
 -- Name: console_sessions console_sessions_pkey; Type: CONSTRAINT; Schema: threadline; Owner: -
 --
 
@@ -3633,6 +3870,12 @@ CREATE UNIQUE INDEX api_tokens_live_name ON threadline.api_tokens USING btree (n
 --
 
 CREATE INDEX authorization_audit_run ON threadline.authorization_audit USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+--
+-- Name: console_links_expiry; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX console_links_expiry ON threadline.console_links USING btree (expires_at);
 
 --
 -- Name: console_sessions_expiry; Type: INDEX; Schema: threadline; Owner: -

@@ -7,6 +7,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from console import users
 from engine_adapter.model import names
 from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
@@ -203,12 +204,12 @@ def test_the_console_decides_gates_through_the_checked_path(conn, apply, procs, 
     run_id = spawn(conn, "ask").run_id
     harness.wait_for_state(procs.url, run_id, "waiting")
     with as_role(logins, "console") as c:
-        # The person's session is the credential the database checks (migration 045).
+        # The person's session is the credential the database checks (migration 045), opened
+        # for the password the database checks (migration 049).
+        users.add_user(conn, "alice", "alice's password", ["approver"])
         session = "alice-session-" + "x" * 32
-        c.execute(
-            db.q("open_console_session"),
-            dict(session=session, account="alice", roles=["approver"], via="password", days=1),
-        )
+        proof = dict(via="password", account="alice", secret="alice's password", days=1)
+        c.execute(db.q("open_console_session"), dict(session=session, **proof))
         alice = Actor("alice", "console", roles=frozenset({"approver"}), credential=session)
         gates.decide(c, run_id, "approve", alice, "fine")
     harness.wait_for_state(procs.url, run_id, "completed")

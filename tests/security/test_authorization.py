@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from console.users import add_user, load_users
+from console.users import add_user, list_users
 from engine_adapter.access import accounts, api_tokens, authorization
 from engine_adapter.access.authorization import Action, Refused
 from engine_adapter.catalog import bot_config, proposals, workflows
@@ -204,18 +204,15 @@ def test_bots_prices_and_limits_allowed_are_audited_with_their_change(db_url, co
     assert [lim["scope"] for lim in run_limits.list_limits(conn)] == ["initiator:carl"]
 
 
-def test_the_console_users_file_is_an_admins_to_change_and_audited(db_url, conn, tmp_path):
-    """The users file hands out console roles: writing it is an admin's action."""
-    users = tmp_path / "users.json"
-    add_user(users, "ann", "pw", ["viewer"])  # set up, through no door
-    written, mark = users.read_bytes(), last_id(conn)
+def test_console_passwords_are_an_admins_to_set_and_audited(db_url, conn):
+    """A console password hands out console roles: setting one is an admin's action."""
+    add_user(conn, "ann", "pw", ["viewer"])  # set up, through no door
+    kept, mark = list_users(conn), last_id(conn)
     not_admin = Actor("nobody", "cli")  # an OS account that is not the install's admin
     for who in (OPERATOR, not_admin):
         with pytest.raises(Refused, match="admin action"):
-            add_user(users, "mallory", "pw", ["operator", "approver"], (conn, who))
-    assert users.read_bytes() == written and sorted(p.name for p in tmp_path.iterdir()) == [
-        "users.json"
-    ]
+            add_user(conn, "mallory", "pw", ["operator", "approver"], who)
+    assert list_users(conn) == kept
     rows = audit(conn, mark)
     assert [(r["action"], r["outcome"], r["door"], r["actor"]) for r in rows] == [
         ("manage_accounts", "refused", "console", "otto"),
@@ -225,20 +222,16 @@ def test_the_console_users_file_is_an_admins_to_change_and_audited(db_url, conn,
     # The admin may, through the CLI's door, and is audited with the change.
     mark = last_id(conn)
     added = harness.run_cli(
-        db_url, "console", "user", "add", "bob", "--role", "operator", "--file", str(users),
+        db_url, "console", "user", "add", "bob", "--role", "operator",
         "--password-stdin", stdin="battery staple\n",
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
-    assert sorted(load_users(users)) == ["ann", "bob"]
+    assert [u["account"] for u in list_users(conn)] == ["ann", "bob"]
     rows = audit(conn, mark)
     assert [(r["action"], r["outcome"], r["door"]) for r in rows] == [
         ("manage_accounts", "allowed", "cli")
     ]
-    assert rows[0]["detail"] | {"file": None} == {
-        "console_user": "bob",
-        "roles": ["operator"],
-        "file": None,
-    }
+    assert rows[0]["detail"] == {"console_user": "bob", "roles": ["operator"]}
 
 
 # -- the API: a token's roles, before the body is read --------------------------------------------

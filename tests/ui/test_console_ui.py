@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import signal
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from console.users import add_user
+from console.users import add_user, remove_user
 from engine_adapter.model.identity import Actor
 from engine_adapter.runs import gates
 from engine_adapter.runs.spawn import spawn
@@ -229,22 +228,13 @@ FORCE_ENABLE = """() => { let n = 0;
 
 
 @pytest.fixture(scope="module")
-def users_file(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("users") / "users.json"
-
-
-@pytest.fixture(scope="module")
-def users_console(stack, users_file) -> str:
-    """A second console, with a users file of a viewer, an operator and an approver."""
-    users = users_file
-    for name, roles in USERS.items():
-        add_user(users, name, f"{name}'s password", roles)
+def users_console(stack) -> str:
+    """A second console; a viewer, an operator and an approver have console passwords."""
+    with db.connect(stack.url) as conn:
+        for name, roles in USERS.items():
+            add_user(conn, name, f"{name}'s password", roles)
     port = harness.free_port()
-    stack.procs.start(
-        "console",
-        args=["--port", str(port), "--no-link"],
-        env={"THREADLINE_CONSOLE_USERS": str(users)},
-    )
+    stack.procs.start("console", args=["--port", str(port), "--no-link"])
     base = f"http://127.0.0.1:{port}"
     harness.wait_for(
         lambda: harness.answers(base + "/login"), timeout=90, interval=0.3, what="the users console"
@@ -476,21 +466,18 @@ def test_without_sign_in_every_page_warns(browser, stack):
     page.context.close()
 
 
-def test_an_open_page_ends_when_the_users_file_vanishes(browser, users_console, users_file):
+def test_an_open_page_ends_when_the_password_is_removed(browser, stack, users_console):
     page = sign_in_as(browser, users_console, "otto")
     page.goto(users_console + "/recipes")
     page.wait_for_selector(".tl-user:has-text('otto')")
-    kept = users_file.read_bytes()
-    users_file.unlink()
-    try:
-        page.wait_for_selector("#tl-signed-out:has-text('Your session has ended')")
-    finally:
-        users_file.write_bytes(kept)
-    page.reload()
-    page.wait_for_selector(
-        ".tl-user:has-text('otto')"
-    )  # the file back: the same session holds again
+    with db.connect(stack.url) as conn:
+        remove_user(conn, "otto")
+        try:
+            page.wait_for_selector("#tl-signed-out:has-text('Your session has ended')")
+        finally:
+            add_user(conn, "otto", "otto's password", USERS["otto"])
     page.context.close()
+    sign_in_as(browser, users_console, "otto").context.close()  # set again: otto signs in again
 
 
 FLOW = """slug: ui-control-flow

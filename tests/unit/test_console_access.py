@@ -1,9 +1,12 @@
-"""The console's sign-in parts on their own: the users file, one-time tokens, the failure limiter,
-the start-up checks and the role checks every write goes through."""
+"""The console's sign-in parts on their own: an earlier version's users file (read only for the
+upgrade's advice), the failure limiter, the start-up checks, sessions and the role checks every
+write goes through. Links and passwords are checked by the database
+(tests/security/test_console_login.py)."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import stat
 
@@ -16,30 +19,42 @@ from console.users import (
     USERS_ENV,
     UsersFileError,
     add_user,
-    hash_password,
+    legacy_user,
     load_users,
+    upgrade_advice,
     verify_password,
 )
 from engine_adapter.access.authorization import Action
 from engine_adapter.model.identity import os_user
 
 
-def test_passwords_are_kept_as_scrypt_hashes_and_checked(tmp_path):
-    stored = hash_password("correct horse")
-    assert stored.startswith("scrypt$") and "correct horse" not in stored
-    assert verify_password("correct horse", stored)
-    assert not verify_password("correct hors", stored)
-    assert not verify_password("x", "scrypt$garbage")
+def old_hash(password: str) -> str:
+    """A password as an earlier version's users file kept it (scrypt)."""
+    salt = b"0123456789abcdef"
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=2**14, r=8, p=1)
+    encoded = [base64.b64encode(b).decode() for b in (salt, digest)]
+    return "$".join(["scrypt", "16384", "8", "1", *encoded])
+
+
+def test_an_old_users_file_tells_what_the_admin_runs(tmp_path):
     users = tmp_path / "users.json"
-    add_user(users, "ann", "correct horse", ["viewer"])
-    add_user(users, "bob", "battery staple", ["operator", "approver"])
-    assert stat.S_IMODE(users.stat().st_mode) == 0o600
-    loaded = load_users(users)
-    assert loaded["ann"].roles == {"viewer"} and loaded["bob"].roles == {"operator", "approver"}
-    assert "correct horse" not in users.read_text()
-    with pytest.raises(UsersFileError, match=r"unknown \['admin'\]"):
-        add_user(users, "eve", "pw", ["admin"])
-    assert set(load_users(users)) == {"ann", "bob"}  # the refused user changed nothing
+    users.write_text(
+        json.dumps(
+            {
+                "ann": {"password": old_hash("correct horse"), "roles": ["viewer"]},
+                "bob": {"password": old_hash("battery"), "roles": ["operator", "approver"]},
+            }
+        )
+    )
+    assert verify_password("correct horse", load_users(users)["ann"].password_hash)
+    advice = upgrade_advice(users)
+    assert advice is not None and "no longer read" in advice
+    assert "`threadline console user add ann --role viewer`" in advice
+    assert "`threadline console user add bob --role approver --role operator`" in advice
+    assert upgrade_advice(tmp_path / "gone.json") is None
+    assert legacy_user(users, "ann", "correct horse").roles == {"viewer"}
+    assert legacy_user(users, "ann", "wrong") is None  # a guess learns nothing of the file
+    assert legacy_user(users, "eve", "correct horse") is None
 
 
 @pytest.mark.parametrize(
@@ -72,18 +87,6 @@ def test_a_bad_users_file_is_refused_naming_the_problem(tmp_path, text, message)
         load_users(users)
 
 
-def test_a_token_signs_in_once_and_only_before_it_expires(tmp_path):
-    token = tokens.mint(tmp_path, "ann", ttl_s=60, now=1000.0)
-    assert token not in (tmp_path / tokens.TOKENS_FILE).read_text()  # only its hash is kept
-    assert stat.S_IMODE((tmp_path / tokens.TOKENS_FILE).stat().st_mode) == 0o600
-    assert tokens.consume(tmp_path, "not-a-token", now=1001.0) is None
-    assert tokens.consume(tmp_path, token, now=1001.0) == "ann"
-    assert tokens.consume(tmp_path, token, now=1002.0) is None  # used up
-    late = tokens.mint(tmp_path, "ann", ttl_s=60, now=1000.0)
-    assert tokens.consume(tmp_path, late, now=1061.0) is None  # expired
-    assert json.loads((tmp_path / tokens.TOKENS_FILE).read_text()) == []  # and forgotten
-
-
 def test_five_failures_a_minute_lock_a_key_out_for_a_while():
     now = [0.0]
     limiter = FailureLimiter(clock=lambda: now[0], max_failures=5, window_s=60, lockout_s=300)
@@ -104,18 +107,14 @@ def test_start_up_checks(tmp_path):
     home = tmp_path / "home"
     with pytest.raises(access.AccessError, match=r"--no-auth: refused on 0\.0\.0\.0"):
         access.configure("0.0.0.0", no_auth=True, env={}, home=home)
-    with pytest.raises(
-        access.AccessError, match=r"will not listen on 0\.0\.0\.0 without a users file"
-    ):
-        access.configure("0.0.0.0", env={}, home=home)
     users = tmp_path / "users.json"
-    add_user(users, "ann", "pw", ["viewer"])
+    users.write_text(json.dumps({"ann": {"password": old_hash("pw"), "roles": ["viewer"]}}))
     with pytest.raises(access.AccessError, match="THREADLINE_COOKIE_SECRET must be set"):
-        access.configure("0.0.0.0", env={USERS_ENV: str(users)}, home=home)
+        access.configure("0.0.0.0", env={}, home=home)
     public = access.configure(
         "0.0.0.0", env={USERS_ENV: str(users), access.SECRET_ENV: "x" * 32}, home=home
     )
-    assert public.secret == "x" * 32 and public.users_path == users
+    assert public.secret == "x" * 32 and public.old_users_file == users
     local = access.configure("127.0.0.1", env={}, home=home)  # loopback: a secret kept in the home
     secret_file = home / access.SECRET_FILE
     assert (
@@ -128,9 +127,6 @@ def test_start_up_checks(tmp_path):
     secret_file.chmod(0o644)
     with pytest.raises(access.AccessError, match="readable by others"):
         access.configure("127.0.0.1", env={}, home=home)
-    users.write_text('{"ann": "pw"}')
-    with pytest.raises(access.AccessError, match="the old form"):
-        access.configure("127.0.0.1", env={USERS_ENV: str(users)}, home=home)
 
 
 @pytest.fixture
@@ -141,19 +137,16 @@ def console_db(logins):
     data.configure(None)
 
 
-def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path, console_db):
-    users = tmp_path / "users.json"
-    add_user(users, "ann", "pw", ["viewer"])
-    cfg = access.configure(
-        "127.0.0.1", env={USERS_ENV: str(users), access.SECRET_ENV: "s" * 32}, home=tmp_path
-    )
-    ann = access.session_cookie(cfg, "ann", "password")
-    owner = access.session_cookie(cfg, os_user(), "token")
+def test_a_session_holds_only_while_its_cookie_and_its_password_do(tmp_path, console_db, conn):
+    add_user(conn, "ann", "pw", ["viewer"])
+    cfg = access.configure("127.0.0.1", env={access.SECRET_ENV: "s" * 32}, home=tmp_path)
+    ann, _ = access.sign_in(cfg, "password", "pw", "ann")
+    owner, _ = access.sign_in(cfg, "token", tokens.mint(conn, os_user()))
     assert access.session_from_cookie(cfg, ann) == access.Session(
         "ann", frozenset({"viewer"}), "password"
     )
     assert access.session_from_cookie(cfg, owner).roles == access.ALL_ROLES
-    other = access.Access(tmp_path, users_path=users, secret="t" * 32)
+    other = access.Access(tmp_path, secret="t" * 32)
     assert access.session_from_cookie(other, ann) is None  # signed with another secret
     bob_claims = base64.b64encode(json.dumps({"user": "bob", "via": "token"}).encode())
     fields = ann.split(b"|")
@@ -161,14 +154,12 @@ def test_a_session_holds_only_while_its_cookie_and_the_users_file_do(tmp_path, c
     assert (
         access.session_from_cookie(cfg, forged) is None
     )  # the claims changed under ann's signature
-    assert (
-        access.session_from_cookie(cfg, access.session_cookie(cfg, "bob", "password")) is None
-    )  # not a user
-    users.unlink()
-    assert (
-        access.session_from_cookie(cfg, ann) is None
-        and access.session_from_cookie(cfg, owner) is None
-    )
+    with pytest.raises(sessions.SignInRefused, match="invalid user name or password"):
+        access.sign_in(cfg, "password", "pw", "bob")  # not a user
+    add_user(conn, "ann", "new", ["viewer"])  # a new password ends ann's password sessions
+    assert access.session_from_cookie(cfg, ann) is None
+    assert access.session_from_cookie(cfg, owner) is not None
+    sessions.allow_no_auth(conn, os_user(), "test")  # as `threadline up --no-auth` does
     no_auth = access.configure("127.0.0.1", no_auth=True, env={}, home=tmp_path)
     assert access.session_from_cookie(no_auth, None) == access.Session(
         os_user(), access.ALL_ROLES, "no-auth"
@@ -196,7 +187,7 @@ def test_each_write_needs_its_role():
 
 def test_a_session_lives_on_the_server_until_signed_out(tmp_path, console_db, conn):
     cfg = access.configure("127.0.0.1", env={access.SECRET_ENV: "s" * 32}, home=tmp_path)
-    cookie = access.session_cookie(cfg, "ann", "token")
+    cookie, _ = access.sign_in(cfg, "token", tokens.mint(conn, "ann"))
     stored = str(conn.execute("select * from threadline.console_sessions").fetchall())
     sid = tornado.web.decode_signed_value(cfg.secret, access.SESSION_COOKIE, cookie).decode()
     assert sid not in stored and "ann" in stored  # only the id's hash is kept
@@ -205,7 +196,7 @@ def test_a_session_lives_on_the_server_until_signed_out(tmp_path, console_db, co
     assert access.end_session(restarted, cookie) == "ann"
     assert access.session_from_cookie(cfg, cookie) is None  # the signature holds; the session not
     assert access.end_session(cfg, cookie) is None
-    late = sessions.open_session("bob", "token", access.ALL_ROLES)
+    late, _ = sessions.open_session("token", tokens.mint(conn, "bob"))
     assert sessions.find(late).user == "bob"
     conn.execute("update threadline.console_sessions set expires_at = now() where account = 'bob'")
     assert sessions.find(late) is None  # expired

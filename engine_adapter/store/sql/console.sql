@@ -205,9 +205,41 @@ select slug, version, hash, source, recipe, rolled_back_from, created_at, source
   from threadline.workflow_versions where slug = %(slug)s and version = %(version)s
 
 -- open_console_session --
--- A new console session (migration 045): only the id's sha256 is kept.
-select threadline.open_console_session(%(session)s::text, %(account)s::text, %(roles)s::text[],
-                                       %(via)s::text, %(days)s::integer)
+-- A new console session for the account a proof names (migration 049: the database checks the
+-- link's token or the password and takes the roles from its own rows); only the id's sha256 is
+-- kept. Returns the account and roles signed in.
+select account, roles
+  from threadline.open_console_session(%(session)s::text, %(via)s::text, %(account)s::text,
+                                       %(secret)s::text, %(days)s::integer)
+
+-- mint_console_link --
+-- The owner's new one-time sign-in link: only its token's sha256 is kept.
+insert into threadline.console_links (token_hash, account, roles, minted_by, expires_at)
+values (threadline.sha256_hex(%(token)s), %(account)s, %(roles)s::text[], %(minted_by)s,
+        now() + make_interval(secs => %(ttl_s)s))
+
+-- set_console_password --
+-- The owner sets an account's console password (its verifier only) and roles.
+select threadline.set_console_password(%(account)s::text, %(password)s::text, %(roles)s::text[],
+                                       %(set_by)s::text)
+
+-- remove_console_password --
+-- The owner removes an account's console password; whether it had one.
+select threadline.remove_console_password(%(account)s::text) as removed
+
+-- console_passwords --
+-- The accounts that sign in by password, and their roles (the owner's list).
+select account, roles, set_by, set_at from threadline.console_passwords order by account
+
+-- allow_console_no_auth --
+-- The owner lets the console open sessions without a proof, for this account only.
+insert into threadline.console_no_auth (account, set_by) values (%(account)s, %(set_by)s)
+on conflict (only_row) do update set account = excluded.account, set_by = excluded.set_by,
+                                     set_at = now()
+
+-- end_console_no_auth --
+-- The owner turns sign-in back on: no session opens without a proof.
+delete from threadline.console_no_auth
 
 -- console_session --
 -- The live session an id names: its account, roles and how it signed in.

@@ -8,6 +8,7 @@ __all__ = [
     "control_flow",
     "handler_base",
     "instructions",
+    "known_checkpoints",
     "lifecycle",
     "notifier",
     "reruns",

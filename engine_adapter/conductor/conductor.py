@@ -22,6 +22,7 @@ import psycopg
 from absurd_sdk import Absurd, TaskContext
 from psycopg.types.json import Jsonb
 
+from engine_adapter.conductor import known_checkpoints
 from engine_adapter.conductor.notifier import Notifier
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model.domain import HandlerParams, decision_result
@@ -84,6 +85,7 @@ class Executor:
     def handle_run(self, params: HandlerParams, ctx: TaskContext) -> dict[str, Any]:
         self.handled += 1
         self.in_batch += 1
+        ctx = known_checkpoints.adopt(ctx)  # no look-up of a checkpoint the claim did not load
         return RunHandler(self.conn, ctx, params, holds=self, traced=traces.enabled()).run()
 
     def work_once(self) -> bool:

@@ -47,7 +47,8 @@ class RunHandler(ControlFlow, BotSteps, Waits, Lifecycle):
             self.run_list(self.steps, "")
         except EndRun as end:
             ended = end
-        self.ctx.step("finish", lambda: self.finish(ended))
+        # The closing writes commit with their checkpoint: one commit instead of two.
+        self.atomic_step("finish", lambda: self.finish(ended))
         return {"outputs": self.outputs}
 
     def run_list(self, steps: Iterable[Step], scope: str) -> None:

@@ -1,0 +1,67 @@
+"""Transactions a run no longer needs (docs/speed.md): the conductor looks up no checkpoint its
+claim did not load (conductor/known_checkpoints.py), so a run of three steps, parked and woken
+at each, calls absurd.get_task_checkpoint_state never, while the claims' bulk loads
+(get_task_checkpoint_states) are seen; and a run's closing writes commit with its finish
+checkpoint."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.testing import harness
+
+RECIPE = """
+slug: three-true
+steps:
+  - {id: a, run_command: "true"}
+  - {id: b, run_command: "true"}
+  - {id: c, run_command: "true"}
+"""
+
+
+def function_calls(conn: psycopg.Connection) -> dict[str, int]:
+    conn.execute("select pg_stat_clear_snapshot()")
+    rows = conn.execute(
+        "select funcname, calls from pg_stat_user_functions where schemaname = 'absurd'"
+        " and funcname like 'get_task_checkpoint_state%%'"
+    ).fetchall()
+    return {r["funcname"]: r["calls"] for r in rows}
+
+
+def test_a_run_looks_up_no_checkpoint_beyond_its_claim(db_url, conn, apply, procs):
+    name = conn.execute("select current_database() as d").fetchone()["d"]
+    conn.execute(f"alter database {name} set track_functions = 'pl'")  # new sessions count calls
+    apply(RECIPE)
+    # No hold: each step's run parks on its done event and is claimed again (a replay).
+    procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "0"}, wait=True)
+    procs.start("bots", wait=True)
+    run_id = spawn(conn, "three-true").run_id
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert [s["status"] for s in view["steps"]] == ["completed"] * 3
+    procs.kill_all()  # their backends end and report their counts
+    deadline = time.monotonic() + 15
+    while (calls := function_calls(conn)).get("get_task_checkpoint_states", 0) < 4:
+        assert time.monotonic() < deadline, f"the claims' loads were never counted: {calls}"
+        time.sleep(0.2)
+    assert calls.get("get_task_checkpoint_state", 0) == 0, calls
+
+
+def test_a_runs_closing_writes_commit_with_its_finish_checkpoint(conn, apply, procs):
+    apply(RECIPE)
+    procs.start("conductor", wait=True)
+    procs.start("bots", wait=True)
+    run_id = spawn(conn, "three-true").run_id
+    harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    row = conn.execute(
+        "select (select xmin::text from threadline.thread_entries"
+        "         where run_id = %(run)s and dedupe_key = 'completed') as note,"
+        "       (select xmin::text from absurd.c_threadline"
+        "         where task_id = %(run)s and checkpoint_name = 'finish') as checkpoint",
+        {"run": run_id},
+    ).fetchone()
+    # One transaction: the note, written in a savepoint of it, has a later xid than its parent,
+    # which wrote the checkpoint; a note committed on its own before would have an earlier one.
+    assert row["note"] is not None and int(row["note"]) > int(row["checkpoint"]), row

@@ -1,7 +1,7 @@
 """Prometheus metrics, in the text exposition format (version 0.0.4), computed from the read
 schema's views at each scrape: runs by workflow and state, step and gate-wait durations as
-histograms, open and unclaimed steps, live processes, retries, limits hit, agent tokens and
-cost.
+histograms, open and unclaimed steps, runs waiting for a conductor, live processes, retries,
+limits hit, agent tokens and cost.
 
 Everything is read from the views, so the numbers equal what connect()'s lists show. A scrape
 reads every finished step's duration: its cost grows with the history kept (retention bounds it).
@@ -138,6 +138,12 @@ def render(conn: psycopg.Connection[Any]) -> str:
         "Bot steps sent and runnable that no bot process has claimed yet.",
     )
     out.sample("threadline_instructions_unclaimed", waiting.get("bot", {}).get("unclaimed", 0))
+    out.family(
+        "threadline_runs_unclaimed",
+        "gauge",
+        "Runs ready for a conductor (new, woken, or done sleeping) that none has taken up yet.",
+    )
+    out.sample("threadline_runs_unclaimed", db.fetch_row(conn, "metrics_runs_unclaimed")["n"])
 
     alive = {r["kind"]: r["alive"] for r in db.fetch_all(conn, "metrics_workers")}
     out.family("threadline_processes_alive", "gauge", "Live conductor and bot processes.")

@@ -128,3 +128,24 @@ def test_limits_hit_are_counted_by_workflow_and_limit(api, db_url, logins, apply
     attempts = connect(url=logins["viewer"]).attempts()
     named = attempts[attempts.limit_hit.notna()].groupby(["workflow", "limit_hit"]).size()
     assert hits == {k: float(v) for k, v in named.to_dict().items()}
+
+
+def test_runs_no_conductor_has_taken_up_are_counted(procs, db_url, apply):
+    """Runs spawned while no conductor runs wait for one; once one runs, none wait."""
+    procs.start("console", args=["--port", str(port := harness.free_port())])
+    base = f"http://127.0.0.1:{port}"
+    harness.wait_for(lambda: harness.answers(base + "/api/v1/openapi.json"), 90, 0.3, "console")
+    viewer = token(db_url, "grafana", "viewer")
+    apply(RECIPE)
+    writer = connect(url=db_url, write=True)
+    runs = [writer.spawn("metered", {"n": 5}) for _ in range(3)]
+
+    def unclaimed() -> float:
+        return samples(scrape(base, viewer)[1])["threadline_runs_unclaimed"][0].value
+
+    assert unclaimed() == 3
+    procs.start("conductor")
+    procs.start("bots")
+    for run in runs:
+        harness.wait_for_state(db_url, run, "failed")
+    assert unclaimed() == 0

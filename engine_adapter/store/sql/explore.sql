@@ -103,6 +103,9 @@ select workflow, coalesce(sum(tokens_in), 0)::bigint as tokens_in,
        coalesce(sum(cost_usd), 0)::float8 as cost_usd, count(*)::bigint as turns
   from threadline_read.agent_turns group by 1 order by 1
 
+-- metrics_runs_unclaimed --
+select threadline_read.runs_unclaimed() as n
+
 -- metrics_limits --
 -- Attempts a limit ended (memory, pids, cpu, tmp, timeout) or whose output was cut (output).
 select workflow, limit_hit, count(*)::bigint as n from threadline_read.attempts

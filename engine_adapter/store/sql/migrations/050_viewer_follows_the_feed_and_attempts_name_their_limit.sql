@@ -1,4 +1,5 @@
--- The viewer follows the change feed, and an attempt names the limit that ended it.
+-- The viewer follows the change feed, an attempt names the limit that ended it, and the read
+-- schema counts the runs that wait for a conductor.
 --
 -- 1. A notebook's live widgets (engine_adapter/explore/feed.py) connect as the viewer and follow
 --    the console's change feed (threadline_changes) as a console does: follow_feed holds the
@@ -66,3 +67,21 @@ comment on column threadline_read.attempts.limit_hit is
 revoke all on function threadline_read.limit_hit (text, text) from public;
 grant execute on function threadline_read.limit_hit (text, text)
   to threadline_viewer, threadline_console;
+
+-- 3. How many runs wait for a conductor: ready (new, woken by a step's result, a decision or an
+--    event, or done sleeping) and taken up by none yet, as a conductor's claim would find them
+--    (Absurd's claim_task: an open run of a live task, available now). It grows when the
+--    conductors fall behind; /metrics says it (threadline_runs_unclaimed).
+create function threadline_read.runs_unclaimed () returns bigint
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select count(*) from absurd.r_threadline r
+    join absurd.t_threadline t on t.task_id = r.task_id
+   where r.state in ('pending', 'sleeping') and t.state in ('pending', 'sleeping', 'running')
+     and r.available_at <= now()
+$$;
+comment on function threadline_read.runs_unclaimed () is
+  'Runs ready for a conductor (new, woken, or done sleeping) that no conductor has taken up.';
+revoke all on function threadline_read.runs_unclaimed () from public;
+grant execute on function threadline_read.runs_unclaimed () to threadline_viewer, threadline_console;

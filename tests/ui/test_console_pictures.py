@@ -4,6 +4,7 @@ of a workflow, and a chart with one bar drawn as a bar, not a block."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from engine_adapter.catalog.workflows import apply_recipe
@@ -31,7 +32,9 @@ steps:
         - id: right_work
           run_command: echo right
   - id: slow
-    run_command: "sleep 5; echo slow"
+    run_command: "sleep 6; echo slow"
+  - id: hold
+    human_gate: "Go on?"
   - id: finish
     run_command: echo done
 """
@@ -87,10 +90,26 @@ def rows(page: Any) -> list[dict[str, str]]:
 
 def bar(page: Any, key: str) -> tuple[float, float]:
     """The bar's drawn width in pixels and the seconds it stands for."""
-    found = page.locator(BAR.format(key)).first
-    box = found.bounding_box()
-    assert box is not None
-    return box["width"], float(found.get_attribute("data-seconds"))
+    # Both read at once: a live update replaces the bar between two separate reads; a bar just
+    # put in place may not be laid out yet (0 wide), so look again a moment later.
+    for _ in range(20):
+        width, seconds = page.locator(BAR.format(key)).first.evaluate(
+            "e => [e.getBoundingClientRect().width, Number(e.dataset.seconds)]"
+        )
+        if width:
+            break
+        page.wait_for_timeout(25)
+    return width, seconds
+
+
+def grows(page: Any, key: str, samples: int = 4) -> None:
+    """The open bar of `key` is longer, in seconds and on screen, at every look."""
+    seen = []
+    for _ in range(samples):
+        seen.append(bar(page, key))
+        page.wait_for_timeout(800)
+    for (px, seconds), (later_px, later_s) in itertools.pairwise(seen):
+        assert later_s >= seconds + 0.3 and later_px > px, (key, seen)
 
 
 def test_the_run_page_draws_a_live_waterfall(page, stack):
@@ -99,26 +118,29 @@ def test_the_run_page_draws_a_live_waterfall(page, stack):
         run_id = spawn(conn, "ui-waterfall", {}).run_id
     page.goto(stack.base + f"/run?id={run_id}")
     page.wait_for_selector("#tl-waterfall")
-    # While `slow` runs its bar is open and grows with the database's clock, beat by beat.
-    page.wait_for_selector(ROW.format("slow") + "[data-open='1'] .tl-wf-bar", timeout=60_000)
-    first_px, first_s = bar(page, "slow")
-    page.wait_for_timeout(1500)
-    later_px, later_s = bar(page, "slow")
-    assert later_s >= first_s + 1.0, (first_s, later_s)
-    assert later_px > first_px, (first_px, later_px)
-    # It ends with its step: closed, and no longer growing.
+    # While `slow` runs its bar is open and grows with the database's clock.
+    # (its attempt's row: before a bot takes it, the step's own row stands for it)
+    page.wait_for_selector(ROW.format("slow:1.1") + "[data-open='1'] .tl-wf-bar", timeout=60_000)
+    grows(page, "slow:1.1")
+    # So does a gate's wait, where nothing in the run changes: the live feed's beat moves it.
+    page.wait_for_selector(ROW.format("hold") + "[data-open='1'][data-status='gate'] .tl-wf-bar")
+    grows(page, "hold")
+    done = harness.run_cli(stack.url, "approve", run_id, home=stack.procs.threadline_home)
+    assert done.returncode == 0, done.stderr
+    # Each ends with its step: closed, and no longer growing.
     harness.wait_for_state(stack.url, run_id, "completed", timeout=60)
     page.wait_for_selector(ROW.format("finish") + "[data-open='0'] .tl-wf-bar")
     page.wait_for_selector(ROW.format("slow") + "[data-open='0']")
     ended_px, ended_s = bar(page, "slow")
     page.wait_for_timeout(1200)
     assert bar(page, "slow") == (ended_px, ended_s)
-    assert 4.5 <= ended_s < 8, ended_s
+    assert 5.5 <= ended_s < 9, ended_s
 
     drawn = {r["label"]: r for r in rows(page)}
     # A bar per attempt: flaky's two failed attempts, each its own row.
     assert drawn["flaky · attempt 1"]["status"] == drawn["flaky · attempt 2"]["status"] == "failed"
     assert drawn["quick"]["status"] == "completed" and drawn["quick"]["bar"]
+    assert drawn["hold"]["status"] == "completed" and drawn["hold"]["bar"]
     # The parallel branches as child runs, nested under their group, linked to their own pages.
     for branch, step in (("left", "left_work"), ("right", "right_work")):
         row = drawn[f"branch {branch}"]

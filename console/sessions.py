@@ -58,7 +58,7 @@ def open_session(
 
 def allow_no_auth(conn: psycopg.Connection[Any], account: str | None, by: str) -> None:
     """The owner's switch (its own connection): sessions without a proof open for account only;
-    None turns sign-in back on."""
+    None turns sign-in back on and ends the sessions opened without one."""
     if account is None:
         conn.execute(db.q("end_console_no_auth"))
     else:

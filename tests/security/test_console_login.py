@@ -453,7 +453,8 @@ def test_without_sign_in_only_the_owners_account_opens_a_session(conn, logins):
         assert sign_in_rows(conn) == before
         opened = db.fetch_row(c, "open_console_session", proof("o" * 43, "no-auth"))
         assert opened["account"] == "owner"
-        sessions.allow_no_auth(conn, None, "owner")  # sign-in on again
+        sessions.allow_no_auth(conn, None, "owner")  # sign-in on again: the session ends
+        assert db.fetch_one(c, "console_session", dict(session="o" * 43)) is None
         assert "sign-in is on" in str(refused_proof(c, proof("m" * 43, "no-auth")))
 
 

@@ -238,8 +238,10 @@ on conflict (only_row) do update set account = excluded.account, set_by = exclud
                                      set_at = now()
 
 -- end_console_no_auth --
--- The owner turns sign-in back on: no session opens without a proof.
-delete from threadline.console_no_auth
+-- The owner turns sign-in back on: no session opens without a proof, and those open end.
+with switched_off as (delete from threadline.console_no_auth)
+update threadline.console_sessions set closed_at = now()
+ where via = 'no-auth' and closed_at is null
 
 -- console_session --
 -- The live session an id names: its account, roles and how it signed in.

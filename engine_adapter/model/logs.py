@@ -101,6 +101,10 @@ class _LinesAsRecords(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # what callers that ask expect
+        return str(getattr(self.raw, "encoding", None) or "utf-8")
+
 
 def configure(process: str, asked: str | None = None) -> str:
     """Set up this process's logging, before anything logs; returns the format chosen. Invalid

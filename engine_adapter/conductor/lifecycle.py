@@ -3,6 +3,7 @@ denied gate or the recipe's limits cancel it, and the finish records its outputs
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from absurd_sdk import CancelledTask
@@ -19,6 +20,8 @@ from engine_adapter.recipes.recipes import Step
 from engine_adapter.recipes.render import as_text
 from engine_adapter.runs import child_runs, notifications
 from engine_adapter.store import db, traces
+
+log = logging.getLogger("threadline.conductor")
 
 
 class Lifecycle(HandlerBase):
@@ -50,6 +53,7 @@ class Lifecycle(HandlerBase):
                     self.headline(f"step {step_id} failed{why}"),
                 )
                 db.notify(self.conn, self.run_id, RunState.FAILED)
+            self.say_ended(RunState.FAILED, f"at step {step_id}{why}; waits for a retry", path)
             return True
 
         self.ctx.step(names.checkpoint(names.FAILED, path, try_no), mark_failed)
@@ -112,8 +116,16 @@ class Lifecycle(HandlerBase):
         self.trace_ended(RunState.COMPLETED if ended is None else RunState.FAILED)
         return True
 
+    def say_ended(self, state: RunState, why: str = "", path: str | None = None) -> None:
+        """One log line as the run ends or parks failed, naming it (fields of their own in JSON
+        logs); said inside the checkpoint that ends it, so a replay does not say it again."""
+        extra = {"run_id": self.run_id, "workflow": self.recipe.get("slug"), "step": path}
+        log.info("run %s %s%s", self.run_id, state, f" {why}" if why else "", extra=extra)
+
     def trace_ended(self, state: RunState) -> None:
-        """The run's root span, as it ends (inside the checkpoint that ends it), if traced."""
+        """The run's root span, as it ends (inside the checkpoint that ends it), if traced; and
+        its log line."""
+        self.say_ended(state)
         if self.traced:
             traces.run_ended(self.conn, self.run_id, state)
 

@@ -1,6 +1,7 @@
 """THREADLINE_LOG_FORMAT=json: the conductor, bots, ingress and console processes, started for
 real, write one JSON object per line, every line, and a request that starts a run carries the
-run's id as a field of its own, as does a bot's failed attempt with its step and attempt."""
+run's id as a field of its own, as do a bot's failed attempt (with its step and attempt) and the
+conductor's line as a run ends."""
 
 from __future__ import annotations
 
@@ -100,6 +101,9 @@ def test_every_line_of_every_process_is_json_and_a_run_names_its_id(procs, apply
     (failed,) = [r for r in records(procs.home / "bots.log") if r.get("run_id") == broken]
     assert failed["step"] == "work" and failed["attempt"] == 1, failed
     assert failed["step_key"] == f"{broken}:work:1" and "exit" in failed["message"], failed
+    ended = {r["run_id"]: r for r in records(procs.home / "conductor.log") if "run_id" in r}
+    assert ended[run]["workflow"] == "logged" and ended[run]["message"].endswith("completed")
+    assert ended[broken]["step"] == "work" and "failed at step work" in ended[broken]["message"]
     said = " ".join(r["message"] for r in records(procs.home / "console.log"))
     assert f"http://127.0.0.1:{port}/" in said  # its address, printed, is a record too
 

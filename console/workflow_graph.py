@@ -318,6 +318,20 @@ def _pts(points: list[tuple[float, float]]) -> str:
     return " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
 
 
+def _line_label(ln: Line) -> str:
+    """A branch's name beside the line into it; a loop's word up its way back, along the line."""
+    text = html.escape(ln.label)
+    if "tl-gloop" in ln.css:  # the lane's upward run: points 2 to 3
+        (x, low), (_, high) = ln.points[2], ln.points[3]
+        y = (low + high) / 2
+        return (
+            f'<text class="tl-glabel" x="{x - 6:.1f}" y="{y:.1f}" text-anchor="middle" '
+            f'transform="rotate(-90 {x - 6:.1f} {y:.1f})">{text}</text>'
+        )
+    x, y = ln.points[-2] if len(ln.points) > 2 else ln.points[0]
+    return f'<text class="tl-glabel" x="{x + 4:.1f}" y="{y + 12:.1f}">{text}</text>'
+
+
 def svg(box: Box, margin: float = 16) -> str:
     """The laid-out graph as one SVG (in a scrolling frame when it is large)."""
     w, h = box.w + 2 * margin, box.h + 2 * margin
@@ -343,11 +357,7 @@ def svg(box: Box, margin: float = 16) -> str:
         marker = ' marker-end="url(#tl-garrow)"' if ln.arrow else ""
         out.append(f'<polyline class="{ln.css}" points="{_pts(ln.points)}"{marker}/>')
         if ln.label:
-            x, y = ln.points[-2] if len(ln.points) > 2 else ln.points[0]
-            out.append(
-                f'<text class="tl-glabel" x="{x + 4:.1f}" y="{y + 12:.1f}">'
-                f"{html.escape(ln.label)}</text>"
-            )
+            out.append(_line_label(ln))
     for x, y, bw, bh in box.bars:
         out.append(
             f'<rect class="tl-gbar" x="{x:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{bh:.1f}" '

@@ -3926,10 +3926,10 @@ CREATE INDEX resume_tokens_gate ON threadline.resume_tokens USING btree (gate_ke
 CREATE INDEX run_threads_active_top ON threadline.run_threads USING btree (initiator) WHERE ((parent_run_id IS NULL) AND (admitted_at IS NOT NULL) AND (state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])));
 
 --
--- Name: run_threads_awaiting; Type: INDEX; Schema: threadline; Owner: -
+-- Name: run_threads_awaits; Type: INDEX; Schema: threadline; Owner: -
 --
 
-CREATE INDEX run_threads_awaiting ON threadline.run_threads USING btree (await_kind) WHERE awaiting;
+CREATE INDEX run_threads_awaits ON threadline.run_threads USING btree (await_kind) WHERE (state = ANY (ARRAY['running'::text, 'waiting'::text]));
 
 --
 -- Name: run_threads_created; Type: INDEX; Schema: threadline; Owner: -

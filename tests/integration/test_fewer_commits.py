@@ -2,7 +2,9 @@
 claim did not load (conductor/known_checkpoints.py), so a run of three steps, parked and woken
 at each, calls absurd.get_task_checkpoint_state never, while the claims' bulk loads
 (get_task_checkpoint_states) are seen; and a run's closing writes commit with its finish
-checkpoint."""
+checkpoint; and a step's updates of its run's row (armed by the SEND, disarmed by the done
+event) stay on their page, touching no index (migration 051), so only the run's changes of state
+(pending, running, completed) write index entries."""
 
 from __future__ import annotations
 
@@ -65,3 +67,32 @@ def test_a_runs_closing_writes_commit_with_its_finish_checkpoint(conn, apply, pr
     # One transaction: the note, written in a savepoint of it, has a later xid than its parent,
     # which wrote the checkpoint; a note committed on its own before would have an earlier one.
     assert row["note"] is not None and int(row["note"]) > int(row["checkpoint"]), row
+
+
+def run_thread_updates(conn: psycopg.Connection) -> tuple[int, int]:
+    """(updates, of which HOT) of run_threads so far, as reported."""
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables"
+        " where schemaname = 'threadline' and relname = 'run_threads'"
+    ).fetchone()
+    return int(row["n_tup_upd"]), int(row["n_tup_hot_upd"])
+
+
+def test_a_steps_updates_of_its_run_write_no_index_entries(conn, apply, procs):
+    apply(RECIPE)
+    procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "0"}, wait=True)
+    procs.start("bots", wait=True)
+    run_id = spawn(conn, "three-true").run_id
+    harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    procs.kill_all()  # their backends end and report their counts
+    deadline = time.monotonic() + 15
+    while (counts := run_thread_updates(conn))[0] < 15:
+        assert time.monotonic() < deadline, f"the run's updates were never counted: {counts}"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    updates, hot = run_thread_updates(conn)
+    # Three steps, each armed and disarmed: six updates that were never HOT before.
+    assert updates - hot <= 3, (
+        f"{updates - hot} of {updates} updates of the run wrote index entries"
+    )

@@ -112,7 +112,7 @@ select r.run_id, r.workflow, r.current_step as step, r.await_key as gate_key, r.
   from threadline.run_threads r
   left join threadline.thread_entries q
     on q.run_id = r.run_id and q.dedupe_key = 'question:' || r.await_key
- where r.awaiting and r.await_kind = 'gate'
+ where r.awaiting and r.await_kind = 'gate' and r.state = 'waiting'
  order by r.updated_at, r.run_id
  limit %(limit)s
 

@@ -11,7 +11,7 @@ select rt.run_id, rt.await_key, rt.recipe -> 'notify' as notify, q.text,
   from threadline.run_threads rt
   join threadline.thread_entries q
     on q.run_id = rt.run_id and q.dedupe_key = 'question:' || rt.await_key
- where rt.awaiting and rt.await_kind = 'gate'
+ where rt.awaiting and rt.await_kind = 'gate' and rt.state = 'waiting'
    and jsonb_path_exists(rt.recipe, '$.notify[*].when[*] ? (@ == "waiting")')
 
 -- claim_notifications --

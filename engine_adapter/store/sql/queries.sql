@@ -175,13 +175,13 @@ select rt.run_id, rt.await_key, e.data as payload, null as decision, null as act
   join threadline.thread_entries e
     on e.run_id = rt.run_id and e.step_key = rt.await_key
    and e.kind in ('signal.dispatch.completed', 'signal.dispatch.failed')
- where rt.awaiting and rt.await_kind = 'bot'
+ where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
 union all
 select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
        d.created_at as decided_at
   from threadline.run_threads rt
   join threadline.decisions d on d.step_key = rt.await_key
- where rt.awaiting and rt.await_kind = 'gate'
+ where rt.awaiting and rt.await_kind = 'gate' and rt.state = 'waiting'
  limit 100
 
 -- cancel_engine_task --
@@ -255,7 +255,8 @@ select seq, author_kind, author, kind, step_key, text, data, created_at
 select (select count(*) from absurd.r_threadline
          where state = 'pending' and available_at < absurd.current_time() - interval '5 seconds')
          as runnable_unclaimed,
-       (select count(*) from threadline.run_threads where awaiting and await_kind = 'bot')
+       (select count(*) from threadline.run_threads
+         where awaiting and await_kind = 'bot' and state = 'running')
          as instructions_waiting
 
 -- secret_env_names --

@@ -24,7 +24,7 @@ from engine_adapter.runs import retention
 from . import access, data, state
 from .live import Change
 from .live_panel import on_change, patch_table
-from .style import html_pane
+from .style import html_pane, read_only_table
 
 PLAYGROUND_ENV = "THREADLINE_PLAYGROUND"
 RELOAD_EVERY_S = 5.0  # with no change at all, ages are refreshed this often
@@ -85,22 +85,8 @@ def agents_frame(agents: list[dict[str, Any]]) -> pd.DataFrame:
 class ConductorsPage(Viewer):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.workers = pn.widgets.Tabulator(
-            pd.DataFrame(),
-            disabled=True,
-            show_index=False,
-            selectable=False,
-            sizing_mode="stretch_width",
-            name="workers",
-        )
-        self.unclaimed = pn.widgets.Tabulator(
-            pd.DataFrame(),
-            disabled=True,
-            show_index=False,
-            selectable=False,
-            sizing_mode="stretch_width",
-            formatters={"run": {"type": "html"}},
-        )
+        self.workers = read_only_table(name="workers")
+        self.unclaimed = read_only_table(formatters={"run": {"type": "html"}})
         self.kill = pn.widgets.Button(
             name="Kill the conductor (SIGKILL)",
             button_type="danger",
@@ -108,14 +94,7 @@ class ConductorsPage(Viewer):
             disabled=access.refusal(access.current_session(), Action.STOP_CONDUCTOR) is not None,
         )
         self.kill.on_click(lambda _e: self._kill())
-        self.agents = pn.widgets.Tabulator(
-            pd.DataFrame(),
-            disabled=True,
-            show_index=False,
-            selectable=False,
-            sizing_mode="stretch_width",
-            name="agents",
-        )
+        self.agents = read_only_table(name="agents")
         self.no_backend = html_pane("")
         self.feedback = html_pane("")
         self.sandbox = html_pane("")

@@ -32,7 +32,7 @@ from engine_adapter.runs.spawn import manual_key, spawn
 
 from . import access, data, state
 from .recipe_check import check_recipe_async
-from .style import html_pane
+from .style import html_pane, read_only_table
 from .workflow_graph import graph_html
 
 DOUBLE_CLICK_S = 1.0
@@ -57,13 +57,9 @@ class RecipesPage(Viewer):
         super().__init__(**params)
         with data.connection() as conn:
             rows = list_workflows(conn)
-        self.table = pn.widgets.Tabulator(
+        self.table = read_only_table(
             recipes_frame(rows),
-            disabled=True,
-            show_index=False,
-            selectable=False,
             formatters={"workflow": {"type": "html"}, "runs": {"type": "html"}},
-            sizing_mode="stretch_width",
             name="recipes",
         )
 

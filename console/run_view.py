@@ -31,7 +31,7 @@ from . import access, data, state
 from .debug_pane import debug_html
 from .live import Change
 from .live_panel import Throttle, on_change, patch_table
-from .style import html_pane
+from .style import html_pane, read_only_table
 from .waterfall import waterfall_html
 
 THREAD_TAIL = 200
@@ -58,12 +58,7 @@ class RunView(Viewer):
         self._first_seq = 0
         self._last_seq = 0
         self.header = html_pane(sizing_mode="stretch_width")
-        self.stepper = pn.widgets.Tabulator(
-            pd.DataFrame(),
-            disabled=True,
-            show_index=False,
-            sizing_mode="stretch_width",
-            selectable=False,
+        self.stepper = read_only_table(
             layout="fit_data_stretch",
             # Fitted to the first data, the status column cut a later, longer "✓ completed".
             widths={"status": 130},

@@ -19,7 +19,7 @@ from engine_adapter.read.run_list import Cursor, FilterError, RunFilters, RunRow
 from . import charts, data, state
 from .live import Change
 from .live_panel import Throttle, on_change, patch_table
-from .style import html_pane
+from .style import html_pane, read_only_table
 
 ANY = ""
 CHART_EVERY_S = (
@@ -79,12 +79,7 @@ class RunsPage(Viewer):
             getattr(self, f"w_{name}").param.watch(self._filter_changed, "value")
         self.problem = html_pane("")
         self.counts = html_pane("", css_classes=["tl-counts"])
-        self.table = pn.widgets.Tabulator(
-            pd.DataFrame(),
-            disabled=True,
-            show_index=False,
-            selectable=False,
-            sizing_mode="stretch_width",
+        self.table = read_only_table(
             formatters={"run": {"type": "html"}},
             layout="fit_data_stretch",
             name="runs",

@@ -245,14 +245,22 @@ def threadline_system(
         procs.kill_all()
 
 
-def turn(url: str, system: str, n: int, concurrency: int, home: Path) -> Turn:
-    """One system's turn: start its processes, warm up, time n workflows, stop them, count."""
+def turn(
+    url: str,
+    system: str,
+    n: int,
+    concurrency: int,
+    home: Path,
+    meter_of: Callable[[str], Meter] = Meter,
+) -> Turn:
+    """One system's turn: start its processes, warm up, time n workflows, stop them, count
+    (`meter_of`: the benchmark's connection, which reads the counts)."""
     if system == "threadline":
         ctx = threadline_system(url, concurrency, home / "threadline")
     else:
         (home / system).mkdir(parents=True, exist_ok=True)
         ctx = absurd_system(url, system, concurrency, home / system)
-    meter = Meter(url)
+    meter = meter_of(url)
     try:
         with ctx as (pids, spawn_n, wait_n):
             spawn_n(meter, 2)  # warm-up: connections, caches, the first claims

@@ -61,46 +61,43 @@ def retry_run(conn: psycopg.Connection[Any], run_id: str, actor: Actor) -> str:
         if task and task["state"] == TaskState.FAILED:
             # The engine itself gave up (a conductor crash loop or a handler bug): retry in place.
             db.fetch_one(conn, "retry_engine_task", dict(queue=QUEUE, run_id=run_id))
-            changed = _retake_bot_settings(conn, run_id)
-            thread_entries.by_person(
-                conn,
-                run_id,
-                actor,
-                EntryKind.DECISION,
-                f"Retry requested by {actor.label} (engine retry)." + _then(changed),
-                data={"bot_settings_changed": changed},
-            )
-            db.notify(conn, run_id, "retry")
-            return f"{run_id}:engine"
-        if run["state"] != RunState.FAILED:
-            raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
-        if run["parent_run_id"]:
-            raise CommandRefused(
-                f"run {run_id} is part of run {run['parent_run_id']} (step "
-                f"{(run['parent'] or {}).get('step')}): retry that run, which re-runs what failed"
-            )
-        _check_room(conn, run_id, run["workflow"])
-        key = names.step_key(run_id, run["current_step"], run["current_try"])
-        db.fetch_one(
-            conn,
-            "emit_retry",
-            dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
-        )
-        run_state.set_run_state(
-            conn, run_id, RunState.RUNNING, run["current_step"], run["current_try"]
-        )
+            retried, said, data = f"{run_id}:engine", " (engine retry).", {}
+        else:
+            retried = _retry_failed_step(conn, run, actor)
+            said = f": step {run['current_step']} gets try {run['current_try'] + 1}."
+            data = {"decision": "retry"}
         changed = _retake_bot_settings(conn, run_id)
         thread_entries.by_person(
             conn,
             run_id,
             actor,
             EntryKind.DECISION,
-            f"Retry requested by {actor.label}: step {run['current_step']} gets try "
-            f"{run['current_try'] + 1}." + _then(changed),
-            data={"decision": "retry", "bot_settings_changed": changed},
+            f"Retry requested by {actor.label}{said}" + _then(changed),
+            data={**data, "bot_settings_changed": changed},
         )
         db.notify(conn, run_id, "retry")
-        return key
+        return retried
+
+
+def _retry_failed_step(conn: psycopg.Connection[Any], run: dict[str, Any], actor: Actor) -> str:
+    """A new try of the failed run's failed step; returns that step's key."""
+    run_id = str(run["run_id"])
+    if run["state"] != RunState.FAILED:
+        raise CommandRefused(f"run {run_id} is {run['state']}, not failed: nothing to retry")
+    if run["parent_run_id"]:
+        raise CommandRefused(
+            f"run {run_id} is part of run {run['parent_run_id']} (step "
+            f"{(run['parent'] or {}).get('step')}): retry that run, which re-runs what failed"
+        )
+    _check_room(conn, run_id, run["workflow"])
+    key = names.step_key(run_id, run["current_step"], run["current_try"])
+    db.fetch_one(
+        conn,
+        "emit_retry",
+        dict(queue=QUEUE, run_id=run_id, step_key=key, payload=Jsonb(actor.as_record())),
+    )
+    run_state.set_run_state(conn, run_id, RunState.RUNNING, run["current_step"], run["current_try"])
+    return key
 
 
 def _retake_bot_settings(conn: psycopg.Connection[Any], run_id: str) -> str | None:

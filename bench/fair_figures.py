@@ -335,7 +335,8 @@ def caveat(n: int, repeats: int, concurrency: int, sandbox: str) -> list[str]:
         f" its own processes, {repeats} turn(s) each, medians; concurrency {concurrency}"
         f" (Absurd worker threads = Threadline bot slots); steps run {sandbox}.",
         "Counts (commits, WAL records) are sound here; times (CPU, throughput) are noisy on a"
-        " shared 2-core machine: compare them only within one run.",
+        " shared 2-core machine: compare them only within one run. WAL records are the server's:"
+        " other work on it adds to them, which a few workflows (--smoke) do not outweigh.",
     ]
 
 

@@ -81,7 +81,7 @@ class RunView:
     await_key: str | None
     gate: dict[str, Any] | None  # the open gate: step, key, accept, approvers, on_timeout
     event_wait: dict[str, Any] | None  # the outside event it waits for: events, key
-    steps: list[dict[str, Any]]
+    steps: list[step_tree.StepNode]
     outputs: dict[str, Any]  # the run's declared outputs, once it completed
     parent: dict[str, Any] | None  # a child run's place in its parent
     thread: list[Entry] = field(default_factory=list)

@@ -8,10 +8,10 @@ The stepper, `show --json` and the notebooks all draw this tree; `read_model.sho
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from engine_adapter.model import domain, names
 from engine_adapter.model.vocab import AwaitKind, EntryKind
@@ -86,11 +86,40 @@ class RunFacts:
         return self.written_at.get(names.checkpoint(kind, path, try_no, branch))
 
 
-def steps_tree(facts: RunFacts, depth: int = 0) -> list[dict[str, Any]]:
+class StepNode(TypedDict, total=False):
+    """A step as the read model shows it (`threadline show --json`'s `steps`): where it is,
+    how it stands, what it said; a block's nested steps, a fan-out's branches, items or
+    iterations, an attempt list for a bot step."""
+
+    id: str
+    path: str
+    kind: str
+    status: str
+    attempts: int
+    tries: int
+    output: Any
+    reason: str | None
+    exit_code: int | None
+    started_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+    why: Any
+    tail: Any
+    tokens: Any
+    tool_calls: Any
+    attempt_list: list[dict[str, Any]]
+    blocks: list[dict[str, Any]]
+    branches: list[dict[str, Any]]
+    items: int  # how many items a foreach listed
+    iterations: list[dict[str, Any]]
+    child_run: Any
+
+
+def steps_tree(facts: RunFacts, depth: int = 0) -> list[StepNode]:
     return _nodes(facts, facts.run["recipe"]["steps"], "", depth)
 
 
-def _nodes(facts: RunFacts, steps: list[dict[str, Any]], scope: str, depth: int) -> list[dict]:
+def _nodes(facts: RunFacts, steps: list[dict[str, Any]], scope: str, depth: int) -> list[StepNode]:
     return [_node(facts, s, names.child_path(scope, s["id"]), scope, depth) for s in steps]
 
 
@@ -98,10 +127,10 @@ def kind_of(step: dict[str, Any]) -> str:
     return next((k for k in domain.KEYED_KINDS if k in step), domain.CONDITIONAL)
 
 
-def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: int) -> dict:
+def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: int) -> StepNode:
     kind = kind_of(step)
     last = facts.tries.get(path, 0)
-    node: dict[str, Any] = {
+    node: StepNode = {
         "id": step["id"],
         "path": path,
         "kind": kind,
@@ -118,15 +147,19 @@ def _node(facts: RunFacts, step: dict[str, Any], path: str, scope: str, depth: i
     carried = facts.cp(names.CARRIED, path, None)
     if carried is not None:
         node.update(
-            status=domain.CARRIED_OVER,
-            output=carried.get("output"),
-            reason=f"carried over from run {carried.get('from')}",
+            {
+                "status": domain.CARRIED_OVER,
+                "output": carried.get("output"),
+                "reason": f"carried over from run {carried.get('from')}",
+            }
         )
         return node
     if decided and "error" in decided:
-        node.update(status=domain.FAILED, output=decided["error"], reason=decided["error"])
+        node.update(
+            {"status": domain.FAILED, "output": decided["error"], "reason": decided["error"]}
+        )
     elif decided and not decided.get("value") and kind != domain.CONDITIONAL:
-        node.update(status=domain.SKIPPED, reason=decided.get("why"))
+        node.update({"status": domain.SKIPPED, "reason": decided.get("why")})
     elif kind in domain.BLOCK_KINDS or kind == domain.WORKFLOW:
         _block(facts, step, node, kind, path, scope, last, depth)
     else:
@@ -175,22 +208,26 @@ def _last_round(facts: RunFacts, path: str, last: int, result: Any) -> tuple[Any
     return None, None
 
 
-def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: int) -> None:
+def _leaf(facts: RunFacts, step: dict, node: StepNode, kind: str, path: str, last: int) -> None:
     result = facts.cp(names.DONE, path, last) or facts.cp(names.DONE_LATE, path, last)
     result, part = _last_round(facts, path, last, result)
     if kind == domain.HUMAN_GATE and result:
         outcome = domain.gate_outcome(result, step.get("on_timeout"))
         node.update(
-            status=domain.COMPLETED if outcome.passed else domain.FAILED,
-            output=result.get("text"),
-            reason=None if outcome.passed else outcome.why,
+            {
+                "status": domain.COMPLETED if outcome.passed else domain.FAILED,
+                "output": result.get("text"),
+                "reason": None if outcome.passed else outcome.why,
+            }
         )
     elif result:
         node.update(
-            status=result.get("status", domain.COMPLETED),
-            output=result.get("output"),
-            exit_code=result.get("exit_code"),
-            reason=result.get("reason"),
+            {
+                "status": result.get("status", domain.COMPLETED),
+                "output": result.get("output"),
+                "exit_code": result.get("exit_code"),
+                "reason": result.get("reason"),
+            }
         )
         if result.get("tokens"):
             node["tokens"] = result["tokens"]
@@ -200,7 +237,7 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
         and (_current(facts, path) != domain.SLEEPING)
     ):
         wake = (facts.cp(names.SEND, path, last) or {}).get("wake_at")
-        node.update(status=domain.COMPLETED, output=wake)
+        node.update({"status": domain.COMPLETED, "output": wake})
     elif current := _current(facts, path):
         node["status"] = current
     if node["status"] == domain.FAILED and not node["output"]:
@@ -214,7 +251,7 @@ def _leaf(facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: i
         _why(facts, node, path, last)
 
 
-def _why(facts: RunFacts, node: dict, path: str, last: int) -> None:
+def _why(facts: RunFacts, node: StepNode, path: str, last: int) -> None:
     """A bot step's own attempts (each with its own duration), why it failed in words with the
     last lines of its output, and an agent's tool calls."""
     attempts = step_report.attempts_of(facts.claims, facts.exits, path, facts.whys)
@@ -235,7 +272,14 @@ def _why(facts: RunFacts, node: dict, path: str, last: int) -> None:
 
 
 def _block(
-    facts: RunFacts, step: dict, node: dict, kind: str, path: str, scope: str, last: int, depth: int
+    facts: RunFacts,
+    step: dict,
+    node: StepNode,
+    kind: str,
+    path: str,
+    scope: str,
+    last: int,
+    depth: int,
 ) -> None:
     if kind == domain.CONDITIONAL:
         decided = facts.cp(names.DECIDE, path, last) if last else None
@@ -305,7 +349,7 @@ def _block(
 
 def _mark(nodes: list[dict[str, Any]], status: str, reason: str) -> None:
     for n in nodes:
-        n.update(status=status, reason=reason)
+        n.update({"status": status, "reason": reason})
         for block in n.get("blocks") or []:
             _mark(block["steps"], status, reason)
 
@@ -315,7 +359,7 @@ def _fans_out(step: dict) -> bool:
 
 
 def _children(
-    facts: RunFacts, step: dict, node: dict, kind: str, path: str, last: int, depth: int
+    facts: RunFacts, step: dict, node: StepNode, kind: str, path: str, last: int, depth: int
 ) -> None:
     """A parallel group, a parallel foreach or a sub-workflow: its child runs."""
     if kind == domain.PARALLEL:
@@ -325,7 +369,7 @@ def _children(
     else:
         listed = facts.cp(names.ITEMS, path, last) or {}
         if "error" in listed:
-            node.update(status=domain.FAILED, output=listed["error"])
+            node.update({"status": domain.FAILED, "output": listed["error"]})
             return
         labels = [str(i + 1) for i in range(len(listed.get("items") or []))]
     winner = facts.cp(names.WINNER, path, last)
@@ -364,7 +408,7 @@ def _children(
         node["status"] = domain.ACTIVE
     spawned_error = facts.cp(names.SPAWN, path, last, "run")
     if isinstance(spawned_error, dict) and "error" in spawned_error:
-        node.update(status=domain.FAILED, output=spawned_error["error"])
+        node.update({"status": domain.FAILED, "output": spawned_error["error"]})
 
 
 def _spawned(facts: RunFacts, path: str, last: int, label: str) -> str | None:
@@ -389,12 +433,14 @@ def _aggregate(nodes: list[dict[str, Any]]) -> str:
     return domain.PENDING
 
 
-def flatten(nodes: list[dict[str, Any]], depth: int = 0) -> list[tuple[int, dict[str, Any]]]:
+def flatten(
+    nodes: Sequence[StepNode] | Sequence[dict[str, Any]], depth: int = 0
+) -> list[tuple[int, dict[str, Any]]]:
     """(depth, node) in drawing order, for text and table views; branches and iterations become
-    headed rows of their own (kind "branch" / "iteration")."""
+    headed rows of their own (kind "branch" / "iteration"), so rows are plain dicts."""
     out: list[tuple[int, dict[str, Any]]] = []
     for node in nodes:
-        out.append((depth, node))
+        out.append((depth, cast(dict[str, Any], node)))
         for block in node.get("blocks") or []:
             status = _aggregate(block["steps"]) if block["taken"] else domain.SKIPPED
             out.append(

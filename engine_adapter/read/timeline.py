@@ -8,12 +8,14 @@ what happened; the console draws these rows (console/waterfall.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from engine_adapter.model import domain
 from engine_adapter.model.vocab import AttemptOutcome, StepStatus
+from engine_adapter.read.step_tree import StepNode
 
 # Rows whose bar is still growing: what a run is doing now.
 LIVE = frozenset(
@@ -60,10 +62,10 @@ class Row:
     run_id: str | None = None  # a child run's row: where its own page is
 
 
-def rows(steps: list[dict[str, Any]], max_rows: int = MAX_ROWS) -> tuple[list[Row], int]:
+def rows(steps: Sequence[StepNode], max_rows: int = MAX_ROWS) -> tuple[list[Row], int]:
     """The waterfall's rows of a step tree in drawing order, and how many more were left out."""
     out: list[Row] = []
-    _rows(steps, 0, "", out)
+    _rows(cast(list[dict[str, Any]], steps), 0, "", out)
     return out[:max_rows], max(0, len(out) - max_rows)
 
 

@@ -32,6 +32,18 @@ def handed_on(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any]:
     return row["outputs"]
 
 
+def undeclared(nodes: list[dict[str, Any]]) -> set[str]:
+    """Keys of the step tree's nodes, nested ones included, that its typed record does not name."""
+    found: set[str] = set()
+    for node in nodes:
+        found |= set(node) - set(step_tree.StepNode.__annotations__)
+        for nested in (*(node.get("blocks") or []), *(node.get("iterations") or [])):
+            found |= undeclared(nested["steps"])
+        for branch in node.get("branches") or []:
+            found |= undeclared(branch.get("steps") or [])
+    return found
+
+
 def statuses(view: dict[str, Any]) -> dict[str, str]:
     return {
         n["id"]: n["status"]
@@ -231,6 +243,7 @@ def _replays_faithfully(
     apply(yaml.safe_dump({"slug": slug, **recipe}, sort_keys=False))
     first = spawn(conn, slug, PAYLOAD).run_id
     tree, base = finished(procs.url, first), handed_on(conn, first)
+    assert undeclared(tree["steps"]) == set()  # the read model's StepNode says every field
     top = [s["id"] for s in recipe["steps"]]
     same = {sid: rerun(conn, first, sid, OPERATOR).run_id for sid in top}
     changed = {sid: rerun(conn, first, sid, OPERATOR, CHANGED).run_id for sid in top[1:]}

@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from engine_adapter.model.settings import database_url
+from engine_adapter.model.vocab import RunState
 from engine_adapter.store.waking import WakingConnection
 
 # A notification wakes only the processes that act on it. Conductors listen on NOTIFY_CHANNEL
@@ -22,12 +23,14 @@ from engine_adapter.store.waking import WakingConnection
 # database's own functions notify there too), bot processes on BOTS_CHANNEL (an instruction to
 # claim). A bot's own chatter (its claim, streamed output) wakes nobody: consoles follow the
 # change feed (migration 004), and waking a conductor or bot for it only ran a claim that found
-# nothing.
+# nothing. Nor does a run's end: the change feed tells consoles and widgets, and what an end
+# releases (a parent's step, a queued run's admission) has wake-ups of its own from the database;
+# each notification costs a commit in every listening backend of the database (docs/speed.md).
 NOTIFY_CHANNEL = "threadline"
 BOTS_CHANNEL = "threadline_bots"
 BOT_WAKES = frozenset({"instruction"})
 STEP_DONE = "step.done"  # said by threadline.emit_step_done (migration 013)
-QUIET = frozenset({"claim", "progress"})
+QUIET = frozenset({"claim", "progress", RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 DEADLOCK_TRIES = 4
 _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 

@@ -15,14 +15,9 @@ from typing import Protocol
 
 import psycopg
 
-from engine_adapter.model.vocab import RunState
 from engine_adapter.store import db
 
 POLL_S = 1.0  # a wake-up at least this often: work due by the clock, a notification missed
-# A run's end as its conductor says it (lifecycle.py): what it releases (a parent's step, a
-# queued run's admission) comes with wake-ups of its own from the database, so a claim for it
-# finds nothing.
-RUN_ENDED = frozenset({RunState.COMPLETED, RunState.FAILED, RunState.CANCELLED})
 
 
 class Wake:
@@ -127,8 +122,6 @@ def route_wake(payload: str, wake: Wake, holds: Holds) -> None:
     what, run_id = db.parse_wake(payload)
     if what == db.STEP_DONE and holds.deliver(run_id):
         return
-    if what in RUN_ENDED:
-        return  # said for the change feed's readers: the engine has nothing to hand out for it
     wake.signal()
     if wake.idle() < 0:
         holds.cut_all()

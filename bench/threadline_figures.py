@@ -71,10 +71,14 @@ def db_clock(conn: Conn) -> datetime:
 
 
 # -- waiting ----------------------------------------------------------------------------------
-def wait_completed(conn: Conn, run_ids: list[str], timeout: float) -> None:
-    """Poll until every run completed; fail fast when one ends otherwise."""
+def wait_completed(conn: Conn, run_ids: list[str], timeout: float, interval: float = POLL_S) -> int:
+    """Poll until every run completed; fail fast when one ends otherwise. Returns the polls made
+    (each one transaction of conn's)."""
+    polls = 0
 
     def all_done() -> bool:
+        nonlocal polls
+        polls += 1
         row = conn.execute(
             "select count(*) filter (where state = 'completed') as done,"
             "       count(*) filter (where state in ('failed', 'cancelled')) as bad"
@@ -85,7 +89,8 @@ def wait_completed(conn: Conn, run_ids: list[str], timeout: float) -> None:
             raise RuntimeError(f"{row['bad']} benchmark run(s) failed or were cancelled")
         return row["done"] == len(run_ids)
 
-    harness.wait_for(all_done, timeout, interval=POLL_S, what=f"{len(run_ids)} runs to complete")
+    harness.wait_for(all_done, timeout, interval=interval, what=f"{len(run_ids)} runs to complete")
+    return polls
 
 
 def entry_time(conn: Conn, run_id: str, kind: str, step_key: str) -> datetime | None:

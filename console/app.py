@@ -8,6 +8,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from engine_adapter.store import traces
+
 from . import data
 from .access import AccessError, configure, no_auth_session
 from .live import hub
@@ -122,6 +124,7 @@ def serve(
             "--no-auth` with the owner's credentials)"
         )
     hub(url)
+    traces.start("threadline-console")  # a run cancelled here sends its root span from here
     pn.extension("plotly", "tabulator", "codeeditor", notifications=False)
     origin = [f"{address}:{port}", f"localhost:{port}", f"127.0.0.1:{port}"]
     options = (

@@ -17,7 +17,7 @@ from engine_adapter.model.identity import Actor
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.model.vocab import EntryKind, RunState, TaskState
 from engine_adapter.runs import child_runs, run_limits, run_state, thread_entries
-from engine_adapter.store import db
+from engine_adapter.store import db, traces
 
 
 class CommandRefused(Conflict):
@@ -31,6 +31,10 @@ def cancel_run(
     Cancelling a run tree takes its runs' locks as it walks it, so two cancels of crossing trees
     can deadlock: Postgres aborts one, and that one is tried again."""
     db.retrying_deadlocks(conn, lambda: _cancel(conn, run_id, actor, reason))
+    # The run ends here, not in a conductor's handler (its engine task is cancelled): its trace's
+    # root span goes from the process that cancelled it, when that process sends traces.
+    if traces.start("threadline-cli"):
+        traces.run_ended(conn, run_id, RunState.CANCELLED)
 
 
 def _cancel(conn: psycopg.Connection[Any], run_id: str, actor: Actor, reason: str | None) -> None:

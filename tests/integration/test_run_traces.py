@@ -173,3 +173,28 @@ def test_a_run_is_one_trace_across_processes_and_restarts(conn, apply, procs, wo
         attempt = next(s for s in branch if s.name.startswith("attempt "))
         assert step.parent_id == child_root.span_id and attempt.parent_id == step.span_id
         assert {s.trace_id for s in branch} == {uuid.UUID(child).int}
+
+
+GATED = """
+slug: held
+steps:
+  - id: ask
+    human_gate: "Go?"
+"""
+
+
+def test_a_run_cancelled_from_outside_sends_its_root_span_from_the_canceller(conn, apply, procs):
+    """`threadline cancel` ends the run in its own process (no conductor's handler runs again):
+    the run's trace gets its root span from there, in the run's trace, as cancelled."""
+    with receiver() as got:
+        apply(GATED)
+        env = otlp_env(got.endpoint)
+        procs.start("conductor", env=env)
+        run_id = str(spawn(conn, "held").run_id)
+        harness.wait_for_state(procs.url, run_id, "waiting")
+        out = harness.run_cli(procs.url, "cancel", run_id, home=procs.home, env=env)
+        assert out.returncode == 0, out.stderr
+        root = got.wait_for(lambda s: [x for x in s if x.name == "run held"])
+    assert len(root) == 1 and root[0].trace_id == uuid.UUID(run_id).int
+    assert root[0].parent_id is None and root[0].service == "threadline-cli"
+    assert root[0].attributes["threadline.state"] == "cancelled" and root[0].error

@@ -17,7 +17,7 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 
 def named_queries(path: Path) -> dict[str, str]:
-    """Named SQL blocks as in engine_adapter/store/sql: `-- name --`, a comment line, then the
+    """Named SQL blocks as in a part's queries.sql: `-- name --`, a comment line, then the
     query."""
     parts = _BLOCK.split(path.read_text())
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}

@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from engine_adapter.model.errors import Refused
 from engine_adapter.store import db
 
 from . import data
@@ -26,7 +27,7 @@ from . import data
 SESSION_DAYS = 7
 
 
-class SignInRefused(Exception):
+class SignInRefused(Refused):
     """The database refused the proof (a wrong, used, expired or foreign one); nothing changed."""
 
 

@@ -11,6 +11,7 @@ __all__ = [
     "contract",
     "contract_cli",
     "main",
+    "requests",
     "reset",
     "supervisor",
 ]

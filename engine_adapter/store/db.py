@@ -1,4 +1,4 @@
-"""Connections and the named queries of sql/*.sql (one file per area: core, console, triggers)."""
+"""Connections, and the named queries each part keeps in its queries.sql."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
 import psycopg
@@ -37,20 +38,29 @@ _BLOCK = re.compile(r"^-- (\w+) --\n", re.MULTILINE)
 
 @cache
 def queries() -> dict[str, str]:
-    """Named SQL blocks: `-- name --`, a comment line, then the query. Names are unique across
-    files."""
+    """Named SQL blocks: `-- name --`, a comment line, then the query. Each part keeps its own
+    beside its code (`engine_adapter/<part>/queries.sql`; the store's engine_queries.sql holds the
+    only reads of Absurd's tables); names are unique across them."""
     found: dict[str, str] = {}
-    for file in sorted(
-        resources.files("engine_adapter.store").joinpath("sql").iterdir(), key=lambda f: f.name
-    ):
-        if not file.name.endswith(".sql"):
-            continue
+    for file in query_files():
         parts = _BLOCK.split(file.read_text())
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in found:
-                raise RuntimeError(f"query {name!r} is defined twice (again in sql/{file.name})")
+                raise RuntimeError(f"query {name!r} is defined twice (again in {file.name})")
             found[name] = body.strip()
     return found
+
+
+def query_files() -> list[Traversable]:
+    """Every part's files of named queries, in a fixed order."""
+    package = resources.files("engine_adapter")
+    return [
+        file
+        for part in sorted(package.iterdir(), key=lambda p: p.name)
+        if part.is_dir()
+        for file in sorted(part.iterdir(), key=lambda f: f.name)
+        if file.name.endswith("queries.sql")
+    ]
 
 
 def q(name: str) -> str:

@@ -5,9 +5,11 @@ conductor and the bots never import each other, and only the conductor talks to 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "engine_adapter"
+CONSOLE = PACKAGE.parent / "console"
 
 FLOORS = [
     {"model"},
@@ -77,3 +79,33 @@ def test_only_the_command_line_imports_the_console():
     """The console is a client of the engine; `threadline up` and `threadline token` start it."""
     others = [f"{rel}: {mod}" for rel, _, mod in imports() if mod.split(".")[0] == "console"]
     assert all(line.startswith("cli/") for line in others), others
+
+
+ENGINE_TABLE = re.compile(r"absurd\.[a-z]_threadline")
+QUERY_NAME = re.compile(r"^-- (\w+) --$", re.MULTILINE)
+
+
+def test_absurds_tables_are_read_in_one_file():
+    """Absurd is reached through its functions; the reads of its tables it offers no function
+    for sit in store/engine_queries.sql, which says why, and nowhere else."""
+    product = [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*queries.sql"), *CONSOLE.rglob("*.py")]
+    readers = sorted(
+        str(p.relative_to(PACKAGE.parent)) for p in product if ENGINE_TABLE.search(p.read_text())
+    )
+    assert readers == ["engine_adapter/store/engine_queries.sql"]
+
+
+def test_a_parts_queries_are_named_only_from_its_floor_or_above():
+    """A part keeps the queries it owns beside its code (<part>/queries.sql): no code below that
+    part's floor names one of them (the console, at the top, may name any)."""
+    code = {p: p.read_text() for p in PACKAGE.rglob("*.py")}
+    wrong = []
+    for file in sorted(PACKAGE.glob("*/*queries.sql")):
+        home = file.parent.name
+        for name in QUERY_NAME.findall(file.read_text()):
+            named = re.compile(rf"[\"']{name}[\"']")
+            for path, text in code.items():
+                part = path.relative_to(PACKAGE).parts[0]
+                if named.search(text) and FLOOR[part] < FLOOR[home]:
+                    wrong.append(f"{name} ({home}) named in {path.relative_to(PACKAGE)}")
+    assert not wrong, wrong

@@ -1,3 +1,15 @@
+-- The named queries of engine_adapter.read: a block is `-- name --`, a comment line, then
+-- the query (store/db.py loads every part's queries.sql; a name is unique across them).
+
+-- run_agent_use --
+-- A run's agent turns: tokens in and out, and cost where its model was priced.
+select coalesce(sum((data -> 'usage' ->> 'in')::bigint), 0)::bigint as "in",
+       coalesce(sum((data -> 'usage' ->> 'out')::bigint), 0)::bigint as "out",
+       sum((data -> 'usage' ->> 'cost_usd')::float8) as cost_usd,
+       count(*)::int as turns
+  from threadline.thread_entries
+ where run_id = %(run_id)s and kind = 'agent.assistant'
+
 -- runs_page --
 -- One keyset page of runs, newest first, filtered. Every filter is optional (null = any).
 select run_id, workflow, workflow_version, state, current_step, trigger ->> 'kind' as trigger_kind,
@@ -140,69 +152,11 @@ select * from (
 -- One entry's whole text.
 select text from threadline.thread_entries where run_id = %(run_id)s and seq = %(seq)s
 
--- engine_attempts --
--- Absurd's runs (attempts) of one task; available_at is null while awaiting an event with no
--- timeout (the engine stores 'infinity', which Python's datetime cannot hold).
-select run_id, attempt, state, claimed_by, claim_expires_at,
-       nullif(available_at, 'infinity') as available_at, wake_event, started_at,
-       completed_at, failed_at, failure_reason, created_at
-  from absurd.r_threadline
- where task_id = %(run_id)s
- order by attempt
-
--- engine_waits --
--- What the task is awaiting now.
-select step_name, event_name, timeout_at, created_at
-  from absurd.w_threadline
- where task_id = %(run_id)s
- order by created_at
-
--- engine_events --
--- Events by name (a run's names are known from its step keys).
-select event_name, payload, emitted_at
-  from absurd.e_threadline
- where event_name = any(%(names)s::text[])
- order by emitted_at
-
--- engine_task_row --
--- Absurd's whole task row for a run, as JSON.
-select to_jsonb(t) - 'params' as task from absurd.t_threadline t where task_id = %(run_id)s
-
--- workers_in_hand --
--- Each live worker with what it holds: engine runs for a conductor, open attempts for a bot host.
-select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.sandbox, w.stopped_at,
-       extract(epoch from now() - w.last_beat_at)::float8 as last_beat_age_s,
-       (w.id in (select id from threadline.live_workers)) as alive,
-       case w.kind
-         when 'conductor' then (select count(*) from absurd.r_threadline r
-                                 where r.state = 'running' and r.claimed_by = w.id)
-         else (select count(*) from threadline.step_claims c
-                where c.worker_id = w.id and c.finished_at is null)
-       end::int as in_hand
-  from threadline.workers w
- order by w.kind, w.started_at desc
- limit 200
-
--- runnable_unclaimed --
--- Engine runs due but not taken by any conductor, oldest first.
-select r.task_id as run_id, t.workflow, r.available_at,
-       extract(epoch from absurd.current_time() - r.available_at)::float8 as waiting_s
-  from absurd.r_threadline r
-  left join threadline.run_threads t on t.run_id = r.task_id
- where r.state = 'pending' and r.available_at <= absurd.current_time()
- order by r.available_at
- limit %(limit)s
-
 -- last_conductor_beat --
 -- The newest heartbeat of any conductor and whether any conductor is alive.
 select max(last_beat_at) as last_beat_at,
        exists (select 1 from threadline.live_workers where kind = 'conductor') as alive
   from threadline.workers where kind = 'conductor'
-
--- workflow_version --
--- One stored version of a workflow's recipe, with the text it was written as (null: none kept).
-select slug, version, hash, source, recipe, rolled_back_from, created_at, source_text
-  from threadline.workflow_versions where slug = %(slug)s and version = %(version)s
 
 -- open_console_session --
 -- A new console session for the account a proof names (migration 049: the database checks the
@@ -250,3 +204,48 @@ select account, roles, via from threadline.console_session(%(session)s::text)
 -- close_console_session --
 -- Sign-out: the session is closed for good; whose it was (null: it was not live).
 select threadline.close_console_session(%(session)s::text) as account
+
+-- event_wait --
+-- What a waiting step waits for (migration 010).
+select names, key from threadline.event_waits where step_key = %(step_key)s
+
+-- run_checkpoints --
+-- The run's journal: Threadline's copy of its checkpoints (migration 022), which step results are
+-- read back from; it outlives any cleanup of the engine's own tables.
+select name as checkpoint_name, state, status, written_at as updated_at
+  from threadline.run_journal where run_id = %(run_id)s order by written_at, name
+
+-- run_claims --
+-- Every bot attempt of the run.
+select step_key, attempt, worker_id, host, started_at, finished_at, outcome, lease_until
+  from threadline.step_claims where run_id = %(run_id)s order by started_at
+
+-- run_entries --
+-- A page of the run thread in order.
+select seq, author_kind, author, kind, step_key, text, data, created_at
+  from threadline.thread_entries
+ where run_id = %(run_id)s and seq > %(after)s
+ order by seq limit %(limit)s
+
+-- step_reports --
+-- What a run's bots reported per attempt (each attempt's exit code) and its agents' journals
+-- (each tool call's arguments and result): why each step ended as it did. A tool result is cut
+-- to its first 4,000 characters here (its full length kept), an entry's data is read no further;
+-- a retry note's first line says why its attempt failed.
+select step_key, kind, dedupe_key,
+       case when kind = 'progress' then split_part(text, E'\n', 1) end as line,
+       case when kind = 'agent.tool'
+            then jsonb_build_object(
+                   'message', jsonb_build_object(
+                     'content', left(data -> 'message' ->> 'content', 4000)),
+                   'chars', length(data -> 'message' ->> 'content'))
+            when kind = 'agent.assistant'
+            then jsonb_build_object(
+                   'message', jsonb_build_object('tool_calls', data -> 'message' -> 'tool_calls'))
+            else jsonb_build_object('attempt', data -> 'attempt', 'exit_code', data -> 'exit_code')
+       end as data
+  from threadline.thread_entries
+ where run_id = %(run_id)s
+   and (kind in ('agent.assistant', 'agent.tool')
+        or (author_kind = 'bot' and kind in ('progress', 'message') and data ? 'exit_code'))
+ order by seq

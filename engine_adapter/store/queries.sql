@@ -1,5 +1,13 @@
+-- The named queries of engine_adapter.store: a block is `-- name --`, a comment line, then
+-- the query (store/db.py loads every part's queries.sql; a name is unique across them).
+
 -- What each process role (and PUBLIC) may do in schemas threadline, threadline_read and absurd, as the server
 -- answers it (membership included): compared with the allowlist in sql/grants.txt (grants.py).
+
+-- workflow_version --
+-- One stored version of a workflow's recipe, with the text it was written as (null: none kept).
+select slug, version, hash, source, recipe, rolled_back_from, created_at, source_text
+  from threadline.workflow_versions where slug = %(slug)s and version = %(version)s
 
 -- role_privileges --
 -- One row per (role, kind, object, privilege) held: schemas, tables and views, the columns of a
@@ -45,3 +53,30 @@ union all
 select w.role, 'routine', f.name, 'EXECUTE'
   from who w, routines f
  where has_function_privilege(w.role, f.oid, 'EXECUTE')
+
+-- get_run --
+-- The run row without a lock.
+select * from threadline.run_threads where run_id = %(run_id)s
+
+-- register_worker --
+-- A new conductor or bot process, of the caller's kind; takes on this connection the advisory
+-- lock its lock key names, held while the process lives (migration 043).
+select threadline.register_worker(%(id)s, %(kind)s, %(host)s, %(pid)s, %(version)s,
+                                  %(sandbox)s) as lock_key
+
+-- heartbeat_worker --
+-- The process is still beating (only the connection holding its lock may say so).
+select threadline.beat_worker(%(id)s, false)
+
+-- stop_worker --
+-- A process stopping cleanly: health reads it as stopped, not dead (migration 040).
+select threadline.beat_worker(%(id)s, true)
+
+-- list_workers --
+-- Every known process, newest first, with liveness from its advisory lock.
+select w.id, w.kind, w.host, w.pid, w.started_at, w.last_beat_at, w.version, w.sandbox,
+       w.stopped_at, extract(epoch from (now() - w.last_beat_at))::float8 as last_beat_age_s,
+       exists (select 1 from threadline.live_workers l where l.id = w.id) as alive
+  from threadline.workers w
+ order by w.started_at desc
+ limit 200

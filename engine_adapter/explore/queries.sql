@@ -1,3 +1,6 @@
+-- The named queries of engine_adapter.explore: a block is `-- name --`, a comment line, then
+-- the query (store/db.py loads every part's queries.sql; a name is unique across them).
+
 -- What engine_adapter.explore (connect() from Python) and the console's /metrics read: only the
 -- views of the read schema (migration 046), never the tables under them. A filter left null
 -- filters nothing; since/until bound the row's start (inclusive) and end (exclusive).

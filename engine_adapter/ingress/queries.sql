@@ -1,3 +1,6 @@
+-- The named queries of engine_adapter.ingress: a block is `-- name --`, a comment line, then
+-- the query (store/db.py loads every part's queries.sql; a name is unique across them).
+
 -- webhook_trigger --
 -- The trigger a webhook path names, with whether its workflow is enabled and, for a webhook
 -- that delivers an outside event rather than start a run, the event and its key expression.

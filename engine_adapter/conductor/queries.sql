@@ -1,0 +1,67 @@
+-- The named queries of engine_adapter.conductor: a block is `-- name --`, a comment line, then
+-- the query (store/db.py loads every part's queries.sql; a name is unique across them).
+
+-- claim_notifications --
+-- Due notifications, leased to this notifier for a while (a notifier killed mid-send leaves its
+-- lease to expire: the notification goes out again, with the same id).
+select * from threadline.claim_notifications(%(lease_s)s, %(limit)s)
+
+-- notification_sent --
+-- A delivery made; nothing when the notification was no longer pending.
+select id from threadline.notification_done(%(id)s, true, false, null, null)
+
+-- notification_failed --
+-- A failed delivery: tried again after a backoff, or given up.
+select id from threadline.notification_done(%(id)s, false, %(give_up)s, %(backoff_s)s, %(error)s)
+
+-- gate_still_open --
+select exists (select 1 from threadline.run_threads
+                where run_id = %(run_id)s and awaiting and await_kind = 'gate'
+                  and await_key = %(gate_key)s) as open
+
+-- set_run_outputs --
+-- What a finishing run hands on (its parent's step reads it from the run.done event).
+select threadline.set_run_outputs(%(run_id)s, %(outputs)s)
+
+-- register_wait --
+-- A wait_for_event step starts waiting; true when an event already there ended it (010).
+select threadline.register_wait(%(queue)s, %(run_id)s, %(step_key)s, %(names)s, %(key)s)
+  as released
+
+-- release_wait --
+-- End a wait once (a timeout); false when an event ended it first (migration 010).
+select threadline.release_wait(%(queue)s, %(step_key)s, %(payload)s) as released
+
+-- fail_engine_run --
+-- Absurd's fail_run; the task is retried at once as a new conductor attempt.
+select absurd.fail_run(%(queue)s, %(run_id)s, %(reason)s, absurd.current_time())
+
+-- unreconciled_terminals --
+-- Runs still awaiting a step whose terminal signal or decision is already in the thread.
+-- A bot's terminal signal carries its done payload; a gate's is rebuilt from its decision row
+-- (domain.decision_result).
+select rt.run_id, rt.await_key, e.data as payload, null as decision, null as actor,
+       null as reason, null::timestamptz as decided_at
+  from threadline.run_threads rt
+  join threadline.thread_entries e
+    on e.run_id = rt.run_id and e.step_key = rt.await_key
+   and e.kind in ('signal.dispatch.completed', 'signal.dispatch.failed')
+ where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
+union all
+select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
+       d.created_at as decided_at
+  from threadline.run_threads rt
+  join threadline.decisions d on d.step_key = rt.await_key
+ where rt.awaiting and rt.await_kind = 'gate' and rt.state = 'waiting'
+ limit 100
+
+-- send_entry --
+-- The conductor's SEND in one call (migration 025): the entry, the run armed, the wake-up.
+select threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(data)s, %(state)s,
+                             %(step)s, %(try)s, %(await_kind)s, %(channel)s, %(wake)s) as seq
+
+-- runs_with_timeout --
+-- Unfinished runs whose recipe sets a run timeout, with their age (the conductor's sweep).
+select run_id, recipe ->> 'timeout' as timeout, extract(epoch from now() - created_at) as age_s
+  from threadline.run_threads
+ where state not in ('completed', 'failed', 'cancelled') and recipe ? 'timeout'

@@ -51,12 +51,16 @@ from engine_adapter.sandbox.sandbox import Sandbox, SandboxError, detect
 from engine_adapter.sandbox.step_network import NetworkError
 from engine_adapter.sandbox.workdirs import StepDir
 from engine_adapter.store import db, traces
-from engine_adapter.store.wakeups import POLL_S, Wake, start_listener
+from engine_adapter.store.wakeups import Wake, start_listener
 from engine_adapter.store.workers import Worker, crash_point
 
 log = logging.getLogger("threadline.bots")
 
 LEASE_S = 30
+# An idle slot's longest wait: the process's listener already wakes one slot every POLL_S
+# (wakeups.listen_forever), so a slot polling on its own as well only ran claims that found
+# nothing (each slot one a second, each a commit).
+IDLE_WAIT_S = 5.0
 DEFAULT_TIMEOUT_S = 600.0
 PASS_THROUGH = ("PATH", "LANG", "LC_ALL", "TZ")
 
@@ -97,7 +101,7 @@ class BotSlot:
             try:
                 claim = self.claim()
                 if claim is None:
-                    self.wake.wait(timeout=POLL_S)
+                    self.wake.wait(timeout=IDLE_WAIT_S)
                     continue
                 if claim.more:
                     self.wake.signal()  # another idle slot takes the next one
@@ -105,7 +109,7 @@ class BotSlot:
                 if not claim.more:
                     # Nothing else waited when this was claimed, and what came since brought a
                     # wake-up of its own: wait for one rather than run a claim that finds nothing.
-                    self.wake.wait(timeout=POLL_S)
+                    self.wake.wait(timeout=IDLE_WAIT_S)
             except psycopg.errors.TransactionRollback:
                 # Postgres undid one transaction (a deadlock it broke, retried already): the
                 # slot goes on, and a claim left unreported is claimed again when its lease ends.

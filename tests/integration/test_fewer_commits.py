@@ -96,3 +96,29 @@ def test_a_steps_updates_of_its_run_write_no_index_entries(conn, apply, procs):
     assert updates - hot <= 3, (
         f"{updates - hot} of {updates} updates of the run wrote index entries"
     )
+
+
+def claim_calls(conn: psycopg.Connection) -> int:
+    conn.execute("select pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "select coalesce(sum(calls), 0) as n from pg_stat_user_functions"
+        " where schemaname = 'threadline' and funcname = 'claim_step'"
+    ).fetchone()
+    return int(row["n"])
+
+
+def test_idle_bot_slots_claim_only_when_woken(db_url, conn, procs):
+    name = conn.execute("select current_database() as d").fetchone()["d"]
+    conn.execute(f"alter database {name} set track_functions = 'pl'")
+    procs.start("bots", args=["--concurrency", "4"], wait=True)
+    time.sleep(4)
+    procs.kill_all()  # its backends end and report their counts
+    deadline = time.monotonic() + 15
+    while (calls := claim_calls(conn)) < 4:
+        assert time.monotonic() < deadline, f"the slots' first claims were never counted: {calls}"
+        time.sleep(0.2)
+    time.sleep(0.5)
+    calls = claim_calls(conn)
+    # Each slot's first claim, then about one a second, when the listener wakes a slot; not
+    # every slot each second on its own as well (about 4 + 4 x 4 + 4).
+    assert calls <= 12, f"{calls} claims by four idle slots in about four seconds"

@@ -4,7 +4,7 @@ at each, calls absurd.get_task_checkpoint_state never, while the claims' bulk lo
 (get_task_checkpoint_states) are seen; and a run's closing writes commit with its finish
 checkpoint; and a step's updates of its run's row (armed by the SEND, disarmed by the done
 event) stay on their page, touching no index (migration 051), so only the run's changes of state
-(pending, running, completed) write index entries."""
+(pending, running, completed) write index entries; and idle bot slots claim only when woken."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -390,7 +391,7 @@ EMPTY_STATE = """### No runs yet
 From a terminal: `threadline spawn hello --payload '{"name": "you"}'`."""
 
 
-def gate_takes_decisions(gate: dict[str, Any] | None) -> bool:
+def gate_takes_decisions(gate: Mapping[str, Any] | None) -> bool:
     """Whether Approve / Deny decide this gate: an `any_reply` gate is released by a reply, and
     buttons there would decide nothing."""
     return gate is not None and gate.get("accept") != "any_reply"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -63,6 +63,28 @@ class Entry:
     created_at: datetime
 
 
+class GateView(TypedDict):
+    """The gate a run waits at: its step, the key a decision names, what it accepts, who may
+    decide, what its timeout does."""
+
+    step: str
+    key: str
+    accept: Any
+    approvers: list[str]
+    on_timeout: str | None
+
+
+class EventWait(TypedDict):
+    """The outside event a run waits for: its names, and the key an event must carry."""
+
+    events: list[str]
+    key: str | None
+
+
+# A run's agent steps' model use ("in" is a keyword: the functional form).
+AgentUse = TypedDict("AgentUse", {"in": int, "out": int, "cost_usd": float | None, "turns": int})
+
+
 @dataclass(frozen=True)
 class RunView:
     """A run as the CLI, the console and the notebooks show it. `steps` is the step tree
@@ -79,14 +101,14 @@ class RunView:
     finished_at: datetime | None
     wake_at: datetime | None  # while sleeping
     await_key: str | None
-    gate: dict[str, Any] | None  # the open gate: step, key, accept, approvers, on_timeout
-    event_wait: dict[str, Any] | None  # the outside event it waits for: events, key
+    gate: GateView | None  # the open gate
+    event_wait: EventWait | None  # the outside event it waits for
     steps: list[step_tree.StepNode]
     outputs: dict[str, Any]  # the run's declared outputs, once it completed
     parent: dict[str, Any] | None  # a child run's place in its parent
     thread: list[Entry] = field(default_factory=list)
     # Its agent steps' model use: tokens in and out, cost_usd (None: not priced), turns.
-    agent_use: dict[str, Any] | None = None
+    agent_use: AgentUse | None = None
 
     def to_json(self) -> dict[str, Any]:
         def value(v: Any) -> Any:
@@ -125,9 +147,13 @@ def run_view(conn: psycopg.Connection[Any], run_id: str, *, thread_limit: int = 
     )
 
 
-def _agent_use(conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
+def _agent_use(conn: psycopg.Connection[Any], run_id: str) -> AgentUse | None:
     use = db.fetch_one(conn, "run_agent_use", dict(run_id=run_id))
-    return dict(use) if use and use["turns"] else None
+    if not (use and use["turns"]):
+        return None
+    return AgentUse(
+        {"in": use["in"], "out": use["out"], "cost_usd": use["cost_usd"], "turns": use["turns"]}
+    )
 
 
 def show_run(
@@ -137,25 +163,25 @@ def show_run(
     return run_view(conn, run_id, thread_limit=thread_limit).to_json()
 
 
-def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> dict[str, Any] | None:
+def _event_wait(conn: psycopg.Connection[Any], run: dict[str, Any]) -> EventWait | None:
     """The outside event a run waits for ({events, key}), or None."""
     if not (run["awaiting"] and run["await_kind"] == AwaitKind.EVENT):
         return None
     row = db.fetch_one(conn, "event_wait", dict(step_key=run["await_key"]))
-    return None if row is None else {"events": row["names"], "key": row["key"]}
+    return None if row is None else EventWait(events=row["names"], key=row["key"])
 
 
-def _gate_view(run: dict[str, Any]) -> dict[str, Any] | None:
+def _gate_view(run: dict[str, Any]) -> GateView | None:
     gate = gates.current_gate(run)
     if gate is None:
         return None
-    return {
-        "step": gate["id"],
-        "key": run["await_key"],
-        "accept": gate.get("accept"),
-        "approvers": gate.get("approvers") or [],
-        "on_timeout": gate.get("on_timeout"),
-    }
+    return GateView(
+        step=gate["id"],
+        key=run["await_key"],
+        accept=gate.get("accept"),
+        approvers=gate.get("approvers") or [],
+        on_timeout=gate.get("on_timeout"),
+    )
 
 
 def health(conn: psycopg.Connection[Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The fair baseline: Threadline against Absurd running each step as the same subprocess.
 
     .venv/bin/python -m bench.fair_figures [--runs 200] [--repeats 3] [--concurrency 4]
-        [--sandbox auto|none] [--database-url URL]
+        [--processes 1] [--sandbox auto|none] [--database-url URL]
 
 Three systems take turns on one database of one server, each turn spawning `--runs` workflows of
 three steps at once and timing them until the last completed (spawns included):
@@ -12,6 +12,9 @@ three steps at once and timing them until the last completed (spawns included):
   - bare Absurd: the same worker with in-process no-op steps (the engine's ceiling);
   - Threadline: one conductor process (its default executor threads) and one bots process
     (`--concurrency` slots) on the same recipe.
+With `--processes N` each system runs N of its processes on the one database: N Absurd workers
+(each `--concurrency` threads), N conductor + N bots processes (bench/scale16.py prints the
+scaling table over several N); the figures per workflow are summed over all of them.
 Each system's processes start before its turn and are killed after it, so no idle poller of one
 system is counted in another's turn. Per workflow: Postgres CPU (all its processes, bench/cpu.py),
 commits (pg_stat_database.xact_commit, the benchmark's own statements taken off), WAL records
@@ -19,7 +22,8 @@ commits (pg_stat_database.xact_commit, the benchmark's own statements taken off)
 Counts are medians over the turns, times too; on a shared 2-core machine the counts are sound and
 the times are noisy. Nothing here asserts a speed.
 
-`python -m bench.fair_figures worker MODE URL CONCURRENCY` is the Absurd worker process itself.
+`python -m bench.fair_figures worker MODE URL CONCURRENCY [INDEX READY_FILE]` is the Absurd worker
+process itself (it creates READY_FILE once it is about to claim).
 """
 
 from __future__ import annotations
@@ -67,9 +71,11 @@ LABELS = {
 
 
 # -- the Absurd worker process ----------------------------------------------------------------
-def worker_main(mode: str, url: str, concurrency: int) -> None:
+def worker_main(
+    mode: str, url: str, concurrency: int, index: int = 0, ready: Path | None = None
+) -> None:
     """An Absurd worker on QUEUE until killed: each step runs COMMAND in the sandbox a bot would
-    use (mode subprocess), or nothing (mode bare)."""
+    use (mode subprocess), or nothing (mode bare). `ready` is created just before it claims."""
     engine = Absurd(url, queue_name=QUEUE)
     box = detect()
     workdir = box.workdir("fair-bench-run", None)
@@ -94,7 +100,10 @@ def worker_main(mode: str, url: str, concurrency: int) -> None:
         return True
 
     engine.register_task(TASKS[mode])(three)
-    engine.start_worker(worker_id=f"fair-{mode}", concurrency=concurrency, poll_interval=0.05)
+    if ready is not None:
+        ready.touch()
+    worker_id = f"fair-{mode}" + (f"-{index}" if index else "")
+    engine.start_worker(worker_id=worker_id, concurrency=concurrency, poll_interval=0.05)
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -170,20 +179,28 @@ def threadline_done(meter: Meter, target: int) -> Callable[[], bool]:
     return done
 
 
+WORKER = [sys.executable, "-m", "bench.fair_figures", "worker"]
+
+
 @contextmanager
 def absurd_system(
-    url: str, mode: str, concurrency: int, home: Path
+    url: str, mode: str, concurrency: int, home: Path, processes: int = 1
 ) -> Iterator[tuple[list[int], Callable[[Meter, int], None], Callable[[Meter, int], None]]]:
-    """The worker process of one Absurd mode: (its pids, spawn n, wait until n more done)."""
+    """The worker processes of one Absurd mode: (their pids, spawn n, wait until n more done),
+    once every worker is about to claim."""
     client = Absurd(url, queue_name=QUEUE)
     log = open(home / f"absurd-{mode}.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.fair_figures", "worker", mode, url, str(concurrency)],
-        env=dict(os.environ, **{RUNS_DIR_ENV: str(home / "runs")}),
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    readies = [home / f"ready-{mode}-{i}" for i in range(processes)]
+    procs = [
+        subprocess.Popen(
+            [*WORKER, mode, url, str(concurrency), str(i), str(ready)],
+            env=dict(os.environ, **{RUNS_DIR_ENV: str(home / "runs")}),
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for i, ready in enumerate(readies)
+    ]
     task = TASKS[mode]
     base = {"done": 0}
 
@@ -196,11 +213,22 @@ def absurd_system(
         meter.wait(absurd_done(meter, task, base["done"] + n), 600, f"{n} {task} tasks")
 
     try:
-        yield [proc.pid], spawn_n, wait_n
+        _wait_ready(procs, readies, home / f"absurd-{mode}.log")
+        yield [p.pid for p in procs], spawn_n, wait_n
     finally:
-        harness.kill(proc)
+        for proc in procs:
+            harness.kill(proc)
         log.close()
         client.close()
+
+
+def _wait_ready(procs: list[subprocess.Popen[bytes]], readies: list[Path], log: Path) -> None:
+    """Until every worker has made its ready file; RuntimeError, with the log, if one exits."""
+    deadline = time.monotonic() + 60
+    while not all(r.exists() for r in readies):
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise RuntimeError(f"an Absurd worker did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(POLL_S)
 
 
 def _count(meter: Meter, task: str) -> int:
@@ -213,13 +241,19 @@ def _count(meter: Meter, task: str) -> int:
 
 @contextmanager
 def threadline_system(
-    url: str, concurrency: int, home: Path
+    url: str, concurrency: int, home: Path, processes: int = 1
 ) -> Iterator[tuple[list[int], Callable[[Meter, int], None], Callable[[Meter, int], None]]]:
+    """`processes` conductor + bots pairs: (their pids, spawn n, wait until n more done), once
+    every one holds its liveness lock."""
     procs = harness.ProcessSet(url, home)
     base = {"done": 0}
     try:
-        conductor = procs.start("conductor", wait=True)
-        bots = procs.start("bots", args=["--concurrency", str(concurrency)], wait=True)
+        started = [procs.start("conductor") for _ in range(processes)]
+        started += [
+            procs.start("bots", args=["--concurrency", str(concurrency)]) for _ in range(processes)
+        ]
+        for i, proc in enumerate(started):  # started all at once: N starts cost about one
+            procs.wait_started(proc, "conductor" if i < processes else "bots")
 
         def spawn_n(meter: Meter, n: int) -> None:
             meter.statements += 1
@@ -237,7 +271,7 @@ def threadline_system(
         def wait_n(meter: Meter, n: int) -> None:
             meter.wait(threadline_done(meter, base["done"] + n), 600, f"{n} Threadline runs")
 
-        yield [conductor.pid, bots.pid], spawn_n, wait_n
+        yield [p.pid for p in started], spawn_n, wait_n
     except Exception:
         print("benchmark failed; process logs:\n" + procs.log_tails(), file=sys.stderr)
         raise
@@ -252,19 +286,21 @@ def turn(
     concurrency: int,
     home: Path,
     meter_of: Callable[[str], Meter] = Meter,
+    processes: int = 1,
 ) -> Turn:
-    """One system's turn: start its processes, warm up, time n workflows, stop them, count
-    (`meter_of`: the benchmark's connection, which reads the counts)."""
+    """One system's turn: start its processes (`processes` of each kind), warm up, time n
+    workflows, stop them, count (`meter_of`: the benchmark's connection, which reads the
+    counts)."""
     if system == "threadline":
-        ctx = threadline_system(url, concurrency, home / "threadline")
+        ctx = threadline_system(url, concurrency, home / "threadline", processes)
     else:
         (home / system).mkdir(parents=True, exist_ok=True)
-        ctx = absurd_system(url, system, concurrency, home / system)
+        ctx = absurd_system(url, system, concurrency, home / system, processes)
     meter = meter_of(url)
     try:
         with ctx as (pids, spawn_n, wait_n):
-            spawn_n(meter, 2)  # warm-up: connections, caches, the first claims
-            wait_n(meter, 2)
+            spawn_n(meter, 2 * processes)  # warm-up: connections, caches, the first claims
+            wait_n(meter, 2 * processes)
             time.sleep(STATS_SETTLE_S)
             own_before = meter.statements
             commits0, wal0 = meter.counters()
@@ -329,19 +365,23 @@ def figures(turns: dict[str, list[Turn]]) -> list[Figure]:
     return out
 
 
-def caveat(n: int, repeats: int, concurrency: int, sandbox: str) -> list[str]:
+def caveat(n: int, repeats: int, concurrency: int, sandbox: str, processes: int = 1) -> list[str]:
+    pairs = f"; {processes} Absurd workers / {processes} conductor + bots pairs"
+    several = pairs if processes > 1 else ""
     return [
         f"Fair baseline: {n} workflows of 3 `true` steps spawned at once, each system's turn in"
         f" its own processes, {repeats} turn(s) each, medians; concurrency {concurrency}"
-        f" (Absurd worker threads = Threadline bot slots); steps run {sandbox}.",
+        f" (Absurd worker threads = Threadline bot slots){several}; steps run {sandbox}.",
         "Counts (commits, WAL records) are sound here; times (CPU, throughput) are noisy on a"
         " shared 2-core machine: compare them only within one run. WAL records are the server's:"
         " other work on it adds to them, which a few workflows (--smoke) do not outweigh.",
     ]
 
 
-def report(turns: dict[str, list[Turn]], n: int, concurrency: int, sandbox: str) -> list[str]:
-    out = caveat(n, len(turns["threadline"]), concurrency, sandbox)
+def report(
+    turns: dict[str, list[Turn]], n: int, concurrency: int, sandbox: str, processes: int = 1
+) -> list[str]:
+    out = caveat(n, len(turns["threadline"]), concurrency, sandbox, processes)
     head = ["figure", *(LABELS[s] for s in SYSTEMS), "Threadline / subprocess", "target"]
     rows = [head] + [
         [f.label, *(f.cells[s] for s in SYSTEMS), f.ratio, f.target] for f in figures(turns)
@@ -351,16 +391,27 @@ def report(turns: dict[str, list[Turn]], n: int, concurrency: int, sandbox: str)
     return out
 
 
-def measure(
-    url: str, home: Path, n: int, repeats: int, concurrency: int, progress: Callable[[str], None]
-) -> dict[str, list[Turn]]:
+def prepare(url: str) -> None:
+    """The recipe Threadline runs and the queue Absurd's workers claim from."""
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
         apply_recipe(conn, load_recipe_text(THREE_TRUE))
     ensure_queue(url, QUEUE)
+
+
+def measure(
+    url: str,
+    home: Path,
+    n: int,
+    repeats: int,
+    concurrency: int,
+    progress: Callable[[str], None],
+    processes: int = 1,
+) -> dict[str, list[Turn]]:
+    prepare(url)
     turns: dict[str, list[Turn]] = {s: [] for s in SYSTEMS}
     for i in range(repeats):
         for system in SYSTEMS:  # interleaved: a noisy moment hits every system
-            t = turn(url, system, n, concurrency, home / f"turn{i}")
+            t = turn(url, system, n, concurrency, home / f"turn{i}", processes=processes)
             turns[system].append(t)
             progress(
                 f"fair: {LABELS[system]}, turn {i + 1}: {t.wf_per_s:.1f} wf/s,"
@@ -382,28 +433,27 @@ def sandbox_said(runs_root: Path) -> str:
             os.environ[RUNS_DIR_ENV] = before
 
 
+def say(text: str) -> None:
+    print(f"  .. {text}", flush=True)
+
+
 def run(
     database_url: str | None,
     n: int,
     repeats: int,
     concurrency: int,
-    progress: Callable[[str], None] = lambda text: print(f"  .. {text}", flush=True),
+    progress: Callable[[str], None] = say,
+    processes: int = 1,
 ) -> tuple[dict[str, list[Turn]], str]:
     """Every turn of every system, and where their steps ran, on a fresh database."""
     with session(database_url, "threadline-bench-fair-") as (url, home):
         harness.make_traversable(home)
         said = sandbox_said(home / "said")
-        return measure(url, home, n, repeats, concurrency, progress), said
+        return measure(url, home, n, repeats, concurrency, progress, processes), said
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:
-        worker_main(argv[1], argv[2], int(argv[3]))
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200, help="workflows per turn (default 200)")
-    parser.add_argument("--repeats", type=int, default=3, help="turns of each system (default 3)")
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    """--concurrency, --sandbox and --database-url, as this script and bench/scale16 take them."""
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -417,11 +467,37 @@ def main(argv: list[str] | None = None) -> int:
         help="none: every system's steps unsandboxed (THREADLINE_SANDBOX=none)",
     )
     add_database_option(parser)
-    args = parser.parse_args(argv)
+
+
+def apply_sandbox_option(args: argparse.Namespace) -> None:
     if args.sandbox == "none":
         os.environ[SANDBOX_ENV] = "none"
-    turns, said = run(args.database_url, args.runs, args.repeats, args.concurrency)
-    print("\n".join(report(turns, args.runs, args.concurrency, said)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        index, ready = (int(argv[4]), Path(argv[5])) if len(argv) > 4 else (0, None)
+        worker_main(argv[1], argv[2], int(argv[3]), index, ready)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="workflows per turn (default 200)")
+    parser.add_argument("--repeats", type=int, default=3, help="turns of each system (default 3)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="Absurd worker processes / Threadline conductor + bots pairs (default 1)",
+    )
+    add_common_options(parser)
+    args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, not {args.processes}")
+    apply_sandbox_option(args)
+    turns, said = run(
+        args.database_url, args.runs, args.repeats, args.concurrency, processes=args.processes
+    )
+    print("\n".join(report(turns, args.runs, args.concurrency, said, args.processes)))
     return 0
 
 

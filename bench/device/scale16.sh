@@ -5,7 +5,7 @@
 # unsandboxed; its output goes to $OUT/scale16.txt, the machine's description to
 # $OUT/machine.txt. Arguments replace the default sizes (about 8 minutes on 16 cores).
 #
-#   bash bench/device/scale16.sh [--processes 1 2 4 8] [--runs 1500] [--repeats 2]
+#   bash bench/device/scale16.sh [--processes 1 2 4 8] [--runs 2000] [--repeats 2]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d)}
@@ -13,7 +13,7 @@ VENV=${VENV:-$(mktemp -d)/venv}
 LIMIT_S=${LIMIT_S:-540}  # the table is printed after each repeat: a cut-short run keeps one
 mkdir -p "$OUT"
 if [ $# -eq 0 ]; then
-    set -- --processes 1 2 4 8 --runs 1500 --repeats 2
+    set -- --processes 1 2 4 8 --runs 2000 --repeats 2
 fi
 if ! compgen -G ".wheelhouse/pip-*.whl" >/dev/null; then
     echo "no .wheelhouse here: build it with bench/device/wheelhouse.sh and carry it" >&2

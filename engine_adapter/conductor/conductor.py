@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import psycopg
-from absurd_sdk import Absurd, TaskContext
+from absurd_sdk import Absurd, CancelledTask, TaskContext
 from psycopg.types.json import Jsonb
 
 from engine_adapter.conductor import known_checkpoints
@@ -86,7 +86,10 @@ class Executor:
         self.handled += 1
         self.in_batch += 1
         ctx = known_checkpoints.adopt(ctx)  # no look-up of a checkpoint the claim did not load
-        return RunHandler(self.conn, ctx, params, holds=self, traced=traces.enabled()).run()
+        try:
+            return RunHandler(self.conn, ctx, params, holds=self, traced=traces.enabled()).run()
+        except child_runs.ParentEnded:
+            raise CancelledTask() from None  # cancelled as it started a child: stop, as SDK does
 
     def work_once(self) -> bool:
         """Claim up to CLAIM_BATCH runs and handle them; True when the claim was full, so more

@@ -45,7 +45,7 @@ def spawn_branch(
 ) -> dict[str, Any]:
     """Start one branch as a child run of the parent's workflow version; say so in the thread."""
     with conn.transaction():
-        parent = db.fetch_row(conn, "get_run", dict(run_id=parent_id))
+        parent = _open_parent(conn, parent_id)
         child = ChildOf(
             run_id=parent_id,
             step=path,
@@ -103,6 +103,7 @@ def spawn_workflow(
     agent's start_workflow may start several)."""
     try:
         with conn.transaction():
+            _open_parent(conn, parent_id)
             spawned = spawn(
                 conn,
                 workflow,
@@ -141,6 +142,21 @@ def spawn_workflow(
             )
         return {"error": error}
     return {"run_id": spawned.run_id}
+
+
+class ParentEnded(Exception):
+    """The run ended (cancelled: its timeout, a person) while its handler was starting a child:
+    no child starts, and the conductor stops the handler as the engine stops a cancelled run."""
+
+
+def _open_parent(conn: psycopg.Connection[Any], parent_id: str) -> dict[str, Any]:
+    """The parent's row, locked for the child's transaction: a cancel of the run tree takes the
+    same lock first, so a child starts either before it (and is cancelled with the tree) or not
+    at all. Without it a branch started just after its parent's cancel ran on, alone."""
+    parent = run_state.lock_run(conn, parent_id)
+    if parent["state"] in domain.ENDED:
+        raise ParentEnded(f"run {parent_id} is {parent['state']}: it starts no child run")
+    return parent
 
 
 def _note(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine_adapter.recipes.recipes import RecipeError
+from engine_adapter.runs import child_runs
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.testing import harness
 
@@ -72,3 +73,39 @@ def test_run_policy_fields_are_checked(apply):
         apply("slug: bad\ntimeout: soon\nmax_steps: 0\nsteps: [{id: s, run_command: 'true'}]\n")
     assert info.value.errors[0].startswith("timeout: ")
     assert info.value.errors[1] == "max_steps: 0 must be an integer from 1 to 100000"
+
+
+def test_a_branch_is_not_started_once_its_run_was_cancelled(conn, apply):
+    """The race the timeout sweep and a handler can run: the tree is cancelled (its children with
+    it) while the handler is about to start its next branch. That branch must not start; the
+    handler is told so (the conductor stops it as a cancelled run), and nothing was written."""
+    apply("""
+slug: fanned
+steps:
+  - id: fan
+    parallel:
+      a: [{id: a1, run_command: "true"}]
+""")
+    run = spawn(conn, "fanned")
+    with conn.transaction():
+        assert child_runs.cancel_run_tree(conn, str(run.run_id), "a test")
+    recipe = conn.execute(
+        "select recipe from threadline.run_threads where run_id = %s", (run.run_id,)
+    ).fetchone()["recipe"]
+    entries = thread_length(conn, run.run_id)
+    branch = child_runs.Branch("a", [{"id": "a1", "run_command": "true"}], "branch")
+    with pytest.raises(child_runs.ParentEnded, match="cancelled: it starts no child run"):
+        child_runs.spawn_branch(conn, str(run.run_id), recipe, {}, "fan", 1, branch, {})
+    with pytest.raises(child_runs.ParentEnded):
+        child_runs.spawn_workflow(conn, str(run.run_id), "fanned", {}, "fan", 1)
+    children = conn.execute(
+        "select count(*) as n from threadline.run_threads where parent_run_id = %s",
+        (run.run_id,),
+    ).fetchone()["n"]
+    assert children == 0 and thread_length(conn, run.run_id) == entries
+
+
+def thread_length(conn, run_id) -> int:
+    return conn.execute(
+        "select count(*) as n from threadline.thread_entries where run_id = %s", (run_id,)
+    ).fetchone()["n"]

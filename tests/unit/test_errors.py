@@ -61,6 +61,7 @@ NOT_THREADLINE = {
     "engine_adapter.conductor.reruns._Unrecorded": "a replay reaching where the run never got",
     "engine_adapter.conductor.handler_base.EndRun": "a child run ending at its first failure",
     "engine_adapter.ingress.hooks._LostRace": "rolls a duplicate delivery's run back",
+    "engine_adapter.runs.child_runs.ParentEnded": "the conductor stops a run cancelled meanwhile",
     "engine_adapter.testing.harness.RunEndedElsewhere": "an AssertionError, for pytest",
 }
 ROOT_ONLY = {

@@ -10,6 +10,8 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from absurd_sdk import SuspendTask
+
 from engine_adapter.catalog import proposals
 from engine_adapter.conductor.handler_base import branch_output
 from engine_adapter.conductor.instructions import Sending
@@ -85,11 +87,22 @@ class BotSteps(Sending):
                 text=text,
             )
 
+        done_event = names.done_event(key)
+        done_name = names.checkpoint(names.DONE, path, try_no, part)
+
+        def park_unless_held(sent: dict[str, Any]) -> tuple[str, str] | None:
+            """A run no executor holds parks in its SEND's transaction."""
+            return (done_event, done_name) if held is None and sent["ok"] else None
+
         try:
-            sent = self.atomic_step(
-                names.checkpoint(names.SEND, path, try_no, part), send_instruction
+            sent, parked = self.atomic_step_and_park(
+                names.checkpoint(names.SEND, path, try_no, part),
+                send_instruction,
+                park_unless_held,
             )
             crash_point("after_send_checkpoint")
+            if parked:
+                raise SuspendTask()
             if held is not None and sent["ok"]:
                 # A done event that comes within the hold is awaited without parking the run.
                 held.wait()
@@ -98,9 +111,7 @@ class BotSteps(Sending):
                 self.holds.release(self.run_id)
         if not sent["ok"]:
             return StepResult(domain.FAILED, sent["error"]).to_dict()
-        return self.await_event(
-            names.done_event(key), names.checkpoint(names.DONE, path, try_no, part)
-        )
+        return self.await_event(done_event, done_name)
 
     def instruction_for(
         self, step: Step, path: str, try_no: int, answers: dict[str, str]

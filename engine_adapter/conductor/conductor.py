@@ -58,12 +58,17 @@ DEFAULT_HOLD_MS = 100
 
 class CountingEngine(Absurd):
     """The engine client, noting how many runs its last claim took (work_batch handles them one
-    after another and says nothing of how many it found)."""
+    after another and says nothing of how many it found). Its claim loads each run's checkpoints
+    in the same statement (known_checkpoints.py)."""
 
     claimed = 0
 
-    def claim_tasks(self, *args: Any, **kwargs: Any) -> Any:
-        tasks = super().claim_tasks(*args, **kwargs)
+    def claim_tasks(
+        self, batch_size: int = 1, claim_timeout: int = 120, worker_id: str = "worker"
+    ) -> Any:
+        tasks = known_checkpoints.claim_with_checkpoints(
+            self._conn, self._queue_name, worker_id, claim_timeout, batch_size
+        )
         self.claimed = len(tasks)
         return tasks
 

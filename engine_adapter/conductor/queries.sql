@@ -65,3 +65,20 @@ select threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(dat
 select run_id, recipe ->> 'timeout' as timeout, extract(epoch from now() - created_at) as age_s
   from threadline.run_threads
  where state not in ('completed', 'failed', 'cancelled') and recipe ? 'timeout'
+
+-- claim_runs_with_checkpoints --
+-- Absurd's claim (the columns the SDK's claim_tasks reads) with each claimed run's committed
+-- checkpoints, in one statement: the SDK would load them in a transaction of its own per run
+-- (known_checkpoints.py).
+select c.run_id, c.task_id, c.attempt, c.task_name, c.params, c.retry_strategy, c.max_attempts,
+       c.headers, c.wake_event, c.event_payload,
+       (select coalesce(jsonb_agg(jsonb_build_array(s.checkpoint_name, s.state)
+                                  order by s.updated_at), '[]'::jsonb)
+          from absurd.get_task_checkpoint_states(%(queue)s, c.task_id, c.run_id) s)
+         as threadline_checkpoints  -- known_checkpoints.LOADED
+  from absurd.claim_task(%(queue)s, %(worker_id)s, %(claim_timeout)s, %(batch_size)s) c
+
+-- park_on_event --
+-- Absurd's await_event, with no timeout, in the caller's transaction (known_checkpoints.park).
+select should_suspend, payload
+  from absurd.await_event(%(queue)s, %(task_id)s, %(run_id)s, %(checkpoint)s, %(event)s, null)

@@ -12,6 +12,7 @@ import time
 
 import psycopg
 
+from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.testing import harness
 
@@ -122,3 +123,39 @@ def test_idle_bot_slots_claim_only_when_woken(db_url, conn, procs):
     # Each slot's first claim, then about one a second, when the listener wakes a slot; not
     # every slot each second on its own as well (about 4 + 4 x 4 + 4).
     assert calls <= 12, f"{calls} claims by four idle slots in about four seconds"
+
+
+SLOW = """
+slug: one-slow
+steps:
+  - {id: a, run_command: "sleep 3"}
+"""
+
+
+def test_a_run_no_executor_holds_parks_in_its_send_transaction(conn, apply, procs):
+    """The SEND (its instruction and checkpoint) and the park on the step's done event commit
+    together: the event's row, which the park puts there, has the SEND checkpoint's xid."""
+    apply(SLOW)
+    procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "0"}, wait=True)
+    procs.start("bots", wait=True)
+    run_id = spawn(conn, "one-slow").run_id
+    event = names.done_event(names.step_key(run_id, "a", 1))
+    deadline = time.monotonic() + 30
+    while True:
+        row = conn.execute(
+            "select (select xmin::text from absurd.c_threadline where task_id = %(run)s"
+            "         and checkpoint_name = %(send)s) as send,"
+            "       (select xmin::text from absurd.e_threadline"
+            "         where event_name = %(event)s and payload is null) as park,"
+            "       (select state from absurd.r_threadline where task_id = %(run)s"
+            "         order by attempt desc limit 1) as state",
+            {"run": run_id, "send": names.checkpoint(names.SEND, "a", 1), "event": event},
+        ).fetchone()
+        if row["send"] and row["park"]:
+            break
+        assert time.monotonic() < deadline, f"the step was never sent and parked: {row}"
+        time.sleep(0.05)
+    assert row["send"] == row["park"], row
+    assert row["state"] == "sleeping", row
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert [s["status"] for s in view["steps"]] == ["completed"]

@@ -13,6 +13,7 @@ from typing import Any
 from absurd_sdk import SuspendTask
 
 from engine_adapter.catalog import proposals
+from engine_adapter.conductor import known_checkpoints
 from engine_adapter.conductor.handler_base import branch_output
 from engine_adapter.conductor.instructions import Sending
 from engine_adapter.model import domain, names
@@ -90,12 +91,14 @@ class BotSteps(Sending):
         done_event = names.done_event(key)
         done_name = names.checkpoint(names.DONE, path, try_no, part)
 
-        def park_unless_held(sent: dict[str, Any]) -> tuple[str, str] | None:
+        def park_unless_held(sent: dict[str, Any]) -> bool:
             """A run no executor holds parks in its SEND's transaction."""
-            return (done_event, done_name) if held is None and sent["ok"] else None
+            if held is not None or not sent["ok"]:
+                return False
+            return known_checkpoints.park(self.ctx, done_event, done_name)
 
         try:
-            sent, parked = self.atomic_step_and_park(
+            sent, parked = self.atomic_step_then(
                 names.checkpoint(names.SEND, path, try_no, part),
                 send_instruction,
                 park_unless_held,

@@ -11,7 +11,6 @@ from typing import Any, TypeVar, cast
 import psycopg
 from absurd_sdk import TaskContext
 
-from engine_adapter.conductor import known_checkpoints
 from engine_adapter.model import domain, names
 from engine_adapter.model.domain import HandlerParams, StepResult
 from engine_adapter.model.vocab import AwaitKind, RunState
@@ -28,8 +27,8 @@ END_NOTE = "completed"
 T = TypeVar("T")
 
 
-def no_park(value: object) -> None:
-    return None
+def nothing_more(value: object) -> bool:
+    return False
 
 
 class EndRun(Exception):
@@ -84,23 +83,22 @@ class HandlerBase:
         """A checkpointed step whose writes and checkpoint commit together: one commit instead
         of two, and no crash can leave the writes without their checkpoint (a replay would find
         them, as SEND's dedupe keys make sure, but would still pay for the lookups)."""
-        return self.atomic_step_and_park(name, fn)[0]
+        return self.atomic_step_then(name, fn)[0]
 
-    def atomic_step_and_park(
-        self, name: str, fn: Callable[[], T], park: Callable[[T], tuple[str, str] | None] = no_park
+    def atomic_step_then(
+        self, name: str, fn: Callable[[], T], then: Callable[[T], bool] = nothing_more
     ) -> tuple[T, bool]:
-        """An atomic_step whose transaction also parks the run on the event `park` names for
-        its value (event, checkpoint name), when it names one: one commit fewer per step than
-        parking after it. True: parked, and the handler must stop (SuspendTask) once its
-        caller has done what follows the commit."""
+        """An atomic_step whose transaction also holds what `then` does with its value after
+        the checkpoint (Absurd's park on an event, the run's completion): one commit fewer than
+        doing it after. True when `then` says the handler must stop (SuspendTask) once its
+        caller has done what follows the commit; a step done before runs no `then`."""
         handle = self.ctx.begin_step(name)
         if handle.done:
             return cast(T, handle.state), False
         with self.conn.transaction():
             value = self.ctx.complete_step(handle, fn())
-            wait = park(value)
-            parked = wait is not None and known_checkpoints.park(self.ctx, *wait)
-        return value, parked
+            stop = then(value)
+        return value, stop
 
     def await_event(self, event: str, name: str, timeout: int | None = None) -> dict[str, Any]:
         """PARK until the event (a step's done, a child run's, a retry); its payload, which ours

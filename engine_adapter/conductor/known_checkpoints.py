@@ -17,12 +17,20 @@ refuses this run's writes (the run has failed) and a step's writes roll back wit
 (HandlerBase.atomic_step). Nor would the look-up close that race: the other attempt may write
 just after it. So a name missing from the cache is taken as not written.
 
+Done in the transaction before: the SDK parks a run on an event (absurd.await_event) and
+completes it (absurd.complete_run) each in a transaction of its own. `park` and `complete` run
+the same calls in the transaction the handler already has open, the SEND's and the finish's
+(HandlerBase.atomic_step_then), and the handler then stops as the SDK's own park stops it
+(SuspendTask): two commits fewer per step under load, and one per run.
+
 absurd-sdk is pinned (pyproject.toml); this leans on its module's `_create_task_context` (replaced
 here by a wrapper that falls back to it for a claim it did not make) and its TaskContext's
 `_conn`, `_checkpoint_cache` and `_lookup_checkpoint` (tests/unit/test_known_checkpoints.py holds
 the two contexts equal). To drop it: in conductor.CountingEngine remove the `claim_tasks`
 override (the SDK's claim and its per-run load come back), and remove the
-`known_checkpoints.adopt(ctx)` call in conductor.Executor.handle_run (its look-ups come back).
+`known_checkpoints.adopt(ctx)` call in conductor.Executor.handle_run (its look-ups come back), and
+have atomic_step_then's callers in bot_steps.py and run_handler.py pass no `then` (the SDK parks
+and completes in transactions of their own again).
 """
 
 from __future__ import annotations
@@ -79,6 +87,14 @@ def park(ctx: TaskContext, event_name: str, step_name: str) -> bool:
     ctx._checkpoint_cache[step_name] = row["payload"]
     ctx._task["event_payload"] = None
     return False
+
+
+def complete(ctx: TaskContext, result: Any) -> bool:
+    """Absurd's completion of the run with `result`, in the transaction the caller has open (the
+    SDK completes it in a transaction of its own once the handler returns). True: completed, and
+    the handler must stop without returning (raise SuspendTask), or the SDK completes it again."""
+    absurd_sdk._complete_task_run(ctx._conn, ctx._queue_name, ctx._task["run_id"], result)
+    return True
 
 
 def claim_with_checkpoints(

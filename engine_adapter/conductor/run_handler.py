@@ -20,6 +20,9 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
+from absurd_sdk import SuspendTask
+
+from engine_adapter.conductor import known_checkpoints
 from engine_adapter.conductor.bot_steps import BotSteps
 from engine_adapter.conductor.control_flow import ControlFlow
 from engine_adapter.conductor.handler_base import INVALID, EndRun
@@ -47,9 +50,19 @@ class RunHandler(ControlFlow, BotSteps, Waits, Lifecycle):
             self.run_list(self.steps, "")
         except EndRun as end:
             ended = end
-        # The closing writes commit with their checkpoint: one commit instead of two.
-        self.atomic_step("finish", lambda: self.finish(ended))
-        return {"outputs": self.outputs}
+        # The closing writes commit with their checkpoint and Absurd's completion of the run: one
+        # commit instead of three. Completed so, the handler stops as a parked one does (the SDK
+        # would complete the run again); a run whose finish committed before without its
+        # completion is completed by the SDK from the returned result.
+        result = {"outputs": self.outputs}
+        _, completed = self.atomic_step_then(
+            "finish",
+            lambda: self.finish(ended),
+            lambda _: known_checkpoints.complete(self.ctx, result),
+        )
+        if completed:
+            raise SuspendTask()
+        return result
 
     def run_list(self, steps: Iterable[Step], scope: str) -> None:
         for step in steps:

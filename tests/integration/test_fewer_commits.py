@@ -62,9 +62,13 @@ def test_a_runs_closing_writes_commit_with_its_finish_checkpoint(conn, apply, pr
         "select (select xmin::text from threadline.thread_entries"
         "         where run_id = %(run)s and dedupe_key = 'completed') as note,"
         "       (select xmin::text from absurd.c_threadline"
-        "         where task_id = %(run)s and checkpoint_name = 'finish') as checkpoint",
+        "         where task_id = %(run)s and checkpoint_name = 'finish') as checkpoint,"
+        "       (select xmin::text from absurd.r_threadline"
+        "         where task_id = %(run)s and state = 'completed') as completion",
         {"run": run_id},
     ).fetchone()
+    # Absurd's completion of the run commits with them too.
+    assert row["completion"] == row["checkpoint"], row
     # One transaction: the note, written in a savepoint of it, has a later xid than its parent,
     # which wrote the checkpoint; a note committed on its own before would have an earlier one.
     assert row["note"] is not None and int(row["note"]) > int(row["checkpoint"]), row

@@ -2,7 +2,8 @@
 runs tools.
 
 Per step and try it SENDs an instruction into the run thread and PARKs on the step's done
-event, holding no process. Its main thread LISTENs with a timeout of min(next wake-up, 1 s) and
+event, holding no process. Its main thread waits for notifications (the host's shared listener,
+host_listener.py) with a timeout of min(next wake-up, 1 s) and
 runs the timers (reconcile, recover runs held by dead conductors, admission, schedules); woken runs
 are handled by executor threads, each on a connection of its own, so a step of one run never
 waits behind the SEND of another (a run's own steps stay in order: the engine holds a claimed run
@@ -30,7 +31,7 @@ from engine_adapter.model.errors import Invalid
 from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
-from engine_adapter.store import db, traces
+from engine_adapter.store import db, host_listener, traces
 from engine_adapter.store.wakeups import Hold, Holds, Wake, route_wake
 from engine_adapter.store.workers import Worker
 
@@ -145,8 +146,8 @@ class Conductor:
         self.executors: list[Executor] = []
         self._executor_threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
-        self.listen_conn = db.connect(url, role="conductor")
-        self.listen_conn.execute(f"listen {db.NOTIFY_CHANNEL}")
+        # Notifications come through the host's one listening connection (host_listener.py).
+        self.listener = host_listener.join(url, "conductor", db.NOTIFY_CHANNEL)
         # The notification outbox goes out from a thread of its own: a slow receiver never
         # holds up a run.
         self.notifier = Notifier(db.connect(url, role="conductor"))
@@ -234,8 +235,8 @@ class Conductor:
                 self.wake.signal(row["due"])
             self._next_look = now + min(max(seconds, 0.05), 1.0)
         timeout = max(self._next_look - time.monotonic(), 0.0)
-        for note in self.listen_conn.notifies(timeout=timeout, stop_after=1):
-            route_wake(note.payload, self.wake, self.holds)
+        for payload in self.listener.notes(timeout=timeout, stop_after=1):
+            route_wake(payload, self.wake, self.holds)
 
     def stop(self) -> None:
         self._stopping = True
@@ -250,7 +251,7 @@ class Conductor:
         if self.notifier.thread.is_alive():
             self.notifier.thread.join(timeout=15)  # a send in flight finishes (its own timeout)
         for closer in (
-            self.listen_conn.close,
+            self.listener.close,
             self.conn.close,
             *(executor.conn.close for executor in self.executors),
             self.notifier.conn.close,

@@ -1,4 +1,4 @@
-"""Wake-ups for a process's worker threads, fed by one LISTEN connection per process.
+"""Wake-ups for a process's worker threads, fed by the host's shared listener (host_listener.py).
 
 A notification wakes one idle thread, not all of them, so an idle process runs one claim per
 notification instead of one per thread (conductor executors, bot slots). A busy thread claims
@@ -9,13 +9,16 @@ the conductor counts the runs due by the clock).
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 import psycopg
 
-from engine_adapter.store import db
+from engine_adapter.store import db, host_listener
+
+log = logging.getLogger("threadline.wakes")
 
 POLL_S = 1.0  # a wake-up at least this often: work due by the clock, a notification missed
 
@@ -131,16 +134,17 @@ def listen_forever(
     url: str | None, role: str, channel: str, wake: Wake, stop: threading.Event
 ) -> None:
     """Turn the process's notifications (and a poll each POLL_S) into wake-ups until `stop`.
-    The listening connection is the thread's own; a lost database ends the loop and sets `stop`,
-    so the process exits and its supervisor restarts it."""
+    They come through the host's shared listener (host_listener.py); a lost database ends the
+    loop and sets `stop`, so the process exits and its supervisor restarts it."""
     try:
-        with db.connect(url, role=role) as conn:
-            conn.execute(f"listen {channel}")
+        with host_listener.join(url, role, channel) as listener:
             while not stop.is_set():
-                for _ in conn.notifies(timeout=POLL_S, stop_after=1):
+                for _ in listener.notes(timeout=POLL_S, stop_after=1):
                     pass
                 wake.signal()
-    except psycopg.OperationalError:
+    except Exception as err:  # the database lost, or the host's listener broken: exit
+        if not isinstance(err, psycopg.OperationalError):
+            log.exception("the listener failed; the process stops")
         stop.set()
     finally:
         wake.release_all()  # every waiting thread sees `stop`

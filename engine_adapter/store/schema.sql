@@ -2240,6 +2240,25 @@ CREATE FUNCTION threadline.run_search_text(p_run_id uuid, p_payload jsonb) RETUR
 $$;
 
 --
+-- Name: run_workflow_exists(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.run_workflow_exists() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  perform 1 from threadline.workflows w where w.slug = new.workflow for key share;
+  if not found then
+    raise exception 'run %: workflow "%" does not exist', new.run_id, new.workflow
+      using errcode = 'foreign_key_violation', table = 'run_threads',
+            constraint = 'run_threads_workflow_fkey';
+  end if;
+  return new;
+end;
+$$;
+
+--
 -- Name: schedule_ticks_past_retention(jsonb); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -2932,6 +2951,28 @@ CREATE FUNCTION threadline.workflow_actor(p_what text) RETURNS jsonb
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
   select threadline.console_actor(array['apply_recipe', 'rollback', 'apply_proposal'], p_what)
+$$;
+
+--
+-- Name: workflow_without_runs(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.workflow_without_runs() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+begin
+  if tg_op = 'UPDATE' and new.slug = old.slug then
+    return new;
+  end if;
+  if exists (select 1 from threadline.run_threads r where r.workflow = old.slug) then
+    raise exception 'workflow "%" has runs: it cannot be %', old.slug,
+      case tg_op when 'DELETE' then 'deleted' else 'renamed' end
+      using errcode = 'foreign_key_violation', table = 'workflows',
+            constraint = 'run_threads_workflow_fkey';
+  end if;
+  return case tg_op when 'DELETE' then old else new end;
+end;
 $$;
 
 --
@@ -4106,6 +4147,12 @@ CREATE TRIGGER run_threads_count_moves AFTER UPDATE OF state, current_step, pare
 CREATE TRIGGER run_threads_finished_admit AFTER UPDATE OF state ON threadline.run_threads FOR EACH ROW WHEN (((new.state = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'queued'::text])) AND (new.admitted_at IS NOT NULL))) EXECUTE FUNCTION threadline.run_finished_admit('threadline');
 
 --
+-- Name: run_threads run_threads_workflow_exists; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_workflow_exists BEFORE INSERT OR UPDATE OF workflow ON threadline.run_threads FOR EACH ROW EXECUTE FUNCTION threadline.run_workflow_exists();
+
+--
 -- Name: step_claims step_claims_announce; Type: TRIGGER; Schema: threadline; Owner: -
 --
 
@@ -4146,6 +4193,12 @@ CREATE TRIGGER workflows_schedule_enabled BEFORE INSERT OR UPDATE ON threadline.
 --
 
 CREATE TRIGGER workflows_webhook_triggers AFTER INSERT OR UPDATE OF recipe ON threadline.workflows FOR EACH ROW EXECUTE FUNCTION threadline.sync_webhook_triggers();
+
+--
+-- Name: workflows workflows_without_runs; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER workflows_without_runs BEFORE DELETE OR UPDATE OF slug ON threadline.workflows FOR EACH ROW EXECUTE FUNCTION threadline.workflow_without_runs();
 
 --
 -- Name: account_channels account_channels_account_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
@@ -4216,13 +4269,6 @@ ALTER TABLE ONLY threadline.resume_tokens
 
 ALTER TABLE ONLY threadline.run_threads
     ADD CONSTRAINT run_threads_parent_run_id_fkey FOREIGN KEY (parent_run_id) REFERENCES threadline.run_threads(run_id);
-
---
--- Name: run_threads run_threads_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
---
-
-ALTER TABLE ONLY threadline.run_threads
-    ADD CONSTRAINT run_threads_workflow_fkey FOREIGN KEY (workflow) REFERENCES threadline.workflows(slug);
 
 --
 -- Name: schedule_ticks schedule_ticks_workflow_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -

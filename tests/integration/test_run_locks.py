@@ -58,3 +58,51 @@ def test_a_child_thread_is_written_twice_while_its_parent_is_being_written(conn,
         )
     ]
     assert texts == ["a branch's reply", "its terminal signal"]
+
+
+def test_writing_a_run_twice_in_a_transaction_leaves_its_workflow_row_alone(conn, apply):
+    """Every run of a workflow shares the workflow's row: a step's writes to its run (an entry,
+    then the run armed) must not lock it each time (migration 052), or concurrent steps of one
+    workflow's runs contend on it."""
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    before = conn.execute("select xmax::text from threadline.workflows where slug = 'locks'")
+    xmax = before.fetchone()["xmax"]
+    with conn.transaction():
+        note(conn, run_id, "one")
+        note(conn, run_id, "two")  # the run's row updated twice by this transaction
+        mine = conn.execute("select pg_current_xact_id()::text as x").fetchone()["x"]
+    after = conn.execute("select xmax::text from threadline.workflows where slug = 'locks'")
+    assert after.fetchone()["xmax"] == xmax != mine
+
+
+def test_a_run_is_written_only_with_a_workflow_that_exists(conn, apply):
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    for attempt in (
+        lambda: conn.execute(
+            "update threadline.run_threads set workflow = 'nope' where run_id = %s", (run_id,)
+        ),
+        lambda: conn.execute(
+            "insert into threadline.run_threads (run_id, workflow, workflow_version,"
+            " recipe_hash, recipe, payload, bot, trigger, state)"
+            " select gen_random_uuid(), 'nope', workflow_version, recipe_hash, recipe, '{}',"
+            " bot, trigger, 'running' from threadline.run_threads where run_id = %s",
+            (run_id,),
+        ),
+        lambda: conn.execute("delete from threadline.workflows where slug = 'locks'"),
+        lambda: conn.execute("update threadline.workflows set slug = 'other' where slug = 'locks'"),
+    ):
+        try:
+            with conn.transaction():
+                attempt()
+        except psycopg.errors.ForeignKeyViolation as err:
+            assert "workflow" in str(err)
+        else:
+            raise AssertionError("a run was left without its workflow")
+    assert (
+        conn.execute(
+            "select count(*) as n from threadline.run_threads where workflow = 'locks'"
+        ).fetchone()["n"]
+        == 1
+    )

@@ -630,17 +630,20 @@ begin
   for v_cand in
     select rt.run_id, rt.await_key, rt.bot
       from threadline.run_threads rt
-     where rt.awaiting and rt.await_kind = 'bot' and rt.state = 'running'
+     where rt.state = 'running' and rt.await_kind = 'bot' and rt.awaiting
        and (p_bots is null or rt.bot = any (p_bots))
-       and threadline.step_key_free(rt.await_key)
-     order by rt.updated_at
-     limit 2
-       for no key update of rt skip locked
+     order by rt.run_id
   loop
-    v_found := v_found + 1;
-    if v_found = 1 then
+    continue when not threadline.step_key_free(v_cand.await_key);  -- in progress, or done
+    if v_found = 0 then
+      perform 1 from threadline.run_threads rt
+       where rt.run_id = v_cand.run_id and rt.awaiting and rt.await_key = v_cand.await_key
+         for no key update skip locked;
+      continue when not found;  -- another claim holds it, or its step moved on meanwhile
       v_first := v_cand;
     end if;
+    v_found := v_found + 1;
+    exit when v_found = 2;  -- a second free step: `more` tells the bot to wake another slot
   end loop;
   if v_found = 0 then
     return '{}'::jsonb;
@@ -3971,6 +3974,12 @@ CREATE INDEX run_threads_active_top ON threadline.run_threads USING btree (initi
 --
 
 CREATE INDEX run_threads_awaits ON threadline.run_threads USING btree (await_kind) WHERE (state = ANY (ARRAY['running'::text, 'waiting'::text]));
+
+--
+-- Name: run_threads_bot_steps; Type: INDEX; Schema: threadline; Owner: -
+--
+
+CREATE INDEX run_threads_bot_steps ON threadline.run_threads USING btree (run_id) WHERE ((state = 'running'::text) AND (await_kind = 'bot'::text));
 
 --
 -- Name: run_threads_created; Type: INDEX; Schema: threadline; Owner: -

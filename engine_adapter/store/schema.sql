@@ -91,6 +91,15 @@ declare
 begin
   perform threadline.require_caller(
     array['conductor', 'console', 'hooks'], 'admitting runs');
+  if not exists (select 1 from threadline.run_limits)
+     and not exists (select 1 from threadline.workflows w
+                      where w.slug = p_workflow
+                        and coalesce(jsonb_typeof(w.recipe -> 'max_concurrent_runs'), 'null')
+                            <> 'null')
+     and not exists (select 1 from threadline.run_threads r
+                      where r.workflow = p_workflow and r.state = 'queued') then
+    return 0;  -- nothing capped, nothing waiting: no lock to take (see above)
+  end if;
   perform threadline.lock_admission(p_workflow);
   if exists (select 1 from threadline.run_limits) then
     return threadline.admit_all(p_queue);

@@ -106,3 +106,33 @@ def test_a_run_is_written_only_with_a_workflow_that_exists(conn, apply):
         ).fetchone()["n"]
         == 1
     )
+
+
+CAPPED = """
+slug: capped
+max_concurrent_runs: 1
+steps:
+  - id: one
+    run_command: "true"
+"""
+
+
+def admission_locks_after_admitting(db_url: str, workflow: str) -> int:
+    """Advisory locks the conductor's transaction holds once it admitted `workflow`'s runs, as
+    a run's end does."""
+    with db.connect(db_url, role="conductor") as c, c.transaction(force_rollback=True):
+        c.execute("select threadline.admit_queued('threadline', %s)", (workflow,))
+        row = c.execute(
+            "select count(*) as n from pg_locks"
+            " where locktype = 'advisory' and pid = pg_backend_pid()"
+        ).fetchone()
+        return int(row["n"])
+
+
+def test_a_run_end_takes_the_admission_lock_only_where_runs_can_wait(conn, apply, db_url):
+    """Every end of an uncapped workflow's runs took the workflow's admission lock to its
+    commit, so they committed one at a time (migration 054); a capped one still takes it."""
+    apply(RECIPE)
+    apply(CAPPED)
+    assert admission_locks_after_admitting(db_url, "locks") == 0
+    assert admission_locks_after_admitting(db_url, "capped") == 1

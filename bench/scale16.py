@@ -116,6 +116,7 @@ COSTS = (  # (Turn field, head, format): per workflow, Threadline (subprocess ba
     ("commits", "commits", "{:.1f}"),
     ("wal_records", "WAL records", "{:.0f}"),
     ("worker_cpu_ms", "worker CPU ms", "{:.1f}"),
+    ("spawn_per_s", "spawns/s, one connection", "{:.0f}"),
 )
 
 

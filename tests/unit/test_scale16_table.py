@@ -50,7 +50,7 @@ def test_ratios_are_to_the_fewest_processes_measured():
 
 def test_medians_per_count_and_system_only_where_every_system_ran():
     def turn(rate: float) -> Turn:
-        return Turn(rate, None, 0.0, 0.0, 0.0)
+        return Turn(rate, None, 0.0, 0.0, 0.0, 0.0)
 
     turns = {
         1: {"bare": [turn(10), turn(30)], "subprocess": [turn(5)], "threadline": [turn(4)]},

@@ -52,6 +52,7 @@ from engine_adapter.catalog.workflows import apply_recipe
 from engine_adapter.recipes.recipes import load_recipe_text
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, SANDBOX_ENV, detect
+from engine_adapter.store import db
 from engine_adapter.testing import harness
 
 Conn = psycopg.Connection[Any]
@@ -265,7 +266,8 @@ def threadline_system(
                     (SLUG,),
                 ).fetchone()["n"]  # type: ignore[index]
             )
-            with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as c:
+            # As Threadline's own doors spawn: their wake-ups go out after each commit.
+            with db.connect(url) as c:
                 for _ in range(n):
                     spawn(c, SLUG)
 

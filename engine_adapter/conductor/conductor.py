@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -32,7 +33,7 @@ from engine_adapter.model.recipe_values import parse_duration
 from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
 from engine_adapter.store import db, host_listener, traces
-from engine_adapter.store.wakeups import Hold, Holds, Wake, route_wake
+from engine_adapter.store.wakeups import Hold, Holds, Wake, look_at_wake, route_wake
 from engine_adapter.store.workers import Worker
 
 log = logging.getLogger("threadline.conductor")
@@ -147,7 +148,9 @@ class Conductor:
         self._executor_threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
         # Notifications come through the host's one listening connection (host_listener.py).
-        self.listener = host_listener.join(url, "conductor", db.NOTIFY_CHANNEL)
+        self.listener = host_listener.join(
+            url, "conductor", db.NOTIFY_CHANNEL, looker=partial(look_at_wake, holds=self.holds)
+        )
         # The notification outbox goes out from a thread of its own: a slow receiver never
         # holds up a run.
         self.notifier = Notifier(db.connect(url, role="conductor"))

@@ -10,8 +10,14 @@ notification to them as a datagram. The others wait on their sockets and try the
 every POLL_S, so when the leader dies another takes over within about a second. A notification
 lost meanwhile costs only time: every process also looks for work on a POLL_S timer.
 
+One process acts on each notification: a wake-up asks for one claim, and woken in every
+process it made every one of them claim, all but one finding nothing. The leader names one
+subscriber of the channel in turn to act on it (its `notes`); the others only look at it (their
+`looker`, if they gave one: a conductor hands a step's done event to the executor holding that
+run, wherever it is held, and wakes no one else).
+
 `THREADLINE_HOST_LISTENER=off` (or a directory that is not safely ours) makes each process
-listen on its own connection, as before.
+listen on its own connection and act on every notification, as before.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +55,7 @@ LOCK_NAME = "leader.lock"
 SOCK_SUFFIX = ".sock"
 INBOX_MOST = 1024  # notes not yet taken; older ones go (a lost wake-up costs only time)
 MAX_NOTE = 16384  # a NOTIFY payload is under 8000 bytes
+ACT, LOOK = "!", "?"  # a datagram's mark after its channel: this member acts on it, or looks
 
 
 def enabled() -> bool:
@@ -121,12 +128,20 @@ class HostListener:
     Direct (off, or no safe directory): a connection of its own, read by `notes` itself, as a
     process listened before. A lost database raises psycopg.OperationalError from `notes`."""
 
-    def __init__(self, url: str | None, role: str, channels: list[str]) -> None:
+    def __init__(
+        self,
+        url: str | None,
+        role: str,
+        channels: list[str],
+        looker: Callable[[str], None] | None = None,
+    ) -> None:
         for channel in channels:
             if not channel.isidentifier():
                 raise ValueError(f"channel {channel!r}: not a plain identifier")
         self.shared = enabled()  # a bad setting opens nothing
         self.url, self.role, self.channels = url, role, list(channels)
+        self.looker = looker  # called on the listener's thread with a note another acts on
+        self._turns: dict[str, int] = collections.Counter()  # per channel: who acts next
         self._closed = False
         self._conn: psycopg.Connection[Any] | None = None
         self._listening: set[str] = set()
@@ -284,9 +299,9 @@ class HostListener:
             ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], POLL_S)
             if sock.fileno() in ready:
                 data = sock.recv(MAX_NOTE, socket.MSG_DONTWAIT)
-                channel, _, payload = data.decode(errors="replace").partition("\n")
+                channel, _, note = data.decode(errors="replace").partition("\n")
                 if channel in self.channels:
-                    self._deliver(payload)
+                    self._deliver(note[1:], act=note[:1] == ACT)
             if time.monotonic() >= next_try and not self._closed:
                 next_try = time.monotonic() + POLL_S
                 if self._socket_gone():
@@ -353,35 +368,57 @@ class HostListener:
                 self._listening.add(channel)
 
     def _forward(self, channel: str, payload: str) -> bool:
-        """Send the note to each member subscribed to `channel`; True when a member wants a
-        channel not listened on yet."""
-        if channel in self.channels:
-            self._deliver(payload)
+        """Send the note to each member subscribed to `channel`, one of them (this process
+        among them) in turn marked to act on it; True when a member wants a channel not
+        listened on yet."""
         assert self.dir is not None and self._sock is not None
-        data = f"{channel}\n{payload}".encode()
         newcomer = False
+        to: list[str] = []
         for name in self._members():
             channels = _channels_of(name)
             if not channels or self.dir / name == self._sock_path:
                 continue
             newcomer = newcomer or not self._listening.issuperset(channels)
-            if channel not in channels:
-                continue
-            try:
-                self._sock.sendto(data, socket.MSG_DONTWAIT, str(self.dir / name))
-            except (ConnectionRefusedError, FileNotFoundError):
-                try:  # its process is gone
-                    (self.dir / name).unlink()
-                except FileNotFoundError:
-                    pass
-            except (BlockingIOError, InterruptedError):
-                pass  # its reader is behind: this wake-up is dropped, its timer finds the work
-            except OSError as err:
-                if err.errno != errno.ENOBUFS:
-                    raise
+            if channel in channels:
+                to.append(name)
+        order: list[str | None] = [None] * (channel in self.channels) + to  # None: ours
+        if order:
+            k = self._turns[channel] % len(order)  # who acts, in turn: the first that can
+            self._turns[channel] += 1
+            acted = False
+            for member in order[k:] + order[:k]:
+                if member is None:
+                    self._deliver(payload, act=not acted)
+                    acted = True
+                else:
+                    acted = (
+                        self._send(member, f"{channel}\n{LOOK if acted else ACT}{payload}") or acted
+                    )
         return newcomer
 
-    def _deliver(self, payload: str) -> None:
+    def _send(self, name: str, note: str) -> bool:
+        """A datagram to member `name`; False when it could not take it."""
+        assert self.dir is not None and self._sock is not None
+        try:
+            self._sock.sendto(note.encode(), socket.MSG_DONTWAIT, str(self.dir / name))
+            return True
+        except (ConnectionRefusedError, FileNotFoundError):
+            try:  # its process is gone
+                (self.dir / name).unlink()
+            except FileNotFoundError:
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass  # its reader is behind: this wake-up is dropped, its timer finds the work
+        except OSError as err:
+            if err.errno != errno.ENOBUFS:
+                raise
+        return False
+
+    def _deliver(self, payload: str, act: bool = True) -> None:
+        if not act:
+            if self.looker is not None:
+                self.looker(payload)
+            return
         with self._cond:
             self._inbox.append(payload)
             self._cond.notify()
@@ -395,6 +432,9 @@ class HostListener:
                 pass
 
 
-def join(url: str | None, role: str, *channels: str) -> HostListener:
-    """This process's wake-ups on `channels`, through the host's shared listener (or its own)."""
-    return HostListener(url, role, list(channels))
+def join(
+    url: str | None, role: str, *channels: str, looker: Callable[[str], None] | None = None
+) -> HostListener:
+    """This process's wake-ups on `channels`, through the host's shared listener (or its own):
+    `notes` yields those it acts on, `looker` gets the others (module docstring)."""
+    return HostListener(url, role, list(channels), looker)

@@ -130,6 +130,14 @@ def route_wake(payload: str, wake: Wake, holds: Holds) -> None:
         holds.cut_all()
 
 
+def look_at_wake(payload: str, holds: Holds) -> None:
+    """A conductor's notification another process acts on (host_listener.py): a step done of
+    a run held here still goes to the executor holding it; nothing else wakes anyone."""
+    what, run_id = db.parse_wake(payload)
+    if what == db.STEP_DONE:
+        holds.deliver(run_id)
+
+
 def listen_forever(
     url: str | None, role: str, channel: str, wake: Wake, stop: threading.Event
 ) -> None:

@@ -228,3 +228,24 @@ def test_a_bad_setting_is_named(db_url, monkeypatch):
     monkeypatch.setenv(host_listener.ENV, "sometimes")
     with pytest.raises(Invalid, match=host_listener.ENV):
         HostListener(db_url, "conductor", [db.NOTIFY_CHANNEL])
+
+
+def test_one_process_acts_on_each_notification_the_others_look(db_url, listeners, runtime_dir):
+    """Woken in every process, a wake-up made every one of them claim, all but one finding
+    nothing: the leader names one subscriber in turn to act; the others' lookers see it."""
+    looked: dict[str, list[str]] = {"lead": [], "a": [], "b": []}
+    made = {
+        who: HostListener(db_url, "conductor", [db.NOTIFY_CHANNEL], looker=looked[who].append)
+        for who in ("lead", "a", "b")
+    }
+    listeners.extend(made.values())
+    assert made["lead"].leading and not made["a"].leading and not made["b"].leading
+    payloads = [f"step.done:r{i}" for i in range(6)]
+    for payload in payloads:
+        wake(db_url, db.NOTIFY_CHANNEL, payload)
+    acted = {who: heard(listener) for who, listener in made.items()}
+    # Each note acted on once, by each process in turn; every other process looked at it.
+    assert sorted(p for notes in acted.values() for p in notes) == sorted(payloads)
+    assert sorted(len(notes) for notes in acted.values()) == [2, 2, 2], acted
+    for who in made:
+        assert sorted(acted[who] + looked[who]) == sorted(payloads), who

@@ -3,6 +3,7 @@ open gates, the engine debug view and the live change feed."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from datetime import datetime
 
@@ -145,19 +146,37 @@ def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
 
 
 def test_debug_view_shows_which_steps_a_second_attempt_replayed(conn, db_url, procs, apply):
-    """A conductor SIGKILLed while it holds the run: attempt 2 replays attempt 1's checkpoints."""
+    """A conductor SIGKILLed while it holds the run (waiting in memory for the step's done event,
+    with executors idle beside it): attempt 2 replays attempt 1's checkpoints. (A run no
+    executor holds parks in its SEND's transaction, and a conductor killed then loses nothing.)"""
     apply("""
 slug: two
 bot: local
 steps:
   - id: first
-    run_command: echo one
+    run_command: sleep 2; echo one
   - id: second
     run_command: echo two
 """)
-    procs.start("bots")
-    doomed = procs.start("conductor", env={"THREADLINE_CRASH_AT": "after_send_checkpoint"})
+    apply("""
+slug: warm
+bot: local
+steps:
+  - id: only
+    run_command: "true"
+""")
+    procs.start("bots", wait=True)
+    doomed = procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "60000"}, wait=True)
+    warm = spawn(conn, "warm", {}).run_id  # once it is done, the executors wait for work
+    harness.wait_for_state(db_url, warm, "completed", timeout=60)
     run_id = spawn(conn, "two", {}).run_id
+    harness.wait_for(
+        lambda: conn.execute(
+            "select 1 from threadline.step_claims where step_key = %s", (f"{run_id}:first:1",)
+        ).fetchone(),
+        what="the bot to take the first step",
+    )
+    doomed.send_signal(signal.SIGKILL)
     assert doomed.wait(timeout=30) == -9
     procs.start("conductor")
     harness.wait_for_state(db_url, run_id, "completed", timeout=60)

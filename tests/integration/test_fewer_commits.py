@@ -163,3 +163,25 @@ def test_a_run_no_executor_holds_parks_in_its_send_transaction(conn, apply, proc
     assert row["state"] == "sleeping", row
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
     assert [s["status"] for s in view["steps"]] == ["completed"]
+
+
+def test_a_conductor_killed_after_a_parking_send_loses_no_attempt(conn, apply, procs):
+    """Its SEND and park committed together, a conductor SIGKILLed right after them leaves the
+    run parked, not claimed by a dead process: the bot's answer wakes it and the same attempt
+    goes on (with the park a transaction of its own, that window cost an attempt)."""
+    apply(RECIPE)
+    procs.start("bots", wait=True)
+    doomed = procs.start(
+        "conductor",
+        env={"THREADLINE_CONDUCTOR_HOLD_MS": "0", "THREADLINE_CRASH_AT": "after_send_checkpoint"},
+        wait=True,
+    )
+    run_id = spawn(conn, "three-true").run_id
+    assert doomed.wait(timeout=30) == -9
+    procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "0"})
+    view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)
+    assert [s["status"] for s in view["steps"]] == ["completed"] * 3
+    attempts = conn.execute(
+        "select count(*) as n from absurd.r_threadline where task_id = %s", (run_id,)
+    ).fetchone()["n"]
+    assert attempts == 1

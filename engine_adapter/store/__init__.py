@@ -1,5 +1,6 @@
 """Postgres: connections, the embedded server, roles and their grants, migrations and the SQL they
-run, wake-ups, worker liveness and the OpenTelemetry traces a process sends.
+run, wake-ups (through the host's one listener), worker liveness and the OpenTelemetry traces a
+process sends.
 """
 
 __all__ = [
@@ -7,6 +8,7 @@ __all__ = [
     "db",
     "embedded",
     "grants",
+    "host_listener",
     "roles",
     "schema",
     "traces",

@@ -226,8 +226,11 @@ def _spawn(
         and conn.autocommit
         and conn.info.transaction_status == pq.TransactionStatus.IDLE
     )
-    door = authorization.transaction(conn, actor, authorization.Action.SPAWN, workflow=workflow)
-    with nullcontext() if alone else door:
+    with (
+        nullcontext()
+        if alone
+        else authorization.transaction(conn, actor, authorization.Action.SPAWN, workflow=workflow)
+    ):
         row = db.fetch_one(
             conn,
             "spawn_run",

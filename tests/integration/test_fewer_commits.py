@@ -185,3 +185,30 @@ def test_a_conductor_killed_after_a_parking_send_loses_no_attempt(conn, apply, p
         "select count(*) as n from absurd.r_threadline where task_id = %s", (run_id,)
     ).fetchone()["n"]
     assert attempts == 1
+
+
+def test_a_spawn_with_no_transaction_open_is_its_one_statement(conn, apply, monkeypatch):
+    """Threadline's own spawn on an autocommit connection opens no transaction block around its
+    one statement (two round trips more); inside a caller's transaction it joins that one."""
+    apply(RECIPE)
+
+    def no_block(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a transaction block was opened for a lone spawn")
+
+    monkeypatch.setattr(conn, "transaction", no_block)
+    run_id = spawn(conn, "three-true").run_id
+    monkeypatch.undo()
+    assert (
+        conn.execute(
+            "select count(*) as n from threadline.run_threads where run_id = %s", (run_id,)
+        ).fetchone()["n"]
+        == 1
+    )
+    with conn.transaction(force_rollback=True):
+        inside = spawn(conn, "three-true").run_id
+    assert (
+        conn.execute(
+            "select count(*) as n from threadline.run_threads where run_id = %s", (inside,)
+        ).fetchone()["n"]
+        == 0
+    )  # rolled back with the caller's transaction

@@ -133,7 +133,10 @@ def test_the_run_page_draws_a_live_waterfall(page, stack):
     page.wait_for_selector(ROW.format("slow") + "[data-open='0']")
     ended_px, ended_s = bar(page, "slow")
     page.wait_for_timeout(1200)
-    assert bar(page, "slow") == (ended_px, ended_s)
+    later_px, later_s = bar(page, "slow")
+    # Its seconds stay (an open bar grows with the clock); its width may move a hair when the
+    # chart's scale settles on the run's end.
+    assert later_s == ended_s and abs(later_px - ended_px) <= 0.01 * ended_px
     assert 5.5 <= ended_s < 9, ended_s
 
     drawn = {r["label"]: r for r in rows(page)}

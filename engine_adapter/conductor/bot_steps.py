@@ -92,8 +92,15 @@ class BotSteps(Sending):
         done_name = names.checkpoint(names.DONE, path, try_no, part)
 
         def park_unless_held(sent: dict[str, Any]) -> bool:
-            """A run no executor holds parks in its SEND's transaction."""
-            if held is not None or not sent["ok"]:
+            """A run no executor holds parks in its SEND's transaction; so does a held one whose
+            instruction waits behind others (its done event will not come within the hold)."""
+            nonlocal held
+            if not sent["ok"]:
+                return False
+            if held is not None and self.queued and self.holds is not None:
+                self.holds.release(self.run_id)
+                held = None
+            if held is not None:
                 return False
             return known_checkpoints.park(self.ctx, done_event, done_name)
 

@@ -19,6 +19,10 @@ from engine_adapter.store.workers import crash_point
 
 
 class Sending(HandlerBase):
+    # The last SEND's instruction waits behind another for its bot (migration 055): its done
+    # event will not come within a hold.
+    queued = False
+
     def send(
         self,
         step: Step,
@@ -49,7 +53,7 @@ class Sending(HandlerBase):
             channel, wake = db.wake_target(self.run_id, entry_kind)
             # One call: the entry, the run armed (first SEND of this key only: a replay must not
             # re-arm awaiting) and the wake-up (migration 025).
-            seq = db.fetch_row(
+            sent = db.fetch_row(
                 self.conn,
                 "send_entry",
                 {
@@ -65,7 +69,8 @@ class Sending(HandlerBase):
                     "channel": channel,
                     "wake": wake,
                 },
-            )["seq"]
+            )
+            seq, self.queued = sent["seq"], bool(sent["queued"])
             if seq is not None and entry_kind == EntryKind.QUESTION:
                 # The recipe's `notify` rules hear of the gate.
                 notifications.enqueue(

@@ -56,9 +56,11 @@ select rt.run_id, rt.await_key, null as payload, d.decision, d.actor, d.reason,
  limit 100
 
 -- send_entry --
--- The conductor's SEND in one call (migration 025): the entry, the run armed, the wake-up.
-select threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(data)s, %(state)s,
-                             %(step)s, %(try)s, %(await_kind)s, %(channel)s, %(wake)s) as seq
+-- The conductor's SEND in one call (migration 025): the entry, the run armed, the wake-up;
+-- `queued` when the instruction waits behind another for its bot (migration 055).
+select seq, queued
+  from threadline.send_entry(%(run_id)s, %(kind)s, %(text)s, %(step_key)s, %(data)s, %(state)s,
+                             %(step)s, %(try)s, %(await_kind)s, %(channel)s, %(wake)s)
 
 -- runs_with_timeout --
 -- Unfinished runs whose recipe sets a run timeout, with their age (the conductor's sweep).

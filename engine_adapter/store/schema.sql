@@ -426,6 +426,23 @@ end;
 $$;
 
 --
+-- Name: bot_step_waiting(uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.bot_step_waiting(p_run_id uuid) RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  select exists (
+    select 1
+      from threadline.run_threads rt
+     where rt.state = 'running' and rt.await_kind = 'bot' and rt.awaiting
+       and rt.run_id <> p_run_id
+       and rt.bot = (select me.bot from threadline.run_threads me where me.run_id = p_run_id)
+       and threadline.step_key_free(rt.await_key))
+$$;
+
+--
 -- Name: caller_kind(); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -2288,23 +2305,21 @@ $$;
 -- Name: send_entry(uuid, text, text, text, jsonb, text, text, integer, text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
-CREATE FUNCTION threadline.send_entry(p_run_id uuid, p_kind text, p_text text, p_step_key text, p_data jsonb, p_state text, p_step text, p_try integer, p_await_kind text, p_channel text, p_wake text) RETURNS integer
+CREATE FUNCTION threadline.send_entry(p_run_id uuid, p_kind text, p_text text, p_step_key text, p_data jsonb, p_state text, p_step text, p_try integer, p_await_kind text, p_channel text, p_wake text, OUT seq integer, OUT queued boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-declare
-  v_seq integer;
 begin
-  v_seq := threadline.append_entry(p_run_id, 'system', 'threadline', p_kind, p_step_key,
-                                   p_kind || ':' || p_step_key, p_text, p_data);
-  if v_seq is not null then
+  seq := threadline.append_entry(p_run_id, 'system', 'threadline', p_kind, p_step_key,
+                                 p_kind || ':' || p_step_key, p_text, p_data);
+  if seq is not null then
     perform threadline.set_run_state(p_run_id, p_state, p_step, p_try, p_step_key, p_await_kind,
                                      null);
   end if;
-  if p_channel is not null then
+  queued := p_channel = 'threadline_bots' and threadline.bot_step_waiting(p_run_id);
+  if p_channel is not null and not queued then
     perform threadline.wake(p_channel, p_wake);
   end if;
-  return v_seq;
 end;
 $$;
 

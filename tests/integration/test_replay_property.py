@@ -201,10 +201,26 @@ def nested_ids(step: dict[str, Any]) -> list[str]:
     return ids
 
 
+STOPPED = "stopped with its branch"
+
+
 def drawn(nodes: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
     """Each step, branch and iteration as drawn (child runs' steps too): what ran, was skipped or
-    taken, in order."""
-    return [(depth, n["id"], n["kind"], n["status"]) for depth, n in step_tree.flatten(nodes)]
+    taken, in order. A step of a cancelled branch (an `any` group's loser) is drawn cancelled
+    when its run had sent it before the winner ended the branch, skipped when not: timing
+    alone, which no rerun can repeat, so both read as stopped with the branch."""
+    found: list[tuple[int, str, str, str]] = []
+    stopped_at: int | None = None  # the depth of the cancelled branch we are in
+    for depth, n in step_tree.flatten(nodes):
+        if stopped_at is not None and depth <= stopped_at:
+            stopped_at = None
+        status = n["status"]
+        if stopped_at is not None and status in ("cancelled", "skipped"):
+            status = STOPPED
+        found.append((depth, n["id"], n["kind"], status))
+        if stopped_at is None and n["kind"] == "branch" and n["status"] == "cancelled":
+            stopped_at = depth
+    return found
 
 
 def finished(url: str, run_id: str) -> dict[str, Any]:

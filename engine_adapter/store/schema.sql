@@ -4183,7 +4183,7 @@ CREATE TRIGGER run_threads_finished_admit AFTER UPDATE OF state ON threadline.ru
 -- Name: run_threads run_threads_workflow_exists; Type: TRIGGER; Schema: threadline; Owner: -
 --
 
-CREATE TRIGGER run_threads_workflow_exists BEFORE INSERT OR UPDATE OF workflow ON threadline.run_threads FOR EACH ROW EXECUTE FUNCTION threadline.run_workflow_exists();
+CREATE TRIGGER run_threads_workflow_exists AFTER INSERT OR UPDATE OF workflow ON threadline.run_threads FOR EACH ROW EXECUTE FUNCTION threadline.run_workflow_exists();
 
 --
 -- Name: step_claims step_claims_announce; Type: TRIGGER; Schema: threadline; Owner: -

@@ -76,6 +76,23 @@ def test_writing_a_run_twice_in_a_transaction_leaves_its_workflow_row_alone(conn
     assert after.fetchone()["xmax"] == xmax != mine
 
 
+def test_an_update_of_a_run_locks_its_row_no_earlier_than_it_writes_it(conn, apply):
+    """Postgres locks a row before updating it when its table has a BEFORE UPDATE row trigger,
+    whatever columns the trigger names, and the lock (a WAL record of its own) stays on the new
+    version as its xmax. The workflow's check runs after the write (migration 056), so an
+    update that leaves the workflow alone leaves the new version unlocked."""
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    with conn.transaction():
+        conn.execute(
+            "update threadline.run_threads set updated_at = now() where run_id = %s", (run_id,)
+        )
+    row = conn.execute(
+        "select xmax::text as xmax from threadline.run_threads where run_id = %s", (run_id,)
+    ).fetchone()
+    assert row["xmax"] == "0", row
+
+
 def test_a_run_is_written_only_with_a_workflow_that_exists(conn, apply):
     apply(RECIPE)
     run_id = spawn(conn, "locks").run_id

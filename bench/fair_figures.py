@@ -8,7 +8,10 @@ three steps at once and timing them until the last completed (spawns included):
   - Absurd, each step a subprocess: an absurd_sdk worker process (start_worker at
     `--concurrency` threads) whose three ctx.step calls each run `bash -c true`, the command
     Threadline's bot runs for `run_command: "true"`, through Threadline's own sandbox argv
-    (bubblewrap where it works, else what engine_adapter/sandbox detects);
+    (bubblewrap where it works, else what engine_adapter/sandbox detects) with the fittings a
+    bot gives each command (its limits, its /tmp on disk: engine_adapter/sandbox/step_fit.py);
+    where bubblewrap runs, both sides' steps run without the network (the recipe says
+    `network: false`), as `true` needs none and a step given it adds a slirp4netns to either;
   - bare Absurd: the same worker with in-process no-op steps (the engine's ceiling);
   - Threadline: one conductor process (its default executor threads) and one bots process
     (`--concurrency` slots) on the same recipe.
@@ -51,7 +54,8 @@ from bench.threadline_figures import THREE_TRUE
 from engine_adapter.catalog.workflows import apply_recipe
 from engine_adapter.recipes.recipes import load_recipe_text
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, SANDBOX_ENV, detect
+from engine_adapter.sandbox import step_fit
+from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, SANDBOX_ENV, Sandbox, detect
 from engine_adapter.store import db
 from engine_adapter.testing import harness
 
@@ -80,19 +84,21 @@ def worker_main(
     engine = Absurd(url, queue_name=QUEUE)
     box = detect()
     workdir = box.workdir("fair-bench-run", None)
-    argv, kwargs = box.argv(COMMAND, workdir), box.popen_kwargs()
+    run_dir = box.runs_root / "fair-bench-run"
 
     def step() -> bool:
-        subprocess.run(
-            argv,
-            cwd=workdir,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            start_new_session=True,
-            check=True,
-            **kwargs,  # type: ignore[arg-type]
-        )
+        with step_fit.fitted(box, {}, with_network(box), run_dir) as fit:
+            subprocess.run(
+                box.argv(COMMAND, workdir, fit=fit.fit),
+                cwd=workdir,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                start_new_session=True,
+                check=True,
+                pass_fds=fit.pass_fds,
+                **box.popen_kwargs(),
+            )
         return True
 
     def three(params: dict[str, Any], ctx: Any) -> bool:
@@ -105,6 +111,17 @@ def worker_main(
         ready.touch()
     worker_id = f"fair-{mode}" + (f"-{index}" if index else "")
     engine.start_worker(worker_id=worker_id, concurrency=concurrency, poll_interval=0.05)
+
+
+def with_network(box: Sandbox) -> bool:
+    """Whether the benchmark's steps have the network: not where bubblewrap can take it away
+    (`true` needs none; a step given it starts a slirp4netns, on either side alike)."""
+    return not box.bwrap
+
+
+def recipe_text() -> str:
+    """THREE_TRUE, saying `network: false` where the steps' sandbox can run without it."""
+    return THREE_TRUE if with_network(detect()) else THREE_TRUE + "network: false\n"
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -400,7 +417,7 @@ def report(
 def prepare(url: str) -> None:
     """The recipe Threadline runs and the queue Absurd's workers claim from."""
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
-        apply_recipe(conn, load_recipe_text(THREE_TRUE))
+        apply_recipe(conn, load_recipe_text(recipe_text()))
     ensure_queue(url, QUEUE)
 
 

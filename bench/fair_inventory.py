@@ -62,7 +62,7 @@ def measure(runs: int, top: int) -> list[str]:
             harness.make_traversable(home)
             with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as c:
                 c.execute("create extension if not exists pg_walinspect")
-                apply_recipe(c, load_recipe_text(fair.THREE_TRUE))
+                apply_recipe(c, load_recipe_text(fair.recipe_text()))
             step_trace.configure_logging(admin)
             turn = fair.turn(
                 url,

@@ -10,9 +10,9 @@
 -- claim (no live claim, no completed attempt, no backoff): a wake-up for that one went out, or
 -- a slot is busy and claims again when done, and the claim that takes it sees this one as its
 -- second free step, which wakes another slot of its process (claim_step's `more`). A
--- wake-up can still go missing when the older step is claimed, run and reported, and its slot
--- claims again, all between this check and this commit: then the process's poll (each second)
--- takes the step. The check reads the same partial index as claim_step and stops at the first
+-- wake-up can still go missing when the older step is claimed between this check and this
+-- commit (that claim cannot see this step, so it wakes no other slot): then a slot takes the
+-- step when it claims again after its own step, or at the process's poll, within a second. The check reads the same partial index as claim_step and stops at the first
 -- free step; with nothing waiting it reads only the steps in progress.
 --
 -- send_entry says so (`queued`): an executor that meant to hold the run for its step's done

@@ -2316,7 +2316,7 @@ begin
     perform threadline.set_run_state(p_run_id, p_state, p_step, p_try, p_step_key, p_await_kind,
                                      null);
   end if;
-  queued := p_channel = 'threadline_bots' and threadline.bot_step_waiting(p_run_id);
+  queued := p_await_kind is not distinct from 'bot' and threadline.bot_step_waiting(p_run_id);
   if p_channel is not null and not queued then
     perform threadline.wake(p_channel, p_wake);
   end if;

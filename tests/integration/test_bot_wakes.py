@@ -10,6 +10,7 @@ import time
 import psycopg
 import pytest
 
+from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
 
@@ -90,3 +91,30 @@ def test_a_step_in_progress_is_not_a_waiting_one(conn, apply, procs, bots_listen
     second = str(spawn(conn, "sleepy").run_id)
     wait_until_sent(conn, second)
     assert f"instruction:{second}" in heard(bots_listener, 1.0)
+
+
+def test_a_queued_instruction_parks_its_run_in_its_send(conn, apply, procs):
+    """An executor holds a run after its SEND for a done event that comes soon; one whose
+    instruction waits behind another's cannot come within the hold, so the run parks in the
+    SEND's own transaction: the park's event row has the SEND checkpoint's xid."""
+    apply(RECIPE.format(slug="shell-step", bot="shell"))
+    procs.start("conductor", wait=True)  # holds on (the default); no bots: the steps wait
+    first = str(spawn(conn, "shell-step").run_id)
+    wait_until_sent(conn, first)
+    behind = str(spawn(conn, "shell-step").run_id)
+    send = names.checkpoint(names.SEND, "a", 1)
+    event = names.done_event(names.step_key(behind, "a", 1))
+    deadline = time.monotonic() + 30
+    while True:
+        row = conn.execute(
+            "select (select xmin::text from absurd.c_threadline where task_id = %(run)s"
+            "         and checkpoint_name = %(send)s) as send,"
+            "       (select xmin::text from absurd.e_threadline"
+            "         where event_name = %(event)s and payload is null) as park",
+            {"run": behind, "send": send, "event": event},
+        ).fetchone()
+        if row["send"] and row["park"]:
+            break
+        assert time.monotonic() < deadline, f"the step was never sent and parked: {row}"
+        time.sleep(0.05)
+    assert row["send"] == row["park"], row

@@ -12,8 +12,9 @@
 -- second free step, which wakes another slot of its process (claim_step's `more`). A
 -- wake-up can still go missing when the older step is claimed between this check and this
 -- commit (that claim cannot see this step, so it wakes no other slot): then a slot takes the
--- step when it claims again after its own step, or at the process's poll, within a second. The check reads the same partial index as claim_step and stops at the first
--- free step; with nothing waiting it reads only the steps in progress.
+-- step when it claims again after its own step, or at the process's poll, within a second.
+-- The check reads the same partial index as claim_step and stops at the first free step; with
+-- nothing waiting it reads only the steps in progress.
 --
 -- send_entry says so (`queued`): an executor that meant to hold the run for its step's done
 -- event (wakeups.Holds) parks it in the SEND's transaction instead, as a step that waits
@@ -53,7 +54,7 @@ begin
     perform threadline.set_run_state(p_run_id, p_state, p_step, p_try, p_step_key, p_await_kind,
                                      null);
   end if;
-  queued := p_channel = 'threadline_bots' and threadline.bot_step_waiting(p_run_id);
+  queued := p_await_kind is not distinct from 'bot' and threadline.bot_step_waiting(p_run_id);
   if p_channel is not null and not queued then
     perform threadline.wake(p_channel, p_wake);
   end if;

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import socket
 import threading
 import time
@@ -52,7 +51,7 @@ from engine_adapter.sandbox.step_network import NetworkError
 from engine_adapter.sandbox.workdirs import StepDir
 from engine_adapter.store import db, traces
 from engine_adapter.store.wakeups import Wake, start_listener
-from engine_adapter.store.workers import Worker, crash_point
+from engine_adapter.store.workers import StopRequest, Worker, crash_point
 
 log = logging.getLogger("threadline.bots")
 
@@ -657,10 +656,8 @@ def main(
     said += f"; {step_fit.describe(sandbox)}"
     step_guard.clear_leftovers(sandbox.runs_root)
     (log.info if sandbox.isolated else log.warning)("steps run %s", said)
+    stop = StopRequest().event
     worker = Worker("bots", url, sandbox=said)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     wake = Wake(concurrency)
     slots = [BotSlot(worker, url, bots, stop, sandbox, wake) for _ in range(concurrency)]
     start_listener(url, "bots", db.BOTS_CHANNEL, wake, stop)

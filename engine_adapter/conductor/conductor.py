@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from functools import partial
@@ -34,7 +33,7 @@ from engine_adapter.model.settings import HANDLER_NAME, QUEUE
 from engine_adapter.runs import child_runs, retention, run_state, schedules
 from engine_adapter.store import db, host_listener, traces
 from engine_adapter.store.wakeups import Hold, Holds, Wake, look_at_wake, route_wake
-from engine_adapter.store.workers import Worker
+from engine_adapter.store.workers import StopRequest, Worker
 
 log = logging.getLogger("threadline.conductor")
 
@@ -165,8 +164,6 @@ class Conductor:
 
     # -- loop ---------------------------------------------------------------------------------
     def run_forever(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self.stop())
-        signal.signal(signal.SIGINT, lambda *_: self.stop())
         log.info("conductor %s started with %d executor threads", self.worker.id, self.threads)
         self.recover_dead_conductors()
         self.notifier.start()
@@ -363,6 +360,9 @@ def main(url: str | None = None, threads: int | None = None) -> None:
         raise Invalid(f"--threads {threads} must be at least 1")
     traces.start("threadline-conductor")
     try:
-        Conductor(url, threads).run_forever()
+        stop = StopRequest()  # a stop while it starts is a clean stop too
+        conductor = Conductor(url, threads)
+        stop.then(conductor.stop)
+        conductor.run_forever()
     finally:
         traces.shutdown()

@@ -9,6 +9,7 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -20,6 +21,31 @@ LOCK_CLASS = 7411
 HEARTBEAT_SECONDS = 2.0
 VERSION = "0.1.0"
 CRASH_ENV = "THREADLINE_CRASH_AT"
+STOP_ENV = "THREADLINE_STOP_AT"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    """SIGTERM and SIGINT as a request to stop, caught from before a process registers. One that
+    came after the liveness lock but before the handlers would take the default action and kill
+    the process unrecorded, so health would call a clean stop DEAD."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._then: Callable[[], None] | None = None
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._requested)
+
+    def _requested(self, *_: object) -> None:
+        self.event.set()
+        if self._then is not None:
+            self._then()
+
+    def then(self, stop: Callable[[], None]) -> None:
+        """Call `stop` on a request from now on, and at once for one that has already come."""
+        self._then = stop
+        if self.event.is_set():
+            stop()
 
 
 class Worker:
@@ -44,6 +70,7 @@ class Worker:
             ),
         )
         self.lock_key: int = row["lock_key"]  # its lock, taken by registering (migration 043)
+        stop_point("registered")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"{kind}-heartbeat", daemon=True)
         self._thread.start()
@@ -78,3 +105,10 @@ def crash_point(name: str) -> None:
     here."""
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def stop_point(name: str) -> None:
+    """Deterministic stop requests for tests: THREADLINE_STOP_AT=name sends this process a
+    SIGTERM here, as `kill` or a service manager would."""
+    if os.environ.get(STOP_ENV) == name:
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -165,6 +165,16 @@ def test_health_says_stopped_for_a_clean_stop_and_dead_for_a_kill(conn, procs, d
     assert [line.split()[:2] for line in lines[1:3]] == [["conductor", "DEAD"], ["bot", "stopped"]]
 
 
+@pytest.mark.parametrize("kind", ["conductor", "bots"])
+def test_a_stop_the_moment_a_process_has_registered_is_a_clean_stop(conn, procs, kind):
+    # The SIGTERM comes right after its liveness lock is taken, before the process goes on: the
+    # gap in which a stop once took the default action and left health saying DEAD.
+    proc = procs.start(kind, env={"THREADLINE_STOP_AT": "registered"})
+    assert proc.wait(timeout=60) == 0
+    rows = health(conn)["conductors" if kind == "conductor" else "bots"]
+    assert [(r["alive"], r["stopped"]) for r in rows] == [(False, True)]
+
+
 def test_on_a_fresh_home_commands_start_the_embedded_server_themselves(tmp_path):
     home = tmp_path / "fresh-home"
     env = {k: v for k, v in os.environ.items() if k != "THREADLINE_DATABASE_URL"}

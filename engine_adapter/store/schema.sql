@@ -228,8 +228,10 @@ begin
           or (v_caller = 'console' and p_author_kind in ('human', 'system'))) then
     perform threadline.refuse(format('writing a %s entry', p_author_kind));
   end if;
-  select next_seq, bot, created_at into v_seq, v_bot, v_created
-    from threadline.run_threads where run_id = p_run_id for no key update;
+  -- A refusal below raises, which undoes this update with everything else.
+  update threadline.run_threads set next_seq = next_seq + 1, updated_at = now()
+   where run_id = p_run_id
+  returning next_seq - 1, bot, created_at into v_seq, v_bot, v_created;
   if v_seq is null then
     raise exception 'run % not found', p_run_id using errcode = 'P0002';
   end if;
@@ -254,12 +256,13 @@ begin
   if p_dedupe_key is not null and exists (
     select 1 from threadline.thread_entries where run_id = p_run_id and dedupe_key = p_dedupe_key
   ) then
+    -- Written before (a replay): the number goes back, still under the row's lock.
+    update threadline.run_threads set next_seq = v_seq where run_id = p_run_id;
     return null;
   end if;
   insert into threadline.thread_entries
     (run_id, seq, author_kind, author, kind, step_key, dedupe_key, text, data)
   values (p_run_id, v_seq, p_author_kind, p_author, p_kind, p_step_key, p_dedupe_key, p_text, p_data);
-  update threadline.run_threads set next_seq = v_seq + 1, updated_at = now() where run_id = p_run_id;
   return v_seq;
 end;
 $$;
@@ -811,10 +814,15 @@ begin
                    (v_new[1], v_new[2], v_new[3], v_new[4], 1)) x (day, workflow, state, step, delta)
      where x.state is not null)
   loop
-    insert into threadline.run_counts as c (day, workflow, state, step, shard, runs)
-    values (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard, v_row[5]::integer)
-    on conflict (day, workflow, state, step, shard)
-    do update set runs = c.runs + excluded.runs;
+    update threadline.run_counts c set runs = c.runs + v_row[5]::integer
+     where (c.day, c.workflow, c.state, c.step, c.shard)
+           = (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard);
+    if not found then  -- the first of its kind in this shard (or one writing it alongside)
+      insert into threadline.run_counts as c (day, workflow, state, step, shard, runs)
+      values (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard, v_row[5]::integer)
+      on conflict (day, workflow, state, step, shard)
+      do update set runs = c.runs + excluded.runs;
+    end if;
   end loop;
   return null;
 end;
@@ -1326,10 +1334,13 @@ CREATE FUNCTION threadline.keep_journal() RETURNS trigger
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 begin
-  insert into threadline.run_journal (run_id, name, state, status, written_at)
-  values (new.task_id, new.checkpoint_name, new.state, new.status, new.updated_at)
-  on conflict (run_id, name) do update
-     set state = excluded.state, status = excluded.status, written_at = excluded.written_at;
+  update threadline.run_journal
+     set state = new.state, status = new.status, written_at = new.updated_at
+   where run_id = new.task_id and name = new.checkpoint_name;
+  if not found then
+    insert into threadline.run_journal (run_id, name, state, status, written_at)
+    values (new.task_id, new.checkpoint_name, new.state, new.status, new.updated_at);
+  end if;
   return null;
 end;
 $$;
@@ -2284,6 +2295,27 @@ begin
             constraint = 'run_threads_workflow_fkey';
   end if;
   return new;
+end;
+$$;
+
+--
+-- Name: runs_leave_no_entries(); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.runs_leave_no_entries() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+declare
+  v_run uuid;
+begin
+  select e.run_id into v_run
+    from gone g join threadline.thread_entries e on e.run_id = g.run_id limit 1;
+  if v_run is not null then
+    raise exception 'run % still has thread entries: delete them before the run', v_run
+      using errcode = 'foreign_key_violation';
+  end if;
+  return null;
 end;
 $$;
 
@@ -4180,6 +4212,12 @@ CREATE TRIGGER run_threads_count_moves AFTER UPDATE OF state, current_step, pare
 CREATE TRIGGER run_threads_finished_admit AFTER UPDATE OF state ON threadline.run_threads FOR EACH ROW WHEN (((new.state = ANY (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text])) AND (old.state <> ALL (ARRAY['completed'::text, 'failed'::text, 'cancelled'::text, 'queued'::text])) AND (new.admitted_at IS NOT NULL))) EXECUTE FUNCTION threadline.run_finished_admit('threadline');
 
 --
+-- Name: run_threads run_threads_leave_no_entries; Type: TRIGGER; Schema: threadline; Owner: -
+--
+
+CREATE TRIGGER run_threads_leave_no_entries AFTER DELETE ON threadline.run_threads REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION threadline.runs_leave_no_entries();
+
+--
 -- Name: run_threads run_threads_workflow_exists; Type: TRIGGER; Schema: threadline; Owner: -
 --
 
@@ -4316,13 +4354,6 @@ ALTER TABLE ONLY threadline.schedule_ticks
 
 ALTER TABLE ONLY threadline.step_claims
     ADD CONSTRAINT step_claims_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
-
---
--- Name: thread_entries thread_entries_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -
---
-
-ALTER TABLE ONLY threadline.thread_entries
-    ADD CONSTRAINT thread_entries_run_id_fkey FOREIGN KEY (run_id) REFERENCES threadline.run_threads(run_id);
 
 --
 -- Name: webhook_deliveries webhook_deliveries_run_id_fkey; Type: FK CONSTRAINT; Schema: threadline; Owner: -

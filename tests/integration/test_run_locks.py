@@ -3,7 +3,10 @@ at the same moment without a deadlock (a child row references its parent's key).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
+import pytest
 
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
@@ -153,3 +156,100 @@ def test_a_run_end_takes_the_admission_lock_only_where_runs_can_wait(conn, apply
     apply(CAPPED)
     assert admission_locks_after_admitting(db_url, "locks") == 0
     assert admission_locks_after_admitting(db_url, "capped") == 1
+
+
+def wal_records_of(
+    conn: psycopg.Connection, write: Callable[[], None], relation: str
+) -> list[tuple[str, str]]:
+    """(resource manager, record type) of each heap WAL record written in `relation` while
+    `write` ran in a transaction (its savepoints included; nothing else writes this database)."""
+    conn.execute("create extension if not exists pg_walinspect")
+    start = conn.execute("select pg_current_wal_insert_lsn() as lsn").fetchone()["lsn"]
+    with conn.transaction():
+        write()
+    rows = conn.execute(
+        "select resource_manager as rm, record_type as kind"
+        " from pg_get_wal_records_info(%s, pg_current_wal_insert_lsn())"
+        " where resource_manager = 'Heap'"
+        " and block_ref ~ ('rel \\d+/\\d+/' || pg_relation_filenode(%s) || '( |$)')",
+        (start, relation),
+    )
+    return [(r["rm"], r["kind"]) for r in rows]
+
+
+def test_an_entry_locks_its_run_only_with_the_write_that_numbers_it(conn, apply):
+    """A thread entry took its number under a row lock of its own (a WAL record) and its foreign
+    key locked the run's row again; now the update that takes the number is the lock (migration
+    057): eleven lock records fewer per three-step workflow."""
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    records = wal_records_of(conn, lambda: note(conn, run_id, "one"), "threadline.run_threads")
+    assert records == [("Heap", "HOT_UPDATE")], records
+    seqs = conn.execute(
+        "select seq, next_seq from threadline.thread_entries join threadline.run_threads"
+        " using (run_id) where run_id = %s order by seq",
+        (run_id,),
+    ).fetchall()
+    assert [(r["seq"], r["next_seq"]) for r in seqs] == [(1, 3), (2, 3)]
+
+
+def test_an_entry_is_written_only_into_a_run_that_exists_and_a_run_goes_only_with_its_entries(
+    conn, apply
+):
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    with pytest.raises(psycopg.errors.NoDataFound, match="not found"):
+        note(conn, "00000000-0000-0000-0000-000000000000", "nowhere")
+    with pytest.raises(psycopg.errors.ForeignKeyViolation, match="still has thread entries"):
+        conn.execute("delete from threadline.run_threads where run_id = %s", (run_id,))
+    count = conn.execute("select count(*) as n from threadline.thread_entries").fetchone()["n"]
+    assert count == 1  # the opening note, still there with its run
+
+
+def test_an_entry_written_before_leaves_the_run_numbered_as_it_was(conn, apply):
+    """A replayed entry (its dedupe key written before) takes no number."""
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    sql = (
+        "select threadline.append_entry(%s, 'system', 'threadline', 'note', null, 'once', %s,"
+        " null) as seq"
+    )
+    first = conn.execute(sql, (run_id, "first")).fetchone()["seq"]
+    again = conn.execute(sql, (run_id, "again")).fetchone()["seq"]
+    after = conn.execute(sql.replace("'once'", "null"), (run_id, "after")).fetchone()["seq"]
+    assert (first, again, after) == (2, None, 3)
+
+
+def test_a_count_that_moves_updates_its_row_without_locking_it_first(conn, apply):
+    """A count's row almost always exists: an upsert locked it (a WAL record) before updating
+    it; an update writes only the row (migration 058)."""
+    apply(RECIPE)
+    spawn(conn, "locks")  # the count's row of this day, workflow, state and shard
+    records = wal_records_of(conn, lambda: spawn(conn, "locks"), "threadline.run_counts")
+    assert records == [("Heap", "HOT_UPDATE")], records
+    total = conn.execute("select sum(runs) as n from threadline.run_counts").fetchone()["n"]
+    assert total == 2
+
+
+def test_a_new_checkpoint_is_journaled_by_a_plain_insert_and_a_rewrite_replaces_it(conn, apply):
+    """Not speculatively, as an upsert inserts (a confirmation record follows); an attempt
+    writing the checkpoint again updates its journal row (migration 058)."""
+    apply(RECIPE)
+    run_id = spawn(conn, "locks").run_id
+    owner = conn.execute(
+        "select run_id from absurd.r_threadline where task_id = %s", (run_id,)
+    ).fetchone()["run_id"]
+
+    def checkpoint(state: str) -> None:
+        conn.execute(
+            "select absurd.set_task_checkpoint_state('threadline', %s, 'probe', %s::jsonb, %s)",
+            (run_id, f'"{state}"', owner),
+        )
+
+    records = wal_records_of(conn, lambda: checkpoint("first"), "threadline.run_journal")
+    assert [kind.split("+")[0] for _, kind in records] == ["INSERT"], records
+    checkpoint("again")
+    kept = conn.execute(
+        "select state from threadline.run_journal where run_id = %s and name = 'probe'", (run_id,)
+    ).fetchall()
+    assert [r["state"] for r in kept] == ["again"]

@@ -1,6 +1,6 @@
 """Postgres: connections, the embedded server, roles and their grants, migrations and the SQL they
-run, wake-ups (through the host's one listener), worker liveness and the OpenTelemetry traces a
-process sends.
+run, wake-ups (through the host's one listener, or handed to a process of the host), worker
+liveness and the OpenTelemetry traces a process sends.
 """
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "embedded",
     "grants",
     "host_listener",
+    "meeting",
     "roles",
     "schema",
     "traces",

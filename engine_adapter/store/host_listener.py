@@ -23,17 +23,12 @@ listen on its own connection and act on every notification, as before.
 from __future__ import annotations
 
 import collections
-import errno
 import fcntl
-import hashlib
 import logging
 import os
 import secrets
 import select
-import shutil
 import socket
-import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,82 +37,17 @@ from typing import Any
 
 import psycopg
 
-from engine_adapter.model.errors import Invalid
 from engine_adapter.model.settings import database_url
-from engine_adapter.store import db
+from engine_adapter.store import db, meeting
 
 log = logging.getLogger("threadline.wakes")
 
-ENV = "THREADLINE_HOST_LISTENER"
 APP_NAME = "threadline host-listener"  # the shared listening connection, in pg_stat_activity
 POLL_S = 1.0  # a member tries the lock at least this often
 LOCK_NAME = "leader.lock"
-SOCK_SUFFIX = ".sock"
 INBOX_MOST = 1024  # notes not yet taken; older ones go (a lost wake-up costs only time)
-MAX_NOTE = 16384  # a NOTIFY payload is under 8000 bytes
-ACT, LOOK = "!", "?"  # a datagram's mark after its channel: this member acts on it, or looks
-
-
-def enabled() -> bool:
-    raw = os.environ.get(ENV, "").strip().lower()
-    if raw not in ("", "on", "off"):
-        raise Invalid(f"{ENV}={raw!r} must be on or off")
-    return raw != "off"
-
-
-def database_key(url: str) -> str:
-    """A short name for the database `url` reaches (host, port, dbname; not the user)."""
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    parts = [
-        str(info.get("host") or os.environ.get("PGHOST", "")),
-        str(info.get("port") or os.environ.get("PGPORT", "5432")),
-        str(info.get("dbname") or os.environ.get("PGDATABASE", "")),
-    ]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def _base_dir() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK | os.X_OK):
-        return Path(runtime)
-    return Path(tempfile.gettempdir())
-
-
-def _own_dir(path: Path) -> None:
-    """Create `path` (0700) or check that an existing one is ours and no one else may write it."""
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise PermissionError(f"{path} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise PermissionError(f"{path} belongs to uid {st.st_uid}")
-    if st.st_mode & 0o022:
-        raise PermissionError(f"{path} may be written by others (mode {st.st_mode & 0o777:o})")
-
-
-def meeting_dir(url: str) -> Path:
-    """The directory this host's processes of this OS user and database meet in (created)."""
-    top = _base_dir() / f"threadline-wakes-{os.geteuid()}"
-    _own_dir(top)
-    here = top / database_key(url)
-    _own_dir(here)
-    return here
-
-
-def forget(url: str) -> None:
-    """Remove the meeting directory of a database dropped for good (a test's, a benchmark's),
-    once none of its processes is left."""
-    shutil.rmtree(_base_dir() / f"threadline-wakes-{os.geteuid()}" / database_key(url), True)
-
-
-def _channels_of(name: str) -> list[str]:
-    """The channels a member socket subscribes to, by name: `<ch>[+<ch>].<pid>.<rand>.sock`."""
-    if not name.endswith(SOCK_SUFFIX):
-        return []
-    return name.split(".", 1)[0].split("+")
+ENV, enabled = meeting.ENV, meeting.enabled  # the setting lives with the meeting directory
+forget, meeting_dir = meeting.forget, meeting.meeting_dir
 
 
 class HostListener:
@@ -235,7 +165,7 @@ class HostListener:
         url = self.url or database_url(self.role)
         self.dir = meeting_dir(url)
         name = "+".join(sorted(self.channels)) + f".{os.getpid()}.{secrets.token_hex(4)}"
-        path = self.dir / (name + SOCK_SUFFIX)
+        path = self.dir / (name + meeting.SOCK_SUFFIX)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             sock.bind(str(path))  # a path too long for AF_UNIX fails here
@@ -298,10 +228,7 @@ class HostListener:
         while not self._closed:
             ready, _, _ = select.select([sock.fileno(), self._stop_r], [], [], POLL_S)
             if sock.fileno() in ready:
-                data = sock.recv(MAX_NOTE, socket.MSG_DONTWAIT)
-                channel, _, note = data.decode(errors="replace").partition("\n")
-                if channel in self.channels:
-                    self._deliver(note[1:], act=note[:1] == ACT)
+                self._take_datagram()
             if time.monotonic() >= next_try and not self._closed:
                 next_try = time.monotonic() + POLL_S
                 if self._socket_gone():
@@ -309,6 +236,17 @@ class HostListener:
                 if self._try_lock():
                     log.info("wake-ups: this process listens for the host now")
                     return
+
+    def _take_datagram(self) -> None:
+        """A note from the leader, or a wake-up another process of the host handed over."""
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(meeting.MAX_NOTE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        channel, _, note = data.decode(errors="replace").partition("\n")
+        if channel in self.channels:
+            self._deliver(note[1:], act=note[:1] == meeting.ACT)
 
     def _socket_gone(self) -> bool:
         """Bind again when the socket file (or the directory) was removed under us, as a /tmp
@@ -336,10 +274,14 @@ class HostListener:
         assert self._conn is not None
         conn = self._conn
         next_look = time.monotonic() + POLL_S
+        assert self._sock is not None
+        sock = self._sock.fileno()
         while not self._closed:
-            ready, _, _ = select.select([conn.fileno(), self._stop_r], [], [], POLL_S)
+            ready, _, _ = select.select([conn.fileno(), sock, self._stop_r], [], [], POLL_S)
             if self._stop_r in ready:
                 return
+            if sock in ready:  # a wake-up another process of the host handed over
+                self._take_datagram()
             relisten = time.monotonic() >= next_look  # newcomers' channels, once a second
             for note in conn.notifies(timeout=0):  # what came, and any kept back by a statement
                 relisten = self._forward(note.channel, note.payload) or relisten
@@ -349,15 +291,12 @@ class HostListener:
 
     def _members(self) -> list[str]:
         assert self.dir is not None
-        try:
-            return os.listdir(self.dir)
-        except FileNotFoundError:  # removed under us (a /tmp cleaner): nobody to forward to
-            return []
+        return meeting.members(self.dir)
 
     def _wanted(self) -> list[str]:
         wanted = set(self.channels)
         for name in self._members():
-            wanted.update(c for c in _channels_of(name) if c.isidentifier())
+            wanted.update(c for c in meeting.channels_of(name) if c.isidentifier())
         return sorted(wanted)
 
     def _listen(self, channels: list[str]) -> None:
@@ -375,44 +314,24 @@ class HostListener:
         newcomer = False
         to: list[str] = []
         for name in self._members():
-            channels = _channels_of(name)
+            channels = meeting.channels_of(name)
             if not channels or self.dir / name == self._sock_path:
                 continue
             newcomer = newcomer or not self._listening.issuperset(channels)
             if channel in channels:
                 to.append(name)
-        order: list[str | None] = [None] * (channel in self.channels) + to  # None: ours
-        if order:
-            k = self._turns[channel] % len(order)  # who acts, in turn: the first that can
+        ours = channel in self.channels
+        if ours or to:
+            k = self._turns[channel] % (len(to) + ours)  # who acts, in turn: ours is the last
             self._turns[channel] += 1
-            acted = False
-            for member in order[k:] + order[:k]:
-                if member is None:
+            if k < len(to):
+                acted = meeting.send_round(self._sock, self.dir, channel, payload, to, k)
+                if ours:
                     self._deliver(payload, act=not acted)
-                    acted = True
-                else:
-                    acted = (
-                        self._send(member, f"{channel}\n{LOOK if acted else ACT}{payload}") or acted
-                    )
+            else:
+                self._deliver(payload, act=True)
+                meeting.send_round(self._sock, self.dir, channel, payload, to, 0, act=False)
         return newcomer
-
-    def _send(self, name: str, note: str) -> bool:
-        """A datagram to member `name`; False when it could not take it."""
-        assert self.dir is not None and self._sock is not None
-        try:
-            self._sock.sendto(note.encode(), socket.MSG_DONTWAIT, str(self.dir / name))
-            return True
-        except (ConnectionRefusedError, FileNotFoundError):
-            try:  # its process is gone
-                (self.dir / name).unlink()
-            except FileNotFoundError:
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass  # its reader is behind: this wake-up is dropped, its timer finds the work
-        except OSError as err:
-            if err.errno != errno.ENOBUFS:
-                raise
-        return False
 
     def _deliver(self, payload: str, act: bool = True) -> None:
         if not act:

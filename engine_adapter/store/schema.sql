@@ -788,38 +788,47 @@ CREATE FUNCTION threadline.count_runs() RETURNS trigger
     AS $$
 declare
   v_shard smallint := pg_backend_pid() % 16;
-  v_old text[];
-  v_new text[];
-  v_row text[];
+  v_old threadline.run_counts;  -- a count to move, its delta in `runs`
+  v_new threadline.run_counts;
+  v_row threadline.run_counts;
+  v_rows threadline.run_counts[];
 begin
   -- (day, workflow, state, step) taken off and put on, each from its own row version; in a fixed
   -- order, so two transactions moving runs in opposite directions (failed -> running by a retry,
   -- running -> failed) never deadlock. Listed as the runs page lists runs: top-level runs and
   -- sub-workflows; parallel branches and foreach items are in their parent.
   if tg_op <> 'INSERT' and (old.parent_run_id is null or old.trigger ->> 'what' = 'sub-workflow') then
-    v_old := array[threadline.run_day(old.created_at)::text, old.workflow, old.state,
-                   case when old.state = 'failed' then coalesce(old.current_step, '') else '' end];
+    v_old := (threadline.run_day(old.created_at), old.workflow, old.state,
+              case when old.state = 'failed' then coalesce(old.current_step, '') else '' end,
+              v_shard, -1);
   end if;
   if tg_op <> 'DELETE' and (new.parent_run_id is null or new.trigger ->> 'what' = 'sub-workflow') then
-    v_new := array[threadline.run_day(new.created_at)::text, new.workflow, new.state,
-                   case when new.state = 'failed' then coalesce(new.current_step, '') else '' end];
+    v_new := (threadline.run_day(new.created_at), new.workflow, new.state,
+              case when new.state = 'failed' then coalesce(new.current_step, '') else '' end,
+              v_shard, 1);
   end if;
-  if v_old is not distinct from v_new then  -- nothing counted moved (or a run never listed)
+  if v_old.day is null and v_new.day is null then  -- a run never listed
     return null;
+  elsif v_old.day is null then
+    v_rows := array[v_new];
+  elsif v_new.day is null then
+    v_rows := array[v_old];
+  elsif (v_old.day, v_old.workflow, v_old.state, v_old.step)
+        = (v_new.day, v_new.workflow, v_new.state, v_new.step) then  -- nothing counted moved
+    return null;
+  elsif (v_old.day, v_old.workflow, v_old.state, v_old.step)
+        < (v_new.day, v_new.workflow, v_new.state, v_new.step) then
+    v_rows := array[v_old, v_new];
+  else
+    v_rows := array[v_new, v_old];
   end if;
-  foreach v_row slice 1 in array (
-    select array_agg(array[x.day, x.workflow, x.state, x.step, x.delta::text]
-                     order by x.day::timestamptz, x.workflow, x.state, x.step)
-      from (values (v_old[1], v_old[2], v_old[3], v_old[4], -1),
-                   (v_new[1], v_new[2], v_new[3], v_new[4], 1)) x (day, workflow, state, step, delta)
-     where x.state is not null)
-  loop
-    update threadline.run_counts c set runs = c.runs + v_row[5]::integer
+  foreach v_row in array v_rows loop
+    update threadline.run_counts c set runs = c.runs + v_row.runs
      where (c.day, c.workflow, c.state, c.step, c.shard)
-           = (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard);
+           = (v_row.day, v_row.workflow, v_row.state, v_row.step, v_row.shard);
     if not found then  -- the first of its kind in this shard (or one writing it alongside)
       insert into threadline.run_counts as c (day, workflow, state, step, shard, runs)
-      values (v_row[1]::timestamptz, v_row[2], v_row[3], v_row[4], v_shard, v_row[5]::integer)
+      values (v_row.day, v_row.workflow, v_row.state, v_row.step, v_row.shard, v_row.runs)
       on conflict (day, workflow, state, step, shard)
       do update set runs = c.runs + excluded.runs;
     end if;
@@ -1006,10 +1015,11 @@ $$;
 CREATE FUNCTION threadline.emit_step_done(p_queue text, p_run_id uuid, p_step_key text, p_payload jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
+    AS $_$
 declare
   v_caller text := threadline.caller_kind();
   v_run record;
+  v_holder_host text;
 begin
   if v_caller not in ('owner', 'conductor') then
     select await_key, await_kind into v_run from threadline.run_threads where run_id = p_run_id;
@@ -1026,9 +1036,12 @@ begin
   update threadline.run_threads
      set awaiting = false, last_emitted_key = p_step_key, updated_at = now()
    where run_id = p_run_id and await_key = p_step_key and awaiting;
-  perform threadline.wake('threadline', 'step.done:' || p_run_id);
+  execute format('select w.host from absurd.%I r join threadline.workers w on w.id = r.claimed_by
+                   where r.task_id = $1 and r.state = ''running''', 'r_' || p_queue)
+     into v_holder_host using p_run_id;
+  perform threadline.wake('threadline', 'step.done:' || p_run_id, v_holder_host);
 end;
-$$;
+$_$;
 
 --
 -- Name: enqueue_notification(uuid, text, text, integer, text, text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
@@ -2565,7 +2578,7 @@ declare
   v_agent jsonb;
   v_parent uuid := (p_child ->> 'run_id')::uuid;
 begin
-  if threadline.caller_kind() = 'console' and (p_trigger ->> 'caller') is distinct from
+  if v_caller = 'console' and (p_trigger ->> 'caller') is distinct from
        (threadline.console_actor(array['spawn', 'rerun'], 'starting a run') ->> 'name') then
     perform threadline.refuse('starting a run in the name of ' || (p_trigger ->> 'caller'));
   end if;
@@ -2653,15 +2666,18 @@ begin
      where r.run_id = v_parent and r.bot = v_wf.bot and r.agent is not null;
   end if;
   v_agent := coalesce(v_agent, threadline.agent_snapshot(v_wf.bot));
+  -- The run with its opening entry, number 1: the entry written here, not through
+  -- append_entry, whose checks every caller that reaches this line has passed.
   insert into threadline.run_threads
     (run_id, workflow, workflow_version, recipe_hash, recipe, payload, bot, trigger,
-     idempotency_key, initiator, agent, parent_run_id, parent)
+     idempotency_key, initiator, agent, parent_run_id, parent, next_seq)
   values (v_run, p_workflow, v_version, v_hash, v_recipe, p_payload, v_wf.bot, p_trigger,
           p_idempotency_key, case when p_child is null then p_initiator end, v_agent, v_parent,
-          p_child - 'inherited');
-  perform threadline.append_entry(v_run, 'system', 'threadline', 'note', null, 'opened',
-                                  p_opening,
-                                  jsonb_build_object('trigger', p_trigger, 'payload', p_payload));
+          p_child - 'inherited', 2);
+  insert into threadline.thread_entries
+    (run_id, seq, author_kind, author, kind, step_key, dedupe_key, text, data)
+  values (v_run, 1, 'system', 'threadline', 'note', null, 'opened', p_opening,
+          jsonb_build_object('trigger', p_trigger, 'payload', p_payload));
   if v_limited then
     perform threadline.queue_run(v_run, p_workflow);
     perform threadline.admit_queued(p_queue, p_workflow);
@@ -2951,10 +2967,10 @@ end;
 $$;
 
 --
--- Name: wake(text, text); Type: FUNCTION; Schema: threadline; Owner: -
+-- Name: wake(text, text, text); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
-CREATE FUNCTION threadline.wake(p_channel text, p_payload text) RETURNS void
+CREATE FUNCTION threadline.wake(p_channel text, p_payload text, p_holder_host text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 begin
@@ -2962,7 +2978,8 @@ begin
     return;
   end if;
   if current_setting('threadline.wakes_after_commit', true) = 'on' then
-    raise notice using message = p_payload, detail = p_channel, errcode = 'TLW01';
+    raise notice using message = p_payload, detail = p_channel, hint = coalesce(p_holder_host, ''),
+                       errcode = 'TLW01';
   else
     perform pg_notify(p_channel, p_payload);
   end if;

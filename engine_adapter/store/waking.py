@@ -10,6 +10,10 @@ killed between the two loses those wake-ups, and its listeners find the work on 
 short-lived process then opened one connection more and the test suite ran a third slower, and
 under load it showed no gain over this beyond the noise.)
 
+A wake-up that a process of this host can take goes to it directly, not through the database
+(meeting.hand_over): a step's done wake-up only where the conductor holding its run, if one does,
+is on this host too (the notice's hint names the holder's host, migration 059).
+
 Every way a transaction ends on a psycopg connection passes here: a statement in autocommit (the
 cursor's execute), a `transaction()` block, `commit()` and `rollback()`. A savepoint rolled back
 inside a committed transaction keeps its wake-ups: one wake-up too many only makes a listener look
@@ -19,6 +23,7 @@ for work and find none.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,11 +31,13 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from engine_adapter.store import meeting
+
 log = logging.getLogger("threadline.db")
 
 WAKE_NOTICE = "TLW01"  # threadline.wake's notice: message the payload, detail the channel
 IDLE = pq.TransactionStatus.IDLE
-Wakes = list[tuple[str, str]]  # (channel, payload)
+Wakes = list[tuple[str, str, str]]  # (channel, payload, the host of the run's holder or "")
 
 
 class WakingCursor(psycopg.Cursor[Any]):
@@ -50,11 +57,13 @@ class WakingConnection(psycopg.Connection[Any]):
     """Use `open`, not `connect`: it turns the deferral on."""
 
     _wakes: Wakes
+    _url: str  # where the host's processes of this database meet (meeting.py)
 
     @classmethod
     def open(cls, conninfo: str, autocommit: bool, **kwargs: Any) -> WakingConnection:
         conn = cls.connect(conninfo, autocommit=True, cursor_factory=WakingCursor, **kwargs)
         conn._wakes = []
+        conn._url = conninfo
         conn.add_notice_handler(conn._on_notice)
         # Notices must reach us whatever the role's or URL's default says.
         conn.execute("set threadline.wakes_after_commit = on; set client_min_messages = notice")
@@ -63,7 +72,8 @@ class WakingConnection(psycopg.Connection[Any]):
 
     def _on_notice(self, diag: psycopg.errors.Diagnostic) -> None:
         if diag.sqlstate == WAKE_NOTICE:
-            self._wakes.append((diag.message_detail or "", diag.message_primary or ""))
+            wake = (diag.message_detail or "", diag.message_primary or "", diag.message_hint or "")
+            self._wakes.append(wake)
 
     def statement_ended(self, committed: bool) -> None:
         """After each statement: outside a transaction, it committed (or failed) on its own."""
@@ -101,12 +111,21 @@ class WakingConnection(psycopg.Connection[Any]):
         self._wakes.clear()
 
     def send_wakes(self) -> None:
-        """Send what the committed transaction collected, each wake-up once. A failure here
-        cannot undo the commit, and a listener finds the work on its timer: say so and go on."""
+        """Send what the committed transaction collected, each wake-up once: to a process of
+        this host where one takes it, else through the database. A failure here cannot undo the
+        commit, and a listener finds the work on its timer: say so and go on."""
         if not self._wakes:
             return
         wakes, self._wakes = list(dict.fromkeys(self._wakes)), []
-        params = ([channel for channel, _ in wakes], [payload for _, payload in wakes])
+        here = socket.gethostname()
+        wakes = [
+            (channel, payload, holder)
+            for channel, payload, holder in wakes
+            if holder not in ("", here) or not meeting.hand_over(self._url, channel, payload)
+        ]
+        if not wakes:
+            return
+        params = ([channel for channel, _, _ in wakes], [payload for _, payload, _ in wakes])
         try:
             if self.autocommit:
                 self.execute("select threadline.send_wakes(%s, %s)", params)

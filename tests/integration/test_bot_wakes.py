@@ -1,7 +1,11 @@
 """An instruction wakes a bots process only when no older instruction for the same bot waits
 (migration 055): under load every slot is busy and claims again when done, so the wake-up
 (a commit to send, a commit to read in the host's listener) did nothing. A skipped wake-up
-strands no step: the claim that takes the older instruction takes this one next."""
+strands no step: the claim that takes the older instruction takes this one next.
+
+A wake-up reaches the host's bots process through the database or handed over directly
+(meeting.py), so the tests hear them as a process of the host does: through its listener, the
+notes it acts on and those it only looks at."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import pytest
 
 from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.store import db
+from engine_adapter.store import db, host_listener
 
 RECIPE = """
 slug: {slug}
@@ -22,15 +26,26 @@ steps:
 """
 
 
+class HostEar:
+    """Every bots wake-up that reaches this host, by either route."""
+
+    def __init__(self, url: str) -> None:
+        self.looked: list[str] = []
+        self.listener = host_listener.join(url, "bots", db.BOTS_CHANNEL, looker=self.looked.append)
+
+
 @pytest.fixture
 def bots_listener(db_url: str):
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(f"listen {db.BOTS_CHANNEL}")
-        yield conn
+    ear = HostEar(db_url)
+    with ear.listener:
+        yield ear
 
 
-def heard(listener: psycopg.Connection, wait: float) -> list[str]:
-    return [n.payload for n in listener.notifies(timeout=wait)]
+def heard(ear: HostEar, wait: float) -> list[str]:
+    acted = list(ear.listener.notes(timeout=wait))
+    looked = list(ear.looked)
+    ear.looked.clear()
+    return acted + looked
 
 
 def wait_until_sent(conn: psycopg.Connection, run_id: str) -> None:

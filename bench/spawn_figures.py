@@ -1,0 +1,87 @@
+"""Spawn (enqueue) alone: one connection spawning runs one after another, nothing else running.
+
+    .venv/bin/python -m bench.spawn_figures [--spawns 1000] [--rounds 3] [--database-url URL]
+
+In turns on one database, each round: Absurd's client spawning tasks (`Absurd.spawn`), then
+Threadline's own spawn (`runs.spawn.spawn`, the door the CLI, console, API and schedules use) of
+the fair baseline's three-step workflow, twice: with no process of this host taking wake-ups (each
+spawn's wake-up is a NOTIFY in a transaction of its own after the spawn's), and with a conductor's
+listener on the host, as where Threadline runs (the wake-up handed to it, store/meeting.py).
+Prints spawns a second, medians and ratios to Absurd's. `bench.fair_figures` measures spawns
+during a turn, with every process of the system at work beside the spawner; this measures the
+spawn itself. Nothing here asserts a speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+from absurd_sdk import Absurd
+
+from bench.database import add_database_option, session
+from bench.fair_figures import QUEUE, SLUG, prepare
+from bench.stats import ratio
+from engine_adapter.runs.spawn import spawn
+from engine_adapter.store import db, host_listener
+
+SYSTEMS = ("absurd", "threadline", "threadline, conductor on the host")
+
+
+def rate(n: int, spawn_one: Callable[[], object]) -> float:
+    spawn_one()  # warm: the connection's first statements are prepared
+    started = time.perf_counter()
+    for _ in range(n):
+        spawn_one()
+    return n / (time.perf_counter() - started)
+
+
+def measure(
+    url: str, n: int, rounds: int, progress: Callable[[str], None]
+) -> dict[str, list[float]]:
+    prepare(url)
+    rates: dict[str, list[float]] = {s: [] for s in SYSTEMS}
+    client = Absurd(url, queue_name=QUEUE)
+    try:
+        for i in range(rounds):
+            rates["absurd"].append(rate(n, lambda: client.spawn("bare", {}, queue=QUEUE)))
+            with db.connect(url) as conn:
+                rates["threadline"].append(rate(n, lambda: spawn(conn, SLUG)))
+            with host_listener.join(url, "conductor", db.NOTIFY_CHANNEL):
+                with db.connect(url) as conn:
+                    rates[SYSTEMS[2]].append(rate(n, lambda: spawn(conn, SLUG)))
+            progress(f"round {i + 1}: " + ", ".join(f"{s} {r[-1]:.0f}/s" for s, r in rates.items()))
+    finally:
+        client.close()
+    return rates
+
+
+def report(rates: dict[str, list[float]], n: int) -> list[str]:
+    base = statistics.median(rates["absurd"])
+    out = [
+        f"spawn alone: {n} spawns per round on one connection, medians of {len(rates['absurd'])}"
+    ]
+    for system, values in rates.items():
+        median = statistics.median(values)
+        out.append(
+            f"  {system:<36} {median:7.0f}/s  {ratio(median, base)}x Absurd's (target >= 0.5x)"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--spawns", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    add_database_option(parser)
+    args = parser.parse_args(argv)
+    with session(args.database_url, "spawn") as (url, _home):
+        rates = measure(url, args.spawns, args.rounds, lambda line: print("  ..", line, flush=True))
+    print("\n".join(report(rates, args.spawns)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

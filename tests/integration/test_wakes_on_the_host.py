@@ -2,7 +2,8 @@
 directory (meeting.hand_over), not through the database: no NOTIFY to send and none for the host's
 listener to read. It goes through the database when no process here takes its channel, when the
 shared listener is off, and, for a step's done wake-up, when the conductor holding the run is on
-another host (migration 059: the notice's hint names the holder's host)."""
+another host (migration 059: the notice's hint names the holder's host). A dead process's socket
+is passed over and removed; a directory others may write is not used."""
 
 from __future__ import annotations
 
@@ -117,3 +118,29 @@ def test_a_step_done_stays_on_the_host_only_where_its_runs_holder_is(
     else:  # the holder's host hears it through the database (here, the member leads the host)
         assert through_database(database_ear) == [done]
         assert member.heard() == [done]
+
+
+def test_a_dead_processs_socket_is_passed_over_and_removed(db_url, database_ear):
+    """A process killed without leaving (SIGKILL) leaves its socket file: the wake-up finds no
+    reader there, removes the file and, with no one else here, goes through the database."""
+    here = meeting.meeting_dir(db_url)
+    path = here / f"{db.NOTIFY_CHANNEL}.999999.dead{meeting.SOCK_SUFFIX}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as dead:
+        dead.bind(str(path))
+    assert path.exists()
+    with db.connect(db_url) as conn:
+        conn.execute("select threadline.wake(%s, %s)", (db.NOTIFY_CHANNEL, "spawn:four"))
+    assert through_database(database_ear) == ["spawn:four"]
+    assert not path.exists()
+
+
+def test_a_directory_others_may_write_is_not_used(db_url, member, database_ear):
+    """Where another user could have put a socket, no wake-up is handed to it."""
+    here = meeting.meeting_dir(db_url)
+    here.chmod(0o777)
+    try:
+        with db.connect(db_url) as conn:
+            conn.execute("select threadline.wake(%s, %s)", (db.NOTIFY_CHANNEL, "spawn:five"))
+        assert through_database(database_ear) == ["spawn:five"]
+    finally:
+        here.chmod(0o700)

@@ -173,14 +173,18 @@ def send_round(
 def hand_over(url: str, channel: str, payload: str) -> bool:
     """Hand a wake-up to this host's processes that take `channel`, without the database: one
     acts on it, the others look (as the host's listener forwards a notification). False when
-    none here took it: the caller then notifies through the database."""
-    if not enabled():
+    none here took it, or anything about the directory or the setting is amiss: the caller then
+    notifies through the database (it has committed already; a wake-up never fails it)."""
+    try:
+        if not enabled():
+            return False
+        here = existing_meeting_dir(url)
+        if here is None:
+            return False
+        to = sorted(name for name in members(here) if channel in channels_of(name))
+        if not to:
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            return send_round(sock, here, channel, payload, to, next(_turns))
+    except (OSError, Invalid):
         return False
-    here = existing_meeting_dir(url)
-    if here is None:
-        return False
-    to = sorted(name for name in members(here) if channel in channels_of(name))
-    if not to:
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        return send_round(sock, here, channel, payload, to, next(_turns))

@@ -144,3 +144,14 @@ def test_a_directory_others_may_write_is_not_used(db_url, member, database_ear):
         assert through_database(database_ear) == ["spawn:five"]
     finally:
         here.chmod(0o700)
+
+
+def test_a_bad_setting_never_fails_the_committed_statement(
+    db_url, member, database_ear, monkeypatch
+):
+    """The statement has committed when its wake-ups go out: a setting gone wrong since the
+    process started sends them through the database and raises nothing."""
+    monkeypatch.setenv(meeting.ENV, "sometimes")
+    with db.connect(db_url) as conn:
+        conn.execute("select threadline.wake(%s, %s)", (db.NOTIFY_CHANNEL, "spawn:six"))
+    assert through_database(database_ear) == ["spawn:six"]

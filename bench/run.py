@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import agent_figures as agent
 from bench import bare_figures as bare
-from bench import chaos, cpu
+from bench import chaos, cpu, spawn_figures
 from bench import console_figures as console
 from bench import fair_figures as fair
 from bench import parallel_figures as parallel
@@ -71,6 +72,8 @@ class Sizes:
     trace_runs: int  # runs of five steps whose statements are counted, one at a time
     fair_runs: int  # workflows per turn against Absurd running each step as a subprocess
     fair_repeats: int
+    spawns: int  # spawns per round on one connection, alone (bench/spawn_figures)
+    spawn_rounds: int
     chaos: chaos.ChaosSizes
 
 
@@ -91,6 +94,8 @@ SMOKE = Sizes(
     trace_runs=2,
     fair_runs=3,
     fair_repeats=1,
+    spawns=50,
+    spawn_rounds=1,
     chaos=chaos.SMOKE,
 )
 FULL = Sizes(
@@ -110,6 +115,8 @@ FULL = Sizes(
     trace_runs=10,
     fair_runs=200,
     fair_repeats=3,
+    spawns=1000,
+    spawn_rounds=3,
     chaos=chaos.FULL,
 )
 
@@ -435,6 +442,26 @@ def fair_rows(server_url: str, sizes: Sizes) -> list[Row]:
     return rows
 
 
+def spawn_rows(server_url: str, sizes: Sizes) -> list[Row]:
+    n, rounds = sizes.spawns, sizes.spawn_rounds
+    progress(f"spawn alone: {n} spawns x {rounds} round(s) on one connection (bench/spawn_figures)")
+    with fresh_database(server_url) as url:
+        rates = spawn_figures.measure(url, n, rounds, progress)
+    absurd = statistics.median(rates["absurd"])
+    rows: list[Row] = []
+    for system in spawn_figures.SYSTEMS[1:]:
+        median = statistics.median(rates[system])
+        rows.append(
+            (
+                f"spawn alone, {system}",
+                f"{median:.0f}/s",
+                f"{absurd:.0f}/s",
+                f"{ratio(median, absurd)}x Absurd's; target >= 0.5x",
+            )
+        )
+    return rows
+
+
 def print_table(rows: list[Row]) -> None:
     head: Row = ("figure", "threadline", "bare absurd", "ratio / note")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
@@ -463,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         # Before the console's seeding: WAL records are counted server-wide, and the
         # autovacuum of 20,000 seeded runs would land in the fair baseline's turns.
         rows += fair_rows(server_url, sizes)
+        rows += spawn_rows(server_url, sizes)
         console_url = stack.enter_context(fresh_database(server_url))
         rows += console_rows(console_url, harness.ProcessSet(console_url, home), sizes)
         parallel_url = stack.enter_context(fresh_database(server_url))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -447,19 +446,16 @@ def spawn_rows(server_url: str, sizes: Sizes) -> list[Row]:
     progress(f"spawn alone: {n} spawns x {rounds} round(s) on one connection (bench/spawn_figures)")
     with fresh_database(server_url) as url:
         rates = spawn_figures.measure(url, n, rounds, progress)
-    absurd = statistics.median(rates["absurd"])
-    rows: list[Row] = []
-    for system in spawn_figures.SYSTEMS[1:]:
-        median = statistics.median(rates[system])
-        rows.append(
-            (
-                f"spawn alone, {system}",
-                f"{median:.0f}/s",
-                f"{absurd:.0f}/s",
-                f"{ratio(median, absurd)}x Absurd's; target >= 0.5x",
-            )
+    return [
+        (
+            f"spawn alone, {system}",
+            f"{median:.0f}/s",
+            f"{absurd:.0f}/s",
+            f"{ratio(median, absurd)}x Absurd's; target >= 0.5x",
         )
-    return rows
+        for system, median, absurd in spawn_figures.medians(rates)
+        if system != "absurd"
+    ]
 
 
 def print_table(rows: list[Row]) -> None:

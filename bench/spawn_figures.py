@@ -58,15 +58,18 @@ def measure(
     return rates
 
 
+def medians(rates: dict[str, list[float]]) -> list[tuple[str, float, float]]:
+    """(system, median spawns a second, Absurd's median) for each system."""
+    absurd = statistics.median(rates["absurd"])
+    return [(system, statistics.median(values), absurd) for system, values in rates.items()]
+
+
 def report(rates: dict[str, list[float]], n: int) -> list[str]:
-    base = statistics.median(rates["absurd"])
-    out = [
-        f"spawn alone: {n} spawns per round on one connection, medians of {len(rates['absurd'])}"
-    ]
-    for system, values in rates.items():
-        median = statistics.median(values)
+    rounds = len(rates["absurd"])
+    out = [f"spawn alone: {n} spawns per round on one connection, medians of {rounds}"]
+    for system, median, absurd in medians(rates):
         out.append(
-            f"  {system:<36} {median:7.0f}/s  {ratio(median, base)}x Absurd's (target >= 0.5x)"
+            f"  {system:<36} {median:7.0f}/s  {ratio(median, absurd)}x Absurd's (target >= 0.5x)"
         )
     return out
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from engine_adapter.access import authorization
-from engine_adapter.store import db, host_listener, roles, schema
+from engine_adapter.store import db, meeting, roles, schema
 from engine_adapter.testing import harness
 
 TEMPLATE = "tl_template"
@@ -69,7 +69,7 @@ def cloned_database(server_url: str, prefix: str = "tl_") -> Iterator[str]:
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f"drop database if exists {name} with (force)")
-        host_listener.forget(harness.with_dbname(server_url, name))  # its processes' sockets
+        meeting.forget(harness.with_dbname(server_url, name))  # its processes' sockets
 
 
 @pytest.fixture(scope="session")

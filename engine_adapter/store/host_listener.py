@@ -46,8 +46,6 @@ APP_NAME = "threadline host-listener"  # the shared listening connection, in pg_
 POLL_S = 1.0  # a member tries the lock at least this often
 LOCK_NAME = "leader.lock"
 INBOX_MOST = 1024  # notes not yet taken; older ones go (a lost wake-up costs only time)
-ENV, enabled = meeting.ENV, meeting.enabled  # the setting lives with the meeting directory
-forget, meeting_dir = meeting.forget, meeting.meeting_dir
 
 
 class HostListener:
@@ -68,7 +66,7 @@ class HostListener:
         for channel in channels:
             if not channel.isidentifier():
                 raise ValueError(f"channel {channel!r}: not a plain identifier")
-        self.shared = enabled()  # a bad setting opens nothing
+        self.shared = meeting.enabled()  # a bad setting opens nothing
         self.url, self.role, self.channels = url, role, list(channels)
         self.looker = looker  # called on the listener's thread with a note another acts on
         self._turns: dict[str, int] = collections.Counter()  # per channel: who acts next
@@ -163,7 +161,7 @@ class HostListener:
     # -- joining and leaving --------------------------------------------------------------------
     def _join(self) -> None:
         url = self.url or database_url(self.role)
-        self.dir = meeting_dir(url)
+        self.dir = meeting.meeting_dir(url)
         name = "+".join(sorted(self.channels)) + f".{os.getpid()}.{secrets.token_hex(4)}"
         path = self.dir / (name + meeting.SOCK_SUFFIX)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -324,13 +322,9 @@ class HostListener:
         if ours or to:
             k = self._turns[channel] % (len(to) + ours)  # who acts, in turn: ours is the last
             self._turns[channel] += 1
-            if k < len(to):
-                acted = meeting.send_round(self._sock, self.dir, channel, payload, to, k)
-                if ours:
-                    self._deliver(payload, act=not acted)
-            else:
-                self._deliver(payload, act=True)
-                meeting.send_round(self._sock, self.dir, channel, payload, to, 0, act=False)
+            acted = meeting.send_round(self._sock, self.dir, channel, payload, to, k, k < len(to))
+            if ours:
+                self._deliver(payload, act=not acted)  # its turn, or no other member took it
         return newcomer
 
     def _deliver(self, payload: str, act: bool = True) -> None:

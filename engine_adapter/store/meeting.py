@@ -15,7 +15,6 @@ process listens on a connection of its own, and every wake-up is a NOTIFY.
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import itertools
 import os
@@ -46,17 +45,11 @@ def enabled() -> bool:
 
 def database_key(url: str) -> str:
     """A short name for the database `url` reaches (host, port, dbname; not the user)."""
-    env = tuple(os.environ.get(name, "") for name in ("PGHOST", "PGPORT", "PGDATABASE"))
-    return _database_key(url, env)
-
-
-@functools.lru_cache(maxsize=64)  # asked at every wake-up handed over: parsing a URL is not free
-def _database_key(url: str, env: tuple[str, str, str]) -> str:
     info = psycopg.conninfo.conninfo_to_dict(url)
     parts = [
-        str(info.get("host") or env[0]),
-        str(info.get("port") or env[1] or "5432"),
-        str(info.get("dbname") or env[2]),
+        str(info.get("host") or os.environ.get("PGHOST", "")),
+        str(info.get("port") or os.environ.get("PGPORT", "5432")),
+        str(info.get("dbname") or os.environ.get("PGDATABASE", "")),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
@@ -68,9 +61,10 @@ def _base_dir() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def _dir_of(url: str) -> tuple[Path, Path]:
+def _dir_of(database: str) -> tuple[Path, Path]:
+    """(the OS user's directory, the meeting directory of `database`, a database_key)."""
     top = _base_dir() / f"threadline-wakes-{os.geteuid()}"
-    return top, top / database_key(url)
+    return top, top / database
 
 
 def _check_ours(path: Path) -> None:
@@ -95,15 +89,15 @@ def _own_dir(path: Path) -> None:
 
 def meeting_dir(url: str) -> Path:
     """The directory this host's processes of this OS user and database meet in (created)."""
-    top, here = _dir_of(url)
+    top, here = _dir_of(database_key(url))
     _own_dir(top)
     _own_dir(here)
     return here
 
 
-def existing_meeting_dir(url: str) -> Path | None:
+def _existing_dir(database: str) -> Path | None:
     """The meeting directory when some process made it and it is safely ours; else None."""
-    top, here = _dir_of(url)
+    top, here = _dir_of(database)
     try:
         _check_ours(top)
         _check_ours(here)
@@ -115,7 +109,7 @@ def existing_meeting_dir(url: str) -> Path | None:
 def forget(url: str) -> None:
     """Remove the meeting directory of a database dropped for good (a test's, a benchmark's),
     once none of its processes is left."""
-    shutil.rmtree(_dir_of(url)[1], True)
+    shutil.rmtree(_dir_of(database_key(url))[1], True)
 
 
 def channels_of(name: str) -> list[str]:
@@ -170,15 +164,16 @@ def send_round(
     return acted and act
 
 
-def hand_over(url: str, channel: str, payload: str) -> bool:
-    """Hand a wake-up to this host's processes that take `channel`, without the database: one
-    acts on it, the others look (as the host's listener forwards a notification). False when
-    none here took it, or anything about the directory or the setting is amiss: the caller then
-    notifies through the database (it has committed already; a wake-up never fails it)."""
+def hand_over(database: str, channel: str, payload: str) -> bool:
+    """Hand a wake-up to this host's processes of `database` (its database_key) that take
+    `channel`, without the database: one acts on it, the others look (as the host's listener
+    forwards a notification). False when none here took it, or anything about the directory or
+    the setting is amiss: the caller then notifies through the database (it has committed
+    already; a wake-up never fails it)."""
     try:
         if not enabled():
             return False
-        here = existing_meeting_dir(url)
+        here = _existing_dir(database)
         if here is None:
             return False
         to = sorted(name for name in members(here) if channel in channels_of(name))

@@ -57,13 +57,13 @@ class WakingConnection(psycopg.Connection[Any]):
     """Use `open`, not `connect`: it turns the deferral on."""
 
     _wakes: Wakes
-    _url: str  # where the host's processes of this database meet (meeting.py)
+    _database: str  # its database_key: where the host's processes of it meet (meeting.py)
 
     @classmethod
     def open(cls, conninfo: str, autocommit: bool, **kwargs: Any) -> WakingConnection:
         conn = cls.connect(conninfo, autocommit=True, cursor_factory=WakingCursor, **kwargs)
         conn._wakes = []
-        conn._url = conninfo
+        conn._database = meeting.database_key(conninfo)
         conn.add_notice_handler(conn._on_notice)
         # Notices must reach us whatever the role's or URL's default says.
         conn.execute("set threadline.wakes_after_commit = on; set client_min_messages = notice")
@@ -121,7 +121,7 @@ class WakingConnection(psycopg.Connection[Any]):
         wakes = [
             (channel, payload, holder)
             for channel, payload, holder in wakes
-            if holder not in ("", here) or not meeting.hand_over(self._url, channel, payload)
+            if holder not in ("", here) or not meeting.hand_over(self._database, channel, payload)
         ]
         if not wakes:
             return

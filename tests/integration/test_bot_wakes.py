@@ -16,7 +16,8 @@ import pytest
 
 from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.store import db, host_listener
+from engine_adapter.store import db
+from tests.host_ear import HostEar
 
 RECIPE = """
 slug: {slug}
@@ -26,26 +27,11 @@ steps:
 """
 
 
-class HostEar:
-    """Every bots wake-up that reaches this host, by either route."""
-
-    def __init__(self, url: str) -> None:
-        self.looked: list[str] = []
-        self.listener = host_listener.join(url, "bots", db.BOTS_CHANNEL, looker=self.looked.append)
-
-
 @pytest.fixture
 def bots_listener(db_url: str):
-    ear = HostEar(db_url)
+    ear = HostEar(db_url, "bots", db.BOTS_CHANNEL)
     with ear.listener:
         yield ear
-
-
-def heard(ear: HostEar, wait: float) -> list[str]:
-    acted = list(ear.listener.notes(timeout=wait))
-    looked = list(ear.looked)
-    ear.looked.clear()
-    return acted + looked
 
 
 def wait_until_sent(conn: psycopg.Connection, run_id: str) -> None:
@@ -65,14 +51,14 @@ def test_an_instruction_behind_another_of_its_bot_wakes_nobody(conn, apply, proc
     procs.start("conductor", wait=True)  # no bots yet: every step waits to be claimed
     first = str(spawn(conn, "shell-step").run_id)
     wait_until_sent(conn, first)
-    assert heard(bots_listener, 1.0) == [f"instruction:{first}"]
+    assert bots_listener.heard(1.0) == [f"instruction:{first}"]
 
     behind = str(spawn(conn, "shell-step").run_id)
     wait_until_sent(conn, behind)
     other_bot = str(spawn(conn, "other-step").run_id)
     wait_until_sent(conn, other_bot)
     # The second shell step waits behind the first; the other bot's step waits behind none.
-    assert heard(bots_listener, 1.0) == [f"instruction:{other_bot}"]
+    assert bots_listener.heard(1.0) == [f"instruction:{other_bot}"]
 
     procs.start("bots", wait=True)  # the skipped wake-up strands nothing
     deadline = time.monotonic() + 60
@@ -102,10 +88,10 @@ def test_a_step_in_progress_is_not_a_waiting_one(conn, apply, procs, bots_listen
     ).fetchone():
         assert time.monotonic() < deadline, "the first step was never claimed"
         time.sleep(0.05)
-    heard(bots_listener, 0.2)
+    bots_listener.heard(0.2)
     second = str(spawn(conn, "sleepy").run_id)
     wait_until_sent(conn, second)
-    assert f"instruction:{second}" in heard(bots_listener, 1.0)
+    assert f"instruction:{second}" in bots_listener.heard(1.0)
 
 
 def test_a_queued_instruction_parks_its_run_in_its_send(conn, apply, procs):

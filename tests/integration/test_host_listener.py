@@ -19,7 +19,7 @@ import pytest
 
 from engine_adapter.model.errors import Invalid
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.store import db, host_listener
+from engine_adapter.store import db, host_listener, meeting
 from engine_adapter.store.host_listener import APP_NAME, HostListener
 from engine_adapter.testing import harness
 
@@ -68,7 +68,7 @@ def test_the_processes_of_a_host_share_one_listening_connection(db_url, conn, ap
     harness.wait_for(lambda: len(listening_backends(conn)) == 1, what="the shared listener")
     assert wait_completed(db_url, conn) < 30
     assert len(listening_backends(conn)) == 1
-    where = host_listener.meeting_dir(db_url)
+    where = meeting.meeting_dir(db_url)
     assert stat.S_IMODE(os.stat(where).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(where.parent).st_mode) == 0o700
     names = sockets(where)  # every member's, the leader's own too
@@ -81,7 +81,7 @@ def test_when_the_leader_is_killed_another_process_listens_for_the_host(db_url, 
     start_pairs(procs)
     harness.wait_for(lambda: len(listening_backends(conn)) == 1, what="the shared listener")
     [backend] = listening_backends(conn)
-    where = host_listener.meeting_dir(db_url)
+    where = meeting.meeting_dir(db_url)
     leader = next(p for p in procs.procs if p.pid == lock_holder(where))
     harness.kill(leader, signal.SIGKILL)
     harness.wait_for(
@@ -96,10 +96,10 @@ def test_when_the_leader_is_killed_another_process_listens_for_the_host(db_url, 
 
 def test_off_each_process_listens_on_its_own(db_url, conn, apply, procs):
     apply(RECIPE)
-    start_pairs(procs, env={host_listener.ENV: "off"})
+    start_pairs(procs, env={meeting.ENV: "off"})
     assert wait_completed(db_url, conn) < 30
     assert listening_backends(conn) == []
-    assert sockets(host_listener.meeting_dir(db_url)) == []
+    assert sockets(meeting.meeting_dir(db_url)) == []
 
 
 # -- in this process: what the listener hears and forwards --------------------------------------
@@ -110,7 +110,7 @@ def runtime_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A runtime directory of the test's own, its path short enough for a socket's address."""
     where = Path(tempfile.mkdtemp(prefix="tlw"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(where))
-    monkeypatch.delenv(host_listener.ENV, raising=False)
+    monkeypatch.delenv(meeting.ENV, raising=False)
     yield where
     shutil.rmtree(where, ignore_errors=True)
 
@@ -124,6 +124,14 @@ def listeners(db_url: str, runtime_dir: Path) -> Iterator[list[HostListener]]:
 
 
 def wake(db_url: str, channel: str, payload: str) -> None:
+    """A notification through the database, for the leader to forward (Threadline's own
+    connections hand a wake-up to the host's processes directly: test_wakes_on_the_host.py)."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("select pg_notify(%s, %s)", (channel, payload))
+
+
+def hand_over(db_url: str, channel: str, payload: str) -> None:
+    """A wake-up as Threadline's connections send it: handed to the host's processes."""
     with db.connect(db_url) as c:
         c.execute("select threadline.wake(%s, %s)", (channel, payload))
 
@@ -203,7 +211,7 @@ def test_a_directory_others_may_write_is_not_used(db_url, listeners, runtime_dir
 
 
 def test_off_listens_on_a_connection_of_its_own(db_url, listeners, monkeypatch):
-    monkeypatch.setenv(host_listener.ENV, "off")
+    monkeypatch.setenv(meeting.ENV, "off")
     one = HostListener(db_url, "conductor", [db.NOTIFY_CHANNEL])
     listeners.append(one)
     two = HostListener(db_url, "bots", [db.BOTS_CHANNEL])
@@ -225,14 +233,18 @@ def test_a_lost_database_ends_the_leaders_notes(db_url, conn, listeners):
 
 
 def test_a_bad_setting_is_named(db_url, monkeypatch):
-    monkeypatch.setenv(host_listener.ENV, "sometimes")
-    with pytest.raises(Invalid, match=host_listener.ENV):
+    monkeypatch.setenv(meeting.ENV, "sometimes")
+    with pytest.raises(Invalid, match=meeting.ENV):
         HostListener(db_url, "conductor", [db.NOTIFY_CHANNEL])
 
 
-def test_one_process_acts_on_each_notification_the_others_look(db_url, listeners, runtime_dir):
+@pytest.mark.parametrize("send", [wake, hand_over], ids=["forwarded", "handed-over"])
+def test_one_process_acts_on_each_notification_the_others_look(
+    db_url, listeners, runtime_dir, send
+):
     """Woken in every process, a wake-up made every one of them claim, all but one finding
-    nothing: the leader names one subscriber in turn to act; the others' lookers see it."""
+    nothing: the leader (or the process handing a wake-up over) names one subscriber in turn
+    to act; the others' lookers see it."""
     looked: dict[str, list[str]] = {"lead": [], "a": [], "b": []}
     made = {
         who: HostListener(db_url, "conductor", [db.NOTIFY_CHANNEL], looker=looked[who].append)
@@ -242,7 +254,7 @@ def test_one_process_acts_on_each_notification_the_others_look(db_url, listeners
     assert made["lead"].leading and not made["a"].leading and not made["b"].leading
     payloads = [f"step.done:r{i}" for i in range(6)]
     for payload in payloads:
-        wake(db_url, db.NOTIFY_CHANNEL, payload)
+        send(db_url, db.NOTIFY_CHANNEL, payload)
     acted = {who: heard(listener) for who, listener in made.items()}
     # Each note acted on once, by each process in turn; every other process looked at it.
     assert sorted(p for notes in acted.values() for p in notes) == sorted(payloads)

@@ -15,7 +15,8 @@ import pytest
 
 from engine_adapter.model.settings import QUEUE
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.store import db, host_listener, meeting
+from engine_adapter.store import db, meeting
+from tests.host_ear import HostEar
 
 RECIPE = "slug: held\nsteps:\n  - {id: a, run_command: 'true'}\n"
 
@@ -32,26 +33,10 @@ def through_database(ear: psycopg.Connection, wait: float = 0.5) -> list[str]:
     return [n.payload for n in ear.notifies(timeout=wait)]
 
 
-class HostMember:
-    """A process of this host taking the conductors' channel: the notes it acts on and looks at."""
-
-    def __init__(self, url: str) -> None:
-        self.looked: list[str] = []
-        self.listener = host_listener.join(
-            url, "conductor", db.NOTIFY_CHANNEL, looker=self.looked.append
-        )
-
-    def heard(self, wait: float = 0.5) -> list[str]:
-        acted = list(self.listener.notes(timeout=wait))
-        looked = list(self.looked)
-        self.looked.clear()
-        return acted + looked
-
-
 @pytest.fixture
 def member(db_url: str, database_ear: psycopg.Connection):
     # The database's listener comes first, so the member (leading the host) hears the database too.
-    joined = HostMember(db_url)
+    joined = HostEar(db_url, "conductor", db.NOTIFY_CHANNEL)
     with joined.listener:
         yield joined
 

@@ -14,10 +14,10 @@ import time
 import psycopg
 import pytest
 
-from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db
 from tests.host_ear import HostEar
+from tests.parks import sent_and_parked
 
 RECIPE = """
 slug: {slug}
@@ -103,19 +103,5 @@ def test_a_queued_instruction_parks_its_run_in_its_send(conn, apply, procs):
     first = str(spawn(conn, "shell-step").run_id)
     wait_until_sent(conn, first)
     behind = str(spawn(conn, "shell-step").run_id)
-    send = names.checkpoint(names.SEND, "a", 1)
-    event = names.done_event(names.step_key(behind, "a", 1))
-    deadline = time.monotonic() + 30
-    while True:
-        row = conn.execute(
-            "select (select xmin::text from absurd.c_threadline where task_id = %(run)s"
-            "         and checkpoint_name = %(send)s) as send,"
-            "       (select xmin::text from absurd.e_threadline"
-            "         where event_name = %(event)s and payload is null) as park",
-            {"run": behind, "send": send, "event": event},
-        ).fetchone()
-        if row["send"] and row["park"]:
-            break
-        assert time.monotonic() < deadline, f"the step was never sent and parked: {row}"
-        time.sleep(0.05)
+    row = sent_and_parked(conn, behind)
     assert row["send"] == row["park"], row

@@ -12,9 +12,9 @@ import time
 
 import psycopg
 
-from engine_adapter.model import names
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.testing import harness
+from tests.parks import sent_and_parked
 
 RECIPE = """
 slug: three-true
@@ -143,22 +143,7 @@ def test_a_run_no_executor_holds_parks_in_its_send_transaction(conn, apply, proc
     procs.start("conductor", env={"THREADLINE_CONDUCTOR_HOLD_MS": "0"}, wait=True)
     procs.start("bots", wait=True)
     run_id = spawn(conn, "one-slow").run_id
-    event = names.done_event(names.step_key(run_id, "a", 1))
-    deadline = time.monotonic() + 30
-    while True:
-        row = conn.execute(
-            "select (select xmin::text from absurd.c_threadline where task_id = %(run)s"
-            "         and checkpoint_name = %(send)s) as send,"
-            "       (select xmin::text from absurd.e_threadline"
-            "         where event_name = %(event)s and payload is null) as park,"
-            "       (select state from absurd.r_threadline where task_id = %(run)s"
-            "         order by attempt desc limit 1) as state",
-            {"run": run_id, "send": names.checkpoint(names.SEND, "a", 1), "event": event},
-        ).fetchone()
-        if row["send"] and row["park"]:
-            break
-        assert time.monotonic() < deadline, f"the step was never sent and parked: {row}"
-        time.sleep(0.05)
+    row = sent_and_parked(conn, str(run_id))
     assert row["send"] == row["park"], row
     assert row["state"] == "sleeping", row
     view = harness.wait_for_state(procs.url, run_id, "completed", timeout=60)

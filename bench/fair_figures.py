@@ -56,7 +56,7 @@ from engine_adapter.recipes.recipes import load_recipe_text
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.sandbox import step_fit
 from engine_adapter.sandbox.sandbox import RUNS_DIR_ENV, SANDBOX_ENV, Sandbox, detect
-from engine_adapter.store import db
+from engine_adapter.store import db, schema
 from engine_adapter.testing import harness
 
 Conn = psycopg.Connection[Any]
@@ -414,10 +414,12 @@ def report(
     return out
 
 
-def prepare(url: str) -> None:
-    """The recipe Threadline runs and the queue Absurd's workers claim from."""
+def prepare(url: str, engine: str = "plain") -> None:
+    """The recipe Threadline runs, the queue Absurd's workers claim from, and Absurd's runtime
+    functions for Threadline's queue as `engine` says (`threadline db migrate --engine`)."""
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
         apply_recipe(conn, load_recipe_text(recipe_text()))
+        schema.set_engine(conn, specialised=engine == "specialised")
     ensure_queue(url, QUEUE)
 
 
@@ -429,8 +431,9 @@ def measure(
     concurrency: int,
     progress: Callable[[str], None],
     processes: int = 1,
+    engine: str = "plain",
 ) -> dict[str, list[Turn]]:
-    prepare(url)
+    prepare(url, engine)
     turns: dict[str, list[Turn]] = {s: [] for s in SYSTEMS}
     for i in range(repeats):
         for system in SYSTEMS:  # interleaved: a noisy moment hits every system
@@ -467,12 +470,14 @@ def run(
     concurrency: int,
     progress: Callable[[str], None] = say,
     processes: int = 1,
+    engine: str = "plain",
 ) -> tuple[dict[str, list[Turn]], str]:
     """Every turn of every system, and where their steps ran, on a fresh database."""
     with session(database_url, "threadline-bench-fair-") as (url, home):
         harness.make_traversable(home)
         said = sandbox_said(home / "said")
-        return measure(url, home, n, repeats, concurrency, progress, processes), said
+        turns = measure(url, home, n, repeats, concurrency, progress, processes, engine)
+        return turns, said
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -512,13 +517,24 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="Absurd worker processes / Threadline conductor + bots pairs (default 1)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("plain", "specialised"),
+        default="plain",
+        help="Absurd's runtime functions for Threadline's queue (threadline db migrate --engine)",
+    )
     add_common_options(parser)
     args = parser.parse_args(argv)
     if args.processes < 1:
         parser.error(f"--processes must be at least 1, not {args.processes}")
     apply_sandbox_option(args)
     turns, said = run(
-        args.database_url, args.runs, args.repeats, args.concurrency, processes=args.processes
+        args.database_url,
+        args.runs,
+        args.repeats,
+        args.concurrency,
+        processes=args.processes,
+        engine=args.engine,
     )
     print("\n".join(report(turns, args.runs, args.concurrency, said, args.processes)))
     return 0

@@ -132,7 +132,7 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     from engine_adapter.store import db
     from engine_adapter.store.embedded import home_lock
     from engine_adapter.store.roles import ensure_logins
-    from engine_adapter.store.schema import migrate
+    from engine_adapter.store.schema import migrate, set_engine
 
     url = None if os.environ.get(DATABASE_URL_ENV) else _start_embedded_server()
     with (
@@ -142,7 +142,11 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         applied = migrate(conn)
         sync_rules(conn)
         ensure_logins(conn)
+        if args.engine:
+            set_engine(conn, specialised=args.engine == "specialised")
     print("applied: " + ", ".join(applied) if applied else "up to date")
+    if args.engine:
+        print(f"the engine's runtime functions run {args.engine} for Threadline's queue")
     print(
         "each process kind has its own login: `threadline db url --role KIND` "
         "(conductor, bots, console, hooks, viewer)"
@@ -300,7 +304,14 @@ def register(sub: Any) -> None:
     dbp = sub.add_parser("db", help="database commands").add_subparsers(
         dest="db_command", required=True
     )
-    dbp.add_parser("migrate", help="apply migrations").set_defaults(fn=cmd_db_migrate)
+    mp = dbp.add_parser("migrate", help="apply migrations")
+    mp.add_argument(
+        "--engine",
+        choices=["plain", "specialised"],
+        help="specialised: Absurd's runtime functions run static statements for Threadline's"
+        " queue, from now on; plain: as Absurd wrote them (the default)",
+    )
+    mp.set_defaults(fn=cmd_db_migrate)
     sp = dbp.add_parser("url", help="print the database URL (the owner's, or a process role's)")
     sp.add_argument(
         "--role",

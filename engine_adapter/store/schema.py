@@ -10,6 +10,7 @@ import psycopg
 
 from engine_adapter.model.errors import Conflict
 from engine_adapter.model.settings import QUEUE
+from engine_adapter.store import specialise
 
 ABSURD_VERSION = "0.5.1"
 _MIGRATION_LOCK = 7411_0001  # serialises concurrent migrators (several processes may start at once)
@@ -48,7 +49,34 @@ def migrate(conn: psycopg.Connection[Any]) -> list[str]:
                 conn.execute(sql)
                 conn.execute("insert into threadline.schema_migrations (name) values (%s)", (name,))
                 applied_now.append(name)
+        if SPECIALISED_ENGINE in done and not specialise.current(conn, *_SPECIALISATION):
+            specialise.apply(conn, *_SPECIALISATION)  # made again after a change to either
+            applied_now.append(SPECIALISED_ENGINE)
     return applied_now
+
+
+# Absurd's runtime functions, specialised for Threadline's queue (specialise.py).
+_SPECIALISATION = (absurdctl.BUNDLED_SCHEMA_SQL, (QUEUE,))
+# Recorded by `threadline db migrate --engine specialised`, removed by `--engine plain`.
+SPECIALISED_ENGINE = "absurd-specialised-engine"
+
+
+def set_engine(conn: psycopg.Connection[Any], specialised: bool) -> None:
+    """Run Absurd's runtime functions specialised for Threadline's queue from now on (every
+    migrate keeps them so), or as Absurd wrote them."""
+    with conn.transaction():
+        conn.execute("select pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "delete from threadline.schema_migrations where name = %s", (SPECIALISED_ENGINE,)
+        )
+        if specialised:
+            specialise.apply(conn, *_SPECIALISATION)
+            conn.execute(
+                "insert into threadline.schema_migrations (name) values (%s)",
+                (SPECIALISED_ENGINE,),
+            )
+        else:
+            specialise.apply(conn, absurdctl.BUNDLED_SCHEMA_SQL, ())
 
 
 def _apply_absurd(conn: psycopg.Connection[Any]) -> None:

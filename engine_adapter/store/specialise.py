@@ -31,21 +31,12 @@ from typing import Any
 import psycopg
 
 # Absurd's functions a run calls (spawn, claim, checkpoints, events, finish): the hot path.
-RUNTIME = (
-    "spawn_task",
-    "claim_task",
-    "complete_run",
-    "schedule_run",
-    "fail_run",
-    "retry_task",
-    "set_task_checkpoint_state",
-    "extend_claim",
-    "get_task_checkpoint_state",
-    "get_task_checkpoint_states",
-    "await_event",
-    "emit_event",
-    "cancel_task",
-    "get_task_result",
+RUNTIME = tuple(
+    """
+    spawn_task claim_task complete_run schedule_run fail_run retry_task
+    set_task_checkpoint_state extend_claim get_task_checkpoint_state get_task_checkpoint_states
+    await_event emit_event cancel_task get_task_result
+    """.split()
 )
 
 _DEFINITION = re.compile(
@@ -59,7 +50,7 @@ _SAFE_WORDS = {"coalesce", "true", "false", "null"}
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-class Unsupported(Exception):
+class _Unsupported(Exception):
     """A statement this rewrite leaves dynamic."""
 
 
@@ -170,7 +161,7 @@ def _static(statements: str, queue: str) -> str:
     for m in list(re.finditer(r"^\s*(v_\w+) := format\(", out, re.MULTILINE))[::-1]:
         try:
             out = _inline_formatted(out, m, queue)
-        except Unsupported:
+        except _Unsupported:
             continue
     pos = 0
     while True:
@@ -181,7 +172,7 @@ def _static(statements: str, queue: str) -> str:
         try:
             fmt = _parse_format(out, pos + found.end() - len("format("), queue)
             replaced = _statement(out, start, fmt.end - start, fmt.sql)
-        except Unsupported:
+        except _Unsupported:
             pos = start + 1
             continue
         out = out[:start] + replaced
@@ -194,7 +185,7 @@ def _inline_formatted(out: str, m: re.Match[str], queue: str) -> str:
     semicolon = out.index(";", fmt.end)
     use = re.search(rf"\bexecute {m.group(1)}\b", out[semicolon:])
     if out[fmt.end : semicolon].strip() or use is None:
-        raise Unsupported(f"{m.group(1)} is not executed as it was formatted")
+        raise _Unsupported(f"{m.group(1)} is not executed as it was formatted")
     at = semicolon + use.start()
     return (
         out[: m.start()]
@@ -214,12 +205,12 @@ def _statement(text: str, start: int, length: int, sql: str) -> str:
     for value in values:
         for word in _WORD.findall(value):
             if word.lower() not in _SAFE_WORDS and not word.startswith(("p_", "v_")):
-                raise Unsupported(f"a USING value {value!r} may name a column")
+                raise _Unsupported(f"a USING value {value!r} may name a column")
 
     def param(m: re.Match[str]) -> str:
         n = int(m.group(1))
         if n > len(values):
-            raise Unsupported(f"${n} without a USING value")
+            raise _Unsupported(f"${n} without a USING value")
         return f"({values[n - 1].strip()})"
 
     sql = _PARAM.sub(param, sql)
@@ -229,7 +220,7 @@ def _statement(text: str, start: int, length: int, sql: str) -> str:
     elif _main_verb(sql) == "select" and not before.endswith(("return query", " in")):
         # PL/pgSQL runs a query whose rows go nowhere as PERFORM (a lock's `select ... for share`)
         if not re.match(r"\s*select\b", sql, re.IGNORECASE):
-            raise Unsupported("a WITH query whose rows go nowhere")
+            raise _Unsupported("a WITH query whose rows go nowhere")
         sql = re.sub(r"^\s*select\b", "perform", sql, count=1, flags=re.IGNORECASE)
     return sql + " " + tail.lstrip(" ")
 
@@ -245,7 +236,7 @@ def _main_verb(sql: str) -> str:
             depth -= 1
         elif depth == 0 and m.group(1):
             return m.group(1).lower()
-    raise Unsupported("a statement of no known kind")
+    raise _Unsupported("a statement of no known kind")
 
 
 def _clause_end(rest: str) -> int:
@@ -257,14 +248,14 @@ def _clause_end(rest: str) -> int:
         elif ch == ")":
             depth -= 1
         elif ch == "'":
-            raise Unsupported("a literal in an EXECUTE's clauses")
+            raise _Unsupported("a literal in an EXECUTE's clauses")
         elif depth == 0 and ch == ";":
             return i
         elif (
             depth == 0 and re.match(r"\bloop\b", rest[i:]) and (i == 0 or not rest[i - 1].isalnum())
         ):
             return i
-    raise Unsupported("an EXECUTE without an end")
+    raise _Unsupported("an EXECUTE without an end")
 
 
 def _clauses(clause: str) -> tuple[str | None, str | None]:
@@ -272,7 +263,7 @@ def _clauses(clause: str) -> tuple[str | None, str | None]:
     into = re.search(r"\binto\b(.*?)(?=\busing\b|$)", clause, re.DOTALL | re.IGNORECASE)
     using = re.search(r"\busing\b(.*?)(?=\binto\b|$)", clause, re.DOTALL | re.IGNORECASE)
     if re.search(r"\binto\s+strict\b", clause, re.IGNORECASE):
-        raise Unsupported("INTO STRICT")
+        raise _Unsupported("INTO STRICT")
     return (into.group(1) if into else None), (using.group(1) if using else None)
 
 
@@ -282,7 +273,7 @@ def _parse_format(text: str, at: int, queue: str) -> _Format:
     while text[i].isspace():
         i += 1
     if text[i] != "'":
-        raise Unsupported("a format string that is not a literal")
+        raise _Unsupported("a format string that is not a literal")
     literal, i = _read_literal(text, i)
     depth, j, args_start = 0, i, i
     while True:
@@ -302,7 +293,7 @@ def _parse_format(text: str, at: int, queue: str) -> _Format:
     for arg in args:
         m = _TABLE_ARG.match(arg)
         if m is None:
-            raise Unsupported(f"a format argument {arg!r} that is not a queue table")
+            raise _Unsupported(f"a format argument {arg!r} that is not a queue table")
         tables.append(_ident(m.group(1) + queue))
     return _Format(at, j + 1, _fill(literal, tables))
 
@@ -317,7 +308,7 @@ def _fill(literal: str, tables: list[str]) -> str:
         if kind == "%":
             return "%"
         if kind != "I":
-            raise Unsupported(f"a %{kind} placeholder")
+            raise _Unsupported(f"a %{kind} placeholder")
         if position:
             nxt = int(position)
             return tables[nxt - 1]

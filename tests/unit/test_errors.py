@@ -62,6 +62,7 @@ NOT_THREADLINE = {
     "engine_adapter.conductor.handler_base.EndRun": "a child run ending at its first failure",
     "engine_adapter.ingress.hooks._LostRace": "rolls a duplicate delivery's run back",
     "engine_adapter.runs.child_runs.ParentEnded": "the conductor stops a run cancelled meanwhile",
+    "engine_adapter.store.specialise._Unsupported": "a statement the rewrite leaves to Absurd",
     "engine_adapter.testing.harness.RunEndedElsewhere": "an AssertionError, for pytest",
 }
 ROOT_ONLY = {

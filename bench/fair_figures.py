@@ -497,6 +497,15 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     add_database_option(parser)
 
 
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=("plain", "specialised"),
+        default="plain",
+        help="Absurd's runtime functions for Threadline's queue (threadline db migrate --engine)",
+    )
+
+
 def apply_sandbox_option(args: argparse.Namespace) -> None:
     if args.sandbox == "none":
         os.environ[SANDBOX_ENV] = "none"
@@ -517,12 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="Absurd worker processes / Threadline conductor + bots pairs (default 1)",
     )
-    parser.add_argument(
-        "--engine",
-        choices=("plain", "specialised"),
-        default="plain",
-        help="Absurd's runtime functions for Threadline's queue (threadline db migrate --engine)",
-    )
+    add_engine_option(parser)
     add_common_options(parser)
     args = parser.parse_args(argv)
     if args.processes < 1:

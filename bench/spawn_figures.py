@@ -22,7 +22,7 @@ from collections.abc import Callable
 from absurd_sdk import Absurd
 
 from bench.database import add_database_option, session
-from bench.fair_figures import QUEUE, SLUG, prepare
+from bench.fair_figures import QUEUE, SLUG, add_engine_option, prepare
 from bench.stats import ratio
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.store import db, host_listener
@@ -39,9 +39,9 @@ def rate(n: int, spawn_one: Callable[[], object]) -> float:
 
 
 def measure(
-    url: str, n: int, rounds: int, progress: Callable[[str], None]
+    url: str, n: int, rounds: int, progress: Callable[[str], None], engine: str = "plain"
 ) -> dict[str, list[float]]:
-    prepare(url)
+    prepare(url, engine)
     rates: dict[str, list[float]] = {s: [] for s in SYSTEMS}
     client = Absurd(url, queue_name=QUEUE)
     try:
@@ -78,10 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spawns", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    add_engine_option(parser)
     add_database_option(parser)
     args = parser.parse_args(argv)
     with session(args.database_url, "spawn") as (url, _home):
-        rates = measure(url, args.spawns, args.rounds, lambda line: print("  ..", line, flush=True))
+        rates = measure(
+            url, args.spawns, args.rounds, lambda line: print("  ..", line, flush=True), args.engine
+        )
     print("\n".join(report(rates, args.spawns)))
     return 0
 

@@ -3,22 +3,22 @@ connection, in place of the `EXECUTE format(...)` each call plans afresh.
 
 Absurd keeps one set of tables per queue (`t_<queue>`, `r_<queue>`, ...), so each of its
 functions builds its statements' text from the queue's name at every call, and Postgres parses
-and plans each of them again: most of the database time a run costs is spent there
-(docs/speed.md). Threadline has one queue. At migrate time (schema.py) this module reads the
-bundled schema's own definitions of the functions in RUNTIME and re-creates each of them with
-its statements written out twice: for Threadline's queue as static statements (its tables'
-names in place of `%I`, the `USING` values in place of `$n`), which PL/pgSQL prepares once per
-connection and caches, and for any other queue exactly as Absurd wrote them.
+and plans each of them again: that is most of the time a run spends in Absurd's functions
+(docs/speed.md). Threadline has one queue. `apply` reads the bundled schema's own definitions of
+the functions in RUNTIME and re-creates each of them with its statements written out twice: for
+Threadline's queue as static statements (its tables' names in place of `%I`, the `USING` values
+in place of `$n`), which PL/pgSQL prepares once per connection, and for any other queue exactly
+as Absurd wrote them. A statement this rewrite does not understand stays as Absurd wrote it.
 
-Nothing else changes: the tables, the functions' names, arguments, results and grants stay
-Absurd's, so the SDK, `absurdctl` and other queues see the engine they know; the tests run
-Absurd's own SDK tests against a database so migrated, with every test queue specialised
-(tests/absurd_sdk). A statement this rewrite does not understand stays as Absurd wrote it.
+Nothing else changes: the tables, the functions' names, arguments, results, owners, grants and
+security settings stay Absurd's (and migration 044's), so the SDK, `absurdctl` and other queues
+see the engine they know. tests/integration/test_engine_differential.py runs the same calls on
+a specialised queue and a plain one and compares every result and row;
+scripts/absurd_sdk_tests.sh runs Absurd's own SDK tests over specialised queues.
 
-To drop the specialisation: run the bundled schema's definitions of these functions again
-(`threadline migrate --plain-engine` does), or set THREADLINE_SPECIALISE_ENGINE=off before
-migrating; an Absurd upgrade that re-creates them drops it too, and the next migrate puts it
-back.
+Off by default. `threadline db migrate --engine specialised` turns it on (schema.set_engine;
+every later migrate keeps it current, also after Absurd re-creates a function), and
+`--engine plain` puts Absurd's own text back.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ _PARAM = re.compile(r"\$(\d+)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAFE_WORDS = {"coalesce", "true", "false", "null"}
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+_LOOP = re.compile(r"loop\b", re.IGNORECASE)
 
 
 class _Unsupported(Exception):
@@ -251,9 +252,7 @@ def _clause_end(rest: str) -> int:
             raise _Unsupported("a literal in an EXECUTE's clauses")
         elif depth == 0 and ch == ";":
             return i
-        elif (
-            depth == 0 and re.match(r"\bloop\b", rest[i:]) and (i == 0 or not rest[i - 1].isalnum())
-        ):
+        elif depth == 0 and _LOOP.match(rest, i) and (i == 0 or not _WORD.match(rest[i - 1])):
             return i
     raise _Unsupported("an EXECUTE without an end")
 

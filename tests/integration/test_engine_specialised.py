@@ -109,3 +109,18 @@ def test_a_function_absurd_made_again_is_specialised_again_by_the_next_migrate(c
     assert schema.migrate(conn) == [schema.SPECIALISED_ENGINE]
     assert f"absurd.e_{QUEUE}" in definition(conn, "emit_event")["text"]
     assert specialise.current(conn, absurdctl.BUNDLED_SCHEMA_SQL, (QUEUE,))
+
+
+def test_the_command_line_turns_it_on_and_off(conn, db_url):
+    on = harness.run_cli(db_url, "db", "migrate", "--engine", "specialised")
+    assert on.returncode == 0, on.stderr
+    assert "run specialised for Threadline's queue" in on.stdout
+    assert specialise.current(conn, absurdctl.BUNDLED_SCHEMA_SQL, (QUEUE,))
+    again = harness.run_cli(db_url, "db", "migrate")  # a plain migrate keeps it on
+    assert again.stdout.startswith("up to date"), again.stdout
+    assert specialise.current(conn, absurdctl.BUNDLED_SCHEMA_SQL, (QUEUE,))
+    off = harness.run_cli(db_url, "db", "migrate", "--engine", "plain")
+    assert off.returncode == 0, off.stderr
+    assert f"absurd.r_{QUEUE}" not in definition(conn, "claim_task")["text"]
+    bad = harness.run_cli(db_url, "db", "migrate", "--engine", "fast")
+    assert bad.returncode != 0 and "invalid choice: 'fast'" in bad.stderr

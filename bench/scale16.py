@@ -158,8 +158,9 @@ def measure(
     counts: list[int],
     progress: Callable[[str], None],
     on_repeat: Callable[[int, Turns], None],
+    engine: str = "plain",
 ) -> Turns:
-    fair.prepare(url)
+    fair.prepare(url, engine)
     turns: Turns = {c: {s: [] for s in fair.SYSTEMS} for c in counts}
     for i in range(repeats):
         for count in order(counts, i):
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=800, help="workflows per turn (default 800)")
     parser.add_argument("--repeats", type=int, default=2, help="turns of each (default 2)")
+    fair.add_engine_option(parser)
     fair.add_common_options(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     bad = [c for c in args.processes if c < 1]
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Scaling table: {args.runs} workflows of 3 `true` steps per turn, {args.repeats}"
             f" repeat(s), processes {' '.join(map(str, counts))}, concurrency"
-            f" {args.concurrency}; steps run {said}; PostgreSQL"
+            f" {args.concurrency}; engine {args.engine}; steps run {said}; PostgreSQL"
             f" {version[0] if version else '?'}; {machine()}.",
             flush=True,
         )
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             counts,
             fair.say,
             on_repeat,
+            args.engine,
         )
     print(f"\ndone in {time.monotonic() - started:.0f} s", flush=True)
     return 0

@@ -5,7 +5,7 @@
 # unsandboxed; its output goes to $OUT/scale16.txt, the machine's description to
 # $OUT/machine.txt. Arguments replace the default sizes (about 8 minutes on 16 cores).
 #
-#   bash bench/device/scale16.sh [--processes 1 2 4 8] [--runs 2000] [--repeats 2]
+#   bash bench/device/scale16.sh [--processes 1 2 4 8] [--runs 2000] [--repeats 2] [--engine specialised]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$(mktemp -d)}

@@ -65,10 +65,30 @@ class Side:
         return UUID.sub(name, text.replace(self.queue, "Q"))
 
     def tables(self) -> list[str]:
+        """Every row of the queue's tables, in an order that names no id (a task by its place in
+        the walk, a run by its task and attempt), so ids first met here get the same names on
+        both sides."""
+        rows = {
+            prefix: self.conn.execute(f"select * from absurd.{prefix}_{self.queue}").fetchall()
+            for prefix in TABLES
+        }
+        task = {t: n for n, t in enumerate(self.tasks)}
+        attempt = {str(r["run_id"]): r["attempt"] for r in rows["r"]}
+
+        def place(row: dict[str, Any]) -> int:
+            return task.get(str(row["task_id"]), len(task))
+
+        keys = {
+            "t": lambda r: (place(r),),
+            "r": lambda r: (place(r), r["attempt"]),
+            "c": lambda r: (place(r), r["checkpoint_name"]),
+            "e": lambda r: (r["event_name"],),
+            "w": lambda r: (place(r), attempt.get(str(r["run_id"]), 0), r["step_name"]),
+        }
         out = []
         for prefix in TABLES:
-            rows = self.conn.execute(f"select * from absurd.{prefix}_{self.queue}").fetchall()
-            out += sorted(self.plain(json.dumps(r, default=str, sort_keys=True)) for r in rows)
+            for row in sorted(rows[prefix], key=keys[prefix]):
+                out.append(self.plain(json.dumps(row, default=str, sort_keys=True)))
         return out
 
 

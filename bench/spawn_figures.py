@@ -6,7 +6,9 @@ In turns on one database, each round: Absurd's client spawning tasks (`Absurd.sp
 Threadline's own spawn (`runs.spawn.spawn`, the door the CLI, console, API and schedules use) of
 the fair baseline's three-step workflow, twice: with no process of this host taking wake-ups (each
 spawn's wake-up is a NOTIFY in a transaction of its own after the spawn's), and with a conductor's
-listener on the host, as where Threadline runs (the wake-up handed to it, store/meeting.py).
+listener on the host, as where Threadline runs (the wake-up handed to it, store/meeting.py): in a
+process of its own, as a conductor's is (a listener thread in the spawner's own process would take
+the spawner's interpreter lock at each wake-up it reads).
 Prints spawns a second, medians and ratios to Absurd's. `bench.fair_figures` measures spawns
 during a turn, with every process of the system at work beside the spawner; this measures the
 spawn itself. Nothing here asserts a speed.
@@ -16,8 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from absurd_sdk import Absurd
 
@@ -38,6 +44,32 @@ def rate(n: int, spawn_one: Callable[[], object]) -> float:
     return n / (time.perf_counter() - started)
 
 
+@contextmanager
+def listener_process(url: str) -> Iterator[None]:
+    """A process of this host taking the conductors' wake-ups (as a conductor's listener does),
+    until the block ends."""
+    command = [sys.executable, "-m", "bench.spawn_figures", "--listen", url]
+    root = Path(__file__).resolve().parents[1]  # where `bench` imports from
+    proc = subprocess.Popen(
+        command, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "listening":
+            raise RuntimeError("the listener process did not start")
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def listen(url: str) -> None:
+    """--listen: join the host's listener for the conductors' channel until stdin closes."""
+    with host_listener.join(url, "conductor", db.NOTIFY_CHANNEL):
+        print("listening", flush=True)
+        sys.stdin.read()
+
+
 def measure(
     url: str, n: int, rounds: int, progress: Callable[[str], None], engine: str = "plain"
 ) -> dict[str, list[float]]:
@@ -49,7 +81,7 @@ def measure(
             rates["absurd"].append(rate(n, lambda: client.spawn("bare", {}, queue=QUEUE)))
             with db.connect(url) as conn:
                 rates["threadline"].append(rate(n, lambda: spawn(conn, SLUG)))
-            with host_listener.join(url, "conductor", db.NOTIFY_CHANNEL):
+            with listener_process(url):
                 with db.connect(url) as conn:
                     rates[SYSTEMS[2]].append(rate(n, lambda: spawn(conn, SLUG)))
             progress(f"round {i + 1}: " + ", ".join(f"{s} {r[-1]:.0f}/s" for s, r in rates.items()))
@@ -80,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     add_engine_option(parser)
     add_database_option(parser)
+    parser.add_argument("--listen", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.listen:
+        listen(args.listen)
+        return 0
     with session(args.database_url, "spawn") as (url, _home):
         rates = measure(
             url, args.spawns, args.rounds, lambda line: print("  ..", line, flush=True), args.engine

@@ -22,6 +22,8 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -34,6 +36,14 @@ MAX_NOTE = 16384  # a NOTIFY payload is under 8000 bytes
 ACT, LOOK = "!", "?"  # a datagram's mark after its channel: its taker acts on it, or looks
 
 _turns = itertools.count()  # which member acts on the next wake-up handed over from here
+# A wake-up is handed over at every spawn, SEND and report: the directory found safely ours is
+# trusted for a second before it is checked again (only its owner can change it: it is 0700 and
+# ours, in a sticky or private directory), and one unbound socket sends them all (a datagram's
+# address is its own, so threads may share it).
+TRUST_DIR_S = 1.0
+_trusted: dict[str, tuple[float, Path]] = {}
+_sender: socket.socket | None = None
+_sender_lock = threading.Lock()
 
 
 def enabled() -> bool:
@@ -106,9 +116,41 @@ def _existing_dir(database: str) -> Path | None:
     return here
 
 
+def _trusted_dir(database: str) -> Path | None:
+    """_existing_dir, checked at most once a second."""
+    now = time.monotonic()
+    known = _trusted.get(database)
+    if known is not None and now - known[0] < TRUST_DIR_S:
+        return known[1]
+    here = _existing_dir(database)
+    if here is None:
+        _trusted.pop(database, None)
+    else:
+        _trusted[database] = (now, here)
+    return here
+
+
+def _sending_socket() -> socket.socket:
+    global _sender
+    with _sender_lock:
+        if _sender is None:
+            _sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        return _sender
+
+
+def _after_fork() -> None:
+    """A forked child makes its own (the parent's lock may have been held at the fork)."""
+    global _sender, _sender_lock
+    _sender, _sender_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def forget(url: str) -> None:
     """Remove the meeting directory of a database dropped for good (a test's, a benchmark's),
     once none of its processes is left."""
+    _trusted.pop(database_key(url), None)
     shutil.rmtree(_dir_of(database_key(url))[1], True)
 
 
@@ -173,13 +215,12 @@ def hand_over(database: str, channel: str, payload: str) -> bool:
     try:
         if not enabled():
             return False
-        here = _existing_dir(database)
+        here = _trusted_dir(database)
         if here is None:
             return False
         to = sorted(name for name in members(here) if channel in channels_of(name))
         if not to:
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            return send_round(sock, here, channel, payload, to, next(_turns))
+        return send_round(_sending_socket(), here, channel, payload, to, next(_turns))
     except (OSError, Invalid):
         return False

@@ -119,8 +119,13 @@ def test_a_dead_processs_socket_is_passed_over_and_removed(db_url, database_ear)
     assert not path.exists()
 
 
-def test_a_directory_others_may_write_is_not_used(db_url, member, database_ear):
-    """Where another user could have put a socket, no wake-up is handed to it."""
+def test_a_directory_others_may_write_is_not_used(db_url, member, database_ear, monkeypatch):
+    """Where another user could have put a socket, no wake-up is handed to it: the directory is
+    checked again once its trust has run out (immediately here)."""
+    monkeypatch.setattr(meeting, "TRUST_DIR_S", 0.0)
+    with db.connect(db_url) as conn:
+        conn.execute("select threadline.wake(%s, %s)", (db.NOTIFY_CHANNEL, "spawn:trusted"))
+    assert member.heard() == ["spawn:trusted"]
     here = meeting.meeting_dir(db_url)
     here.chmod(0o777)
     try:
@@ -129,6 +134,26 @@ def test_a_directory_others_may_write_is_not_used(db_url, member, database_ear):
         assert through_database(database_ear) == ["spawn:five"]
     finally:
         here.chmod(0o700)
+
+
+def test_the_directory_is_checked_once_a_second_not_at_every_wake_up(
+    db_url, member, database_ear, monkeypatch
+):
+    """A wake-up is handed over at every spawn, SEND and report: the directory's check (two
+    lstat calls and its path worked out) is made once while its trust lasts."""
+    checked = []
+    check = meeting._check_ours
+    monkeypatch.setattr(meeting, "_check_ours", lambda path: checked.append(path) or check(path))
+    monkeypatch.setattr(meeting, "TRUST_DIR_S", 60.0)
+    database = meeting.database_key(db_url)
+    meeting._trusted.pop(database, None)
+    for i in range(5):
+        assert meeting.hand_over(database, db.NOTIFY_CHANNEL, f"spawn:{i}")
+    assert member.heard() == [f"spawn:{i}" for i in range(5)]
+    assert len(checked) == 2  # the user's directory and the database's, once
+    monkeypatch.setattr(meeting, "TRUST_DIR_S", 0.0)
+    assert meeting.hand_over(database, db.NOTIFY_CHANNEL, "spawn:again")
+    assert len(checked) == 4
 
 
 def test_a_bad_setting_never_fails_the_committed_statement(

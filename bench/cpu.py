@@ -28,9 +28,29 @@ def _own_ticks(fields: list[str]) -> int:
 
 
 def process_cpu_s(pids: Iterable[int]) -> float:
-    """User + system CPU of the given live processes and of their children that have exited
-    (a bot's commands)."""
-    return sum(sum(own_and_children_s(pid)) for pid in pids)
+    """User + system CPU of the given live processes and of all their descendants: each live
+    one's own and that of its children that have exited (a bot's commands; a sandbox kept for a
+    run's commands holds theirs until it ends)."""
+    total, stack = 0.0, list(pids)
+    while stack:
+        pid = stack.pop()
+        total += sum(own_and_children_s(pid))
+        stack += _children(pid)
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        except OSError:
+            continue
+    return out
 
 
 def server_cpu_s(conn: psycopg.Connection[Any]) -> float | None:

@@ -31,19 +31,19 @@ from engine_adapter.sandbox.sandbox import Sandbox
 COMMAND = ["/usr/bin/true"]
 
 
-def start_once(box: Sandbox, network: bool | None) -> float:
+def start_once(box: Sandbox, network: bool | None, command: list[str] = COMMAND) -> float:
     """One start, as the bot does it; network None: no fittings, on the host's network."""
     step = workdirs.step_dir(box, "bench-run", None)
     with ExitStack() as stack:
         mount = stack.enter_context(workdirs.opened(box, step))
         started = time.perf_counter()
         if network is None:
-            argv = [a for a in box.argv(COMMAND, step.path, mount=mount) if a != "--unshare-net"]
+            argv = [a for a in box.argv(command, step.path, mount=mount) if a != "--unshare-net"]
             fds: tuple[int, ...] = ()
             fit = None
         else:
             fit = stack.enter_context(step_fit.fitted(box, {}, network, step.mount))
-            argv = box.argv(COMMAND, step.path, mount=mount, fit=fit.fit)
+            argv = box.argv(command, step.path, mount=mount, fit=fit.fit)
             fds = fit.pass_fds
         result = run_process(
             argv,

@@ -34,6 +34,7 @@ from engine_adapter.recipes.recipes import is_reserved_env
 from engine_adapter.runs import thread_entries
 from engine_adapter.sandbox import (
     afterwards,
+    kept_sandbox,
     plain_command,
     step_fit,
     step_guard,
@@ -100,6 +101,7 @@ class BotSlot:
             try:
                 claim = self.claim()
                 if claim is None:
+                    kept_sandbox.end_idle()  # runs whose steps stopped coming
                     self.wake.wait(timeout=IDLE_WAIT_S)
                     continue
                 if claim.more:
@@ -306,6 +308,27 @@ class BotSlot:
             argv, env = direct
         instruction = claim.instruction
         run_dir = self.sandbox.runs_root / claim.run_id  # its disk counts against `tmp`
+        if stdin_text is None:  # in the run's kept sandbox, where one may be kept
+            try:
+                kept = kept_sandbox.run(
+                    self.sandbox,
+                    claim.run_id,
+                    workdir,
+                    instruction.limits,
+                    instruction.network,
+                    run_dir,
+                    argv,
+                    env,
+                    timeout_s=timeout_s,
+                    on_start=lambda pgid: self.started(claim, pgid),
+                    on_output=lambda text: self.progress(claim, text),
+                    should_continue=lambda: self.still_current(claim),
+                )
+            except NetworkError as err:
+                kept = _cannot_run(err)
+            if kept is not None:
+                self.current_pgid = None
+                return kept
         with (
             workdirs.opened(self.sandbox, workdir) as mount,
             step_fit.fitted(self.sandbox, instruction.limits, instruction.network, run_dir) as fit,
@@ -334,7 +357,7 @@ class BotSlot:
                 )
                 result = fit.judged(result)
             except NetworkError as err:
-                result = ProcessResult(None, f"the step cannot run: {err}", 0, False, False, 0.0)
+                result = _cannot_run(err)
         self.current_pgid = None
         return result
 
@@ -636,6 +659,10 @@ class BotSlot:
             pass
 
 
+def _cannot_run(err: NetworkError) -> ProcessResult:
+    return ProcessResult(None, f"the step cannot run: {err}", 0, False, False, 0.0)
+
+
 def logged(claim: Claim) -> dict[str, Any]:
     """A claim's run, step and attempt: fields of their own in JSON logs (model.logs)."""
     return {
@@ -654,6 +681,8 @@ def main(
     sandbox = detect()
     said = f"{sandbox.describe()}; {workdirs.describe(sandbox.workdirs)}"  # shown by health
     said += f"; {step_fit.describe(sandbox)}"
+    if kept_sandbox.usable(sandbox):
+        said += "; a run's commands share one sandbox, kept while they come"
     step_guard.clear_leftovers(sandbox.runs_root)
     (log.info if sandbox.isolated else log.warning)("steps run %s", said)
     stop = StopRequest().event
@@ -672,6 +701,7 @@ def main(
     stop.wait()
     for s in slots:
         s.close()
+    kept_sandbox.end_all()
     afterwards.settled()  # the steps' /tmp directories removed, their slirp4netns reaped
     traces.shutdown()  # the spans still queued are sent
     worker.close()

@@ -47,9 +47,12 @@ def die_with_parent() -> None:
         pass
 
 
-def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
-    """SIGTERM the group, then SIGKILL after the grace period; returns when the group is gone.
-    The SIGTERM spares bubblewrap's own processes: the outer one would die of it and take the
+def kill_group(
+    pgid: int, grace_s: float = TERM_GRACE_S, ended: Callable[[], bool] = lambda: False
+) -> None:
+    """SIGTERM the group, then SIGKILL after the grace period (or once `ended()` says the
+    command is done: a kept sandbox's loop lives on); returns when the group is gone. The
+    SIGTERM spares bubblewrap's own processes: the outer one would die of it and take the
     sandbox down at once (its init gets SIGKILL with --die-with-parent), so the command inside
     would get no grace at all."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
@@ -62,9 +65,11 @@ def kill_group(pgid: int, grace_s: float = TERM_GRACE_S) -> None:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not group_exists(pgid):
-                return
+            if not group_exists(pgid) or (sig == signal.SIGTERM and ended()):
+                break
             time.sleep(0.05)
+        if not group_exists(pgid):
+            return
 
 
 def _term_all_but_sandboxes(pgid: int) -> None:
@@ -163,16 +168,76 @@ def run_process(
         raise
     if stdin_text is not None:
         threading.Thread(target=_feed, args=(proc.stdin, stdin_text), daemon=True).start()
+    assert proc.stdout is not None  # stdout=PIPE above
+    followed = follow(
+        proc.stdout.fileno(),
+        proc.poll,
+        lambda: kill_group(proc.pid),
+        started,
+        timeout_s=timeout_s,
+        on_output=on_output,
+        should_continue=should_continue,
+        check_every_s=check_every_s,
+        flush_every_s=flush_every_s,
+        quiet_for_s=quiet_for_s,
+        output_cap=output_cap,
+    )
+    exit_code = proc.wait()
+    proc.stdout.close()
+    if not contained and group_exists(proc.pid):  # the leader exited, its group lives on
+        kill_group(proc.pid, grace_s=0.5)
+    return followed.result(exit_code, started)
+
+
+@dataclass
+class Followed:
+    """What follow() saw of a command: its output (capped) and how it ended."""
+
+    kept: bytearray
+    dropped: int
+    timed_out: bool
+    stopped: bool
+
+    def result(self, exit_code: int | None, started: float) -> ProcessResult:
+        return ProcessResult(
+            exit_code,
+            as_text(self.kept),
+            self.dropped,
+            self.timed_out,
+            self.stopped,
+            time.monotonic() - started,
+        )
+
+
+def follow(
+    out: int,
+    done: Callable[[], object],
+    kill: Callable[[], None],
+    started: float,
+    *,
+    timeout_s: float,
+    on_output: Callable[[str], None],
+    should_continue: Callable[[], bool],
+    check_every_s: float = 1.0,
+    flush_every_s: float = 0.5,
+    quiet_for_s: float = 1.0,
+    output_cap: int = OUTPUT_CAP,
+    wake_on: int | None = None,
+) -> Followed:
+    """Read a command's output from the pipe `out` until its end, or until `done()` says the
+    command has ended (not None; what it wrote is in the pipe by then), looking again whenever
+    `wake_on` (a descriptor that says so) is readable; `kill()` ends the command at its timeout
+    or when should_continue() says no."""
     kept = bytearray()
     dropped = 0
     pending = bytearray()
     timed_out = stopped = False
     last_check = last_flush = time.monotonic()
-    out = proc.stdout
-    assert out is not None  # stdout=PIPE above
     selector = selectors.DefaultSelector()
     selector.register(out, selectors.EVENT_READ)
-    os.set_blocking(out.fileno(), False)
+    if wake_on is not None:
+        selector.register(wake_on, selectors.EVENT_READ)
+    os.set_blocking(out, False)
     eof = False
 
     def take(chunk: bytes) -> None:
@@ -182,17 +247,27 @@ def run_process(
         pending.extend(chunk[:room])
         dropped += max(0, len(chunk) - room)
 
+    def read_now() -> bytes | None:
+        """What the pipe holds now: b"" at its end, None when nothing is there yet."""
+        try:
+            return os.read(out, 65536)
+        except BlockingIOError:
+            return None
+
     while not eof:
-        for _ in selector.select(timeout=0.1):
-            chunk = out.read(65536)
-            if not chunk:
+        for key, _ in selector.select(timeout=0.1):
+            if key.fd != out:
+                continue
+            chunk = read_now()
+            if chunk == b"":
                 eof = True
                 break
-            take(chunk)
-        if not eof and proc.poll() is not None:
+            if chunk:
+                take(chunk)
+        if not eof and done() is not None:
             # The command is done, though something it started may hold the pipe open: what it
-            # wrote is in the pipe already; take that and stop (its group is killed below).
-            while chunk := out.read(65536):
+            # wrote is in the pipe already; take that and stop (its group is killed after).
+            while chunk := read_now():
                 take(chunk)
             eof = True
         now = time.monotonic()
@@ -204,16 +279,11 @@ def run_process(
         if not (timed_out or stopped):
             if now - started > timeout_s:
                 timed_out = True
-                kill_group(proc.pid)
+                kill()
             elif now - last_check >= check_every_s:
                 last_check = now
                 if not should_continue():
                     stopped = True
-                    kill_group(proc.pid)
+                    kill()
     selector.close()
-    exit_code = proc.wait()
-    if not contained and group_exists(proc.pid):  # the leader exited, its group lives on
-        kill_group(proc.pid, grace_s=0.5)
-    return ProcessResult(
-        exit_code, as_text(kept), dropped, timed_out, stopped, time.monotonic() - started
-    )
+    return Followed(kept, dropped, timed_out, stopped)

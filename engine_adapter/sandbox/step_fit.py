@@ -59,14 +59,15 @@ class Fitted:
 
 @contextmanager
 def fitted(
-    box: Sandbox, asked: Mapping[str, float], network: bool, run_dir: Path
+    box: Sandbox, asked: Mapping[str, float], network: bool, run_dir: Path, kept: bool = False
 ) -> Iterator[Fitted]:
-    """One command's fittings. `asked`: the limits its recipe asked for (Instruction.limits);
-    step_limits.LimitError when over this bots host's ceilings."""
+    """One command's fittings (`kept`: a sandbox's kept for a run's commands, kept_sandbox.py).
+    `asked`: the limits its recipe asked for (Instruction.limits); step_limits.LimitError when
+    over this bots host's ceilings."""
     limits = step_limits.for_step(asked)
     with (
         step_network.attached(box, network) as attachment,
-        step_guard.guarded(box, limits, run_dir) as guard,
+        step_guard.guarded(box, limits, run_dir, kept) as guard,
     ):
         fit = Fit(
             outer=guard.outer(), options=attachment.options, inner=guard.inner(), tmp=guard.tmp

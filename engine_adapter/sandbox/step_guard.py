@@ -302,7 +302,9 @@ class Guard:
     """One command's limits while it runs: the argv parts that set them, the samples the bot
     takes at each heartbeat, and which limit ended it."""
 
-    def __init__(self, via: Enforcement, limits: Limits, box: Sandbox, run_dir: Path) -> None:
+    def __init__(
+        self, via: Enforcement, limits: Limits, box: Sandbox, run_dir: Path, kept: bool = False
+    ) -> None:
         self.via = via
         self.limits = limits
         self.box = box
@@ -313,6 +315,10 @@ class Guard:
         self.leader: int | None = None
         self.full_samples = 0
         self.disk_at = 0.0  # when the disk may be walked next
+        # A sandbox kept for a run's commands (kept_sandbox.py) holds a process of its own (the
+        # loop that starts them, bubblewrap's init's child), whose reaped children hold earlier
+        # commands' CPU: the samples leave it out.
+        self.extra = 1 if kept else 0
 
     # -- set up -----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -353,7 +359,8 @@ class Guard:
             if limits.memory is not None:
                 args.append(f"--data={limits.memory}")
             if limits.pids is not None and self.via.per_step_pids:
-                args.append(f"--nproc={limits.pids + 1}")  # bubblewrap's init is one
+                # bubblewrap's init is one, and a kept sandbox's loop another
+                args.append(f"--nproc={limits.pids + 1 + self.extra}")
             if limits.cpu is not None:
                 args.append(f"--cpu={int(limits.cpu)}:{int(limits.cpu) + 2}")
         return (self.via.prlimit, *args, "--") if args else ()
@@ -380,13 +387,7 @@ class Guard:
             return self._reached("cpu") if limits.cpu and used > limits.cpu else None
         if self.leader is None:
             return None
-        tasks = rss = ticks = 0
-        for pid, fields in _tree(self.leader):
-            tasks += int(fields[17])
-            rss += _private_bytes(pid)
-            ticks += sum(int(v) for v in fields[11:15])  # own and reaped children's CPU
-        if self.box.bwrap:
-            tasks -= 1  # bubblewrap's own process outside the namespace
+        tasks, rss, ticks = self._totals()
         if limits.memory is not None and rss > limits.memory:
             return self._reached("memory")
         if limits.cpu is not None and ticks / _TICKS > limits.cpu:
@@ -398,6 +399,27 @@ class Guard:
         else:
             self.full_samples = 0
         return None
+
+    def _totals(self) -> tuple[int, int, int]:
+        """(processes, private bytes, CPU ticks) of the leader's tree: bubblewrap's own outer
+        process not counted, nor a kept sandbox's loop."""
+        assert self.leader is not None
+        tasks = rss = ticks = 0
+        parents: dict[int, int] = {}
+        for pid, fields in _tree(self.leader):
+            parents[pid] = int(fields[1])
+            if self.extra and parents.get(parents[pid]) == self.leader:  # init's child: the loop
+                continue
+            tasks += int(fields[17])
+            rss += _private_bytes(pid)
+            ticks += sum(int(v) for v in fields[11:15])  # own and reaped children's CPU
+        if self.box.bwrap:
+            tasks -= 1  # bubblewrap's own process outside the namespace
+        return tasks, rss, ticks
+
+    def begin(self) -> None:
+        """A kept sandbox's next command: nothing hit yet."""
+        self.hit, self.full_samples, self.disk_at = None, 0, 0.0
 
     def _disk_over(self, now: float, final: bool = False) -> str | None:
         if self.limits.tmp is None or (now < self.disk_at and not final):
@@ -448,9 +470,10 @@ class Guard:
 
 
 @contextmanager
-def guarded(box: Sandbox, limits: Limits, run_dir: Path) -> Iterator[Guard]:
-    """A command's guard, with its /tmp and cgroup made now and removed when it is done."""
-    guard = Guard(enforcement(box), limits, box, run_dir)
+def guarded(box: Sandbox, limits: Limits, run_dir: Path, kept: bool = False) -> Iterator[Guard]:
+    """A command's guard (or a kept sandbox's), with its /tmp and cgroup made now and removed
+    when it is done."""
+    guard = Guard(enforcement(box), limits, box, run_dir, kept)
     try:
         guard.open()
         yield guard

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -89,6 +90,7 @@ def _specialised(definition: str, queues: tuple[str, ...], mark: str = "") -> st
     return f"{head}\nas $$\n{rebuilt}$$;"
 
 
+@cache  # a migrate asks for it and for its mark: the rewrite runs once per process
 def script(schema_sql: str, queues: tuple[str, ...]) -> str:
     """Every RUNTIME function specialised for `queues` (empty: as Absurd wrote them)."""
     parts = []
@@ -131,6 +133,7 @@ select p.oid::regprocedure::text as fn, p.prosecdef as definer, p.proconfig as c
 """
 
 
+@cache
 def _mark(schema_sql: str, queues: tuple[str, ...]) -> str:
     """A comment naming what a specialised body was made from: the rewrite's output itself."""
     text = "\n".join(_specialised(d, queues) for d in definitions(schema_sql).values())
@@ -150,7 +153,6 @@ def _split_body(body: str) -> tuple[str, str]:
 
 @dataclass
 class _Format:
-    start: int  # where `format(` starts
     end: int  # just after its closing parenthesis
     sql: str  # the statement, its placeholders filled in for one queue
 
@@ -294,7 +296,7 @@ def _parse_format(text: str, at: int, queue: str) -> _Format:
         if m is None:
             raise _Unsupported(f"a format argument {arg!r} that is not a queue table")
         tables.append(_ident(m.group(1) + queue))
-    return _Format(at, j + 1, _fill(literal, tables))
+    return _Format(j + 1, _fill(literal, tables))
 
 
 def _fill(literal: str, tables: list[str]) -> str:

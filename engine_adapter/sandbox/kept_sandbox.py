@@ -66,6 +66,12 @@ while IFS= read -r -d '' dir; do
   ) </dev/null 1>&2
   status=$?
   kill -9 -1 2>/dev/null
+  # The status only once they are gone, reaped by init too: then no process of the command's
+  # is left when the next one starts (the sandbox holds init and the loop alone).
+  for ((tries = 0; tries < 5000; tries++)); do
+    left=(/proc/[1-9]*)
+    ((${#left[@]} <= 2)) && break
+  done
   printf '%s\n' "$status"
 done
 """

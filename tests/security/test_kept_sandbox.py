@@ -12,7 +12,7 @@ import pytest
 
 from engine_adapter.model.errors import Invalid
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.sandbox import kept_sandbox, workdirs
+from engine_adapter.sandbox import kept_sandbox, step_network, workdirs
 from engine_adapter.sandbox.process_runner import ProcessResult
 from engine_adapter.sandbox.sandbox import Sandbox, detect
 from engine_adapter.testing import harness
@@ -44,6 +44,7 @@ def run(
     env: dict[str, str] | None = None,
     limits: dict[str, float] | None = None,
     timeout_s: float = 30,
+    network: bool = False,
 ) -> ProcessResult:
     step = workdirs.step_dir(box, run_id, None)
     result = kept_sandbox.run(
@@ -51,7 +52,7 @@ def run(
         run_id,
         step,
         limits or {},
-        False,
+        network,
         box.runs_root / run_id,
         ["bash", "-c", command],
         {"PATH": "/usr/bin:/bin", **(env or {})},
@@ -124,6 +125,18 @@ def test_a_limit_holds_in_a_kept_sandbox_and_ends_it(box):
     hit = run(box, bomb, limits={"pids": 12})
     assert hit.limit is not None and "pids" in hit.limit, hit
     assert sandbox_of(run(box, SANDBOX_ID, limits={"pids": 12})) != before
+
+
+def test_a_networked_run_keeps_its_network_with_its_sandbox(box):
+    """slirp4netns is attached once, when the sandbox starts, and serves each command in it."""
+    if step_network.slirp4netns() is None:
+        pytest.skip("slirp4netns is not installed")
+    probe = f"{SANDBOX_ID}; grep -c tap0 /proc/net/dev | sed 's/^/tap: /'"
+    first, second = (run(box, probe, network=True) for _ in range(2))
+    assert sandbox_of(first) == sandbox_of(second)
+    assert "tap: 1" in first.output and "tap: 1" in second.output, (first, second)
+    offline = run(box, probe)  # another fitting of the same run: a sandbox of its own
+    assert sandbox_of(offline) != sandbox_of(first) and "tap: 0" in offline.output
 
 
 def test_a_sandbox_idle_too_long_ends(box, monkeypatch):

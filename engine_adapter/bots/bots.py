@@ -681,8 +681,7 @@ def main(
     sandbox = detect()
     said = f"{sandbox.describe()}; {workdirs.describe(sandbox.workdirs)}"  # shown by health
     said += f"; {step_fit.describe(sandbox)}"
-    if kept_sandbox.usable(sandbox):
-        said += "; a run's commands share one sandbox, kept while they come"
+    said += kept_sandbox.describe(sandbox)
     step_guard.clear_leftovers(sandbox.runs_root)
     (log.info if sandbox.isolated else log.warning)("steps run %s", said)
     stop = StopRequest().event

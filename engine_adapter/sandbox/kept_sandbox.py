@@ -1,9 +1,9 @@
 """A sandbox kept for one run's commands: started for the first, used again by the next.
 
 Starting a sandbox for every command costs its namespaces, mounts and wrappers each time, most of
-a step's start (docs/speed.md). With THREADLINE_STEP_SANDBOX_KEEP=on a bots process keeps one
-sandbox per run (and per fitting: workdir, network, limits) and starts that run's commands in it,
-one at a time, as a CI job's container serves the job's steps. What a step is promised holds:
+a step's start (docs/speed.md). So a bots process keeps one sandbox per run (and per fitting:
+workdir, network, limits) and starts that run's commands in it, one at a time, as a CI job's
+container serves the job's steps. What a step is promised holds:
 - it is that run's own: another run, or another fitting of the same run, gets another;
 - nothing outlives its command: the loop inside that starts each command kills every other
   process of the sandbox once it has ended (`kill -9 -1` in the sandbox's PID namespace: all but
@@ -15,8 +15,8 @@ one at a time, as a CI job's container serves the job's steps. What a step is pr
   it ends the sandbox (bubblewrap's init exits with it, and the namespace with the init);
 - a command that times out, is stopped or passes a limit ends the sandbox with it; a sandbox idle
   for KEEP_IDLE_S ends, and every one ends with its bots process (--die-with-parent).
-A command with input on stdin, limits through cgroup v2, no bubblewrap, or the setting off: the
-command starts a sandbox of its own, as before.
+A command with input on stdin, limits through cgroup v2, no bubblewrap, or
+THREADLINE_STEP_SANDBOX_KEEP=off: the command starts a sandbox of its own.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from engine_adapter.sandbox.workdirs import StepDir
 
 log = logging.getLogger("threadline.sandbox")
 
-KEEP_ENV = "THREADLINE_STEP_SANDBOX_KEEP"  # off (default) | on
+KEEP_ENV = "THREADLINE_STEP_SANDBOX_KEEP"  # on (default) | off
 KEEP_IDLE_S = 30.0  # a sandbox no command used for this long ends
 MOST_KEPT = 16  # idle sandboxes a bots process keeps at most; the least recently used end first
 LOOP_DIR = ".loop"  # under the runs root: the loop's execute-only bash
@@ -52,6 +52,8 @@ LOOP_PATH = "/run/threadline-loop"  # where a sandbox sees it
 # The command's output goes to the loop's stderr, which the bot reads.
 LOOP = r"""
 trap : TERM  # a command stopped gets its grace: the loop, and so the sandbox, outlive the SIGTERM
+# The loop's own exported names, read once: a command's subshell drops them without forking.
+inherited=($(compgen -e))
 while IFS= read -r -d '' dir; do
   IFS= read -r -d '' count
   env=()
@@ -60,7 +62,7 @@ while IFS= read -r -d '' dir; do
   argv=()
   for ((i = 0; i < count; i++)); do IFS= read -r -d '' entry; argv+=("$entry"); done
   (
-    for name in $(compgen -e); do unset "$name" 2>/dev/null; done
+    unset "${inherited[@]}" 2>/dev/null
     for entry in "${env[@]}"; do export "$entry"; done
     cd -- "$dir" && exec "${argv[@]}"
   ) </dev/null 1>&2
@@ -78,7 +80,7 @@ done
 
 
 def enabled() -> bool:
-    raw = os.environ.get(KEEP_ENV, "off").strip().lower() or "off"
+    raw = os.environ.get(KEEP_ENV, "on").strip().lower() or "on"
     if raw not in ("on", "off"):
         raise Invalid(f"{KEEP_ENV}={raw!r} must be on or off")
     return raw == "on"
@@ -115,6 +117,12 @@ def usable(box: Sandbox) -> bool:
         and step_guard.enforcement(box).cgroup is None
         and loop_binary(box) is not None
     )
+
+
+def describe(box: Sandbox) -> str:
+    """What health adds to the sandbox's description: nothing where each command starts its
+    own."""
+    return "; a run's commands share one sandbox, kept while they come" if usable(box) else ""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from engine_adapter.runs.spawn import spawn
-from engine_adapter.sandbox import step_fit
+from engine_adapter.sandbox import kept_sandbox, step_fit
 from engine_adapter.sandbox.sandbox import SandboxError, detect
 from engine_adapter.testing import harness
 from tests.accounts import ordinary_account, package_copy, run_python
@@ -167,6 +167,7 @@ def test_health_names_the_sandbox_in_use(conn, procs):
     allowed = (procs.home / "work").resolve()  # the procs fixture allows it
     said = f"{detect().describe()}; absolute workdirs: inside {allowed} (THREADLINE_WORKDIRS)"
     said += f"; {step_fit.describe(detect())}"  # each step's network and limits
+    said += kept_sandbox.describe(detect())  # whether a run's commands share one
     assert health["bots"][0]["sandbox"] == said
     out = harness.run_cli(procs.url, "health").stdout
     assert f"steps run {said}" in out

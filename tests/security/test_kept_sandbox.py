@@ -6,6 +6,7 @@ and a command that times out, passes a limit or kills the loop ends it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -45,6 +46,7 @@ def run(
     limits: dict[str, float] | None = None,
     timeout_s: float = 30,
     network: bool = False,
+    argv: list[str] | None = None,
 ) -> ProcessResult:
     step = workdirs.step_dir(box, run_id, None)
     result = kept_sandbox.run(
@@ -54,7 +56,7 @@ def run(
         limits or {},
         network,
         box.runs_root / run_id,
-        ["bash", "-c", command],
+        argv or ["bash", "-c", command],
         {"PATH": "/usr/bin:/bin", **(env or {})},
         timeout_s=timeout_s,
         on_start=lambda pgid: None,
@@ -85,6 +87,13 @@ def test_a_runs_commands_share_a_sandbox_and_leave_nothing_running(box):
     assert sandbox_of(second) == sandbox_of(first)
     assert "MINE=unset" in second.output  # no command's environment reaches the next
     assert "sleeping: 0" in second.output  # the first's children, setsid's too, are gone
+
+
+def test_a_command_gets_the_environment_it_was_given_and_no_other(box):
+    """The loop's own exported names (its PWD, SHLVL, PATH) never reach a command."""
+    run(box, "true")  # the run's sandbox, started
+    result = run(box, "", argv=["/usr/bin/env"], env={"MINE": "x y"})
+    assert sorted(result.output.splitlines()) == ["MINE=x y", "PATH=/usr/bin:/bin"], result.output
 
 
 def test_the_loop_is_out_of_its_commands_reach(box):
@@ -137,6 +146,35 @@ def test_a_networked_run_keeps_its_network_with_its_sandbox(box):
     assert "tap: 1" in first.output and "tap: 1" in second.output, (first, second)
     offline = run(box, probe)  # another fitting of the same run: a sandbox of its own
     assert sandbox_of(offline) != sandbox_of(first) and "tap: 0" in offline.output
+
+
+def test_ended_sandboxes_leave_no_descriptor_or_process_behind(box):
+    """Networked ones too: their slirp4netns and pipes go with them."""
+    network = step_network.slirp4netns() is not None
+    run(box, "true", run_id="warm", network=network)
+    kept_sandbox.end_all()
+    before = len(os.listdir("/proc/self/fd"))
+    for n in range(6):
+        run(box, "true", run_id=f"run-{n}", network=network)
+    assert len(os.listdir("/proc/self/fd")) > before  # the six sandboxes hold theirs
+    kept_sandbox.end_all()
+    assert len(os.listdir("/proc/self/fd")) <= before
+    harness.wait_for(
+        lambda: not running_children(), timeout=10, what="the sandboxes' processes to end"
+    )
+
+
+def running_children() -> list[str]:
+    """This process's children still running (zombies aside), their command lines."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if stat[1] == str(os.getpid()) and stat[0] != "Z":
+            found.append(open(f"/proc/{entry}/cmdline").read())
+    return found
 
 
 def test_a_sandbox_idle_too_long_ends(box, monkeypatch):

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from engine_adapter.runs.spawn import spawn
+from engine_adapter.sandbox import kept_sandbox
 from engine_adapter.sandbox.sandbox import detect
 from engine_adapter.testing import harness
 from tests.accounts import ordinary_account, package_copy, run_python
@@ -229,16 +230,22 @@ def slirps_of(pid: int) -> list[int]:
     return found
 
 
-def test_slirp4netns_ends_with_the_step_and_with_its_bot(needs_slirp, conn, apply, procs, tmp_path):
+@pytest.mark.parametrize("keep", ["off", "on"])
+def test_slirp4netns_ends_with_the_step_and_with_its_bot(
+    needs_slirp, conn, apply, procs, tmp_path, keep
+):
+    """A step's slirp4netns ends with it; a kept sandbox's (the default) lives as long as the
+    sandbox, and either ends with a bots process killed."""
     flag = tmp_path / "started"
     apply(recipe("waits", True, [f": > {flag}", "sleep 300"]))
     apply(recipe("quick", True, ["sleep 2; echo done"]))
     procs.start("conductor")
-    bots = procs.start("bots", wait=True)
+    bots = procs.start("bots", wait=True, env={kept_sandbox.KEEP_ENV: keep})
     quick = spawn(conn, "quick").run_id
     harness.wait_for(lambda: slirps_of(bots.pid), timeout=30, what="slirp4netns for the step")
     assert output(procs, quick).strip() == "done"
-    harness.wait_for(lambda: not slirps_of(bots.pid), timeout=10, what="slirp4netns to end")
+    if keep == "off":
+        harness.wait_for(lambda: not slirps_of(bots.pid), timeout=10, what="slirp4netns to end")
     spawn(conn, "waits")
     harness.wait_for(flag.exists, timeout=30, what="the step to start")
     running = slirps_of(bots.pid)
@@ -254,10 +261,11 @@ def test_slirp4netns_ends_with_the_step_and_with_its_bot(needs_slirp, conn, appl
 
 def test_a_networked_step_leaves_no_descriptor_behind_in_its_bot(needs_slirp, conn, apply, procs):
     """Each networked step once left a pipe open in the bots process: after some thousand steps
-    it ran out, or past 1024 where select could no longer wait on one."""
+    it ran out, or past 1024 where select could no longer wait on one. (Each step in a sandbox
+    of its own: kept sandboxes hold theirs until they end, test_kept_sandbox.py.)"""
     apply(recipe("net", True, ["echo ok"]))
     procs.start("conductor")
-    bots = procs.start("bots", wait=True)
+    bots = procs.start("bots", wait=True, env={kept_sandbox.KEEP_ENV: "off"})
 
     def open_fds() -> int:
         return len(os.listdir(f"/proc/{bots.pid}/fd"))
@@ -307,6 +315,7 @@ AS_ACCOUNT = r"""
 import sys
 from engine_adapter.sandbox import step_fit, step_limits, workdirs
 from engine_adapter.sandbox.process_runner import run_process
+from engine_adapter.sandbox import kept_sandbox
 from engine_adapter.sandbox.sandbox import detect
 
 box = detect()

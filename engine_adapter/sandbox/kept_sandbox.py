@@ -47,25 +47,44 @@ KEEP_IDLE_S = 30.0  # a sandbox no command used for this long ends
 MOST_KEPT = 16  # idle sandboxes a bots process keeps at most; the least recently used end first
 LOOP_DIR = ".loop"  # under the runs root: the loop's execute-only bash
 LOOP_PATH = "/run/threadline-loop"  # where a sandbox sees it
+SYSTEM_BASH = ("/usr/bin/bash", "/bin/bash")
 # Requests on the loop's stdin: the working directory, the environment's count and entries, the
 # argv's count and entries, each ended by a NUL. Answers on its stdout: the exit status, a line.
-# The command's output goes to the loop's stderr, which the bot reads.
+# The command's output goes to the pipe the loop has as stderr (its fd 3), which the bot reads.
 LOOP = r"""
 trap : TERM  # a command stopped gets its grace: the loop, and so the sandbox, outlive the SIGTERM
 # The loop's own exported names, read once: a command's subshell drops them without forking.
 inherited=($(compgen -e))
+# The commands' output on fd 3; the loop's own stderr nowhere, so that what the loop itself
+# would say (a command killed by a signal: "Terminated") is never a command's output.
+exec 3>&2 2>/dev/null
+# In a command's subshell: its directory and its environment, and nothing of the loop's.
+prelude() {
+  unset "${inherited[@]}" 2>/dev/null
+  cd -- "$dir" || exit 126
+  unset OLDPWD
+  for entry in "${env[@]}"; do export "$entry"; done
+  unset -f prelude  # a program of that name is the command's, not this
+}
 while IFS= read -r -d '' dir; do
   IFS= read -r -d '' count
   env=()
-  for ((i = 0; i < count; i++)); do IFS= read -r -d '' entry; env+=("$entry"); done
+  named=0  # the environment names `_`: a plain command, given what bash -c would give it
+  for ((i = 0; i < count; i++)); do
+    IFS= read -r -d '' entry
+    env+=("$entry")
+    [[ $entry == _=* ]] && named=1
+  done
   IFS= read -r -d '' count
   argv=()
   for ((i = 0; i < count; i++)); do IFS= read -r -d '' entry; argv+=("$entry"); done
-  (
-    unset "${inherited[@]}" 2>/dev/null
-    for entry in "${env[@]}"; do export "$entry"; done
-    cd -- "$dir" && exec "${argv[@]}"
-  ) </dev/null 1>&2
+  # Either way the subshell becomes the command (no fork): `exec` passes the environment as it
+  # is; a last command run plainly gets bash's `_` (the program as found), which exec never sets.
+  if ((named)); then
+    (prelude; "${argv[@]}") </dev/null 1>&3 2>&3 3>&-
+  else
+    (prelude; exec "${argv[@]}") </dev/null 1>&3 2>&3 3>&-
+  fi
   status=$?
   kill -9 -1 2>/dev/null
   # The status only once they are gone, reaped by init too: then no process of the command's
@@ -90,8 +109,9 @@ def enabled() -> bool:
 def loop_binary(box: Sandbox) -> Path | None:
     """The loop's bash under the runs root, which the step user may execute and not read (made
     once per bots process); None where it cannot be made."""
-    bash = shutil.which("bash")
+    bash = system_bash()
     if bash is None:
+        log.warning("steps start in sandboxes of their own: no bash program in %s", SYSTEM_BASH)
         return None
     where = box.runs_root / LOOP_DIR
     try:
@@ -108,6 +128,19 @@ def loop_binary(box: Sandbox) -> Path | None:
     except OSError as err:
         log.warning("steps start in sandboxes of their own: the loop's bash: %s", err)
         return None
+
+
+def system_bash() -> str | None:
+    """The system's bash, a program: never one found on PATH, which a bots process may have
+    been given with a script named bash in front (a script cannot run execute-only)."""
+    for path in SYSTEM_BASH:
+        try:
+            with open(path, "rb") as program:
+                if program.read(4) == b"\x7fELF":
+                    return path
+        except OSError:
+            continue
+    return None
 
 
 def usable(box: Sandbox) -> bool:

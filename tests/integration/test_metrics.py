@@ -101,7 +101,9 @@ def test_metrics_need_a_token_and_match_the_read_views(api, db_url, logins, appl
 
 
 LIMITED = {  # a step of its own workflow each
-    "sleepy": "run_command: sleep 30\n    timeout: 1s\n    retries: 1",
+    # Its output streams into the thread before it times out: a retried attempt's limit is
+    # read from its retry note, whatever came before it.
+    "sleepy": "run_command: echo started; sleep 30\n    timeout: 1s\n    retries: 1",
     "spinner": "run_command: \"python3 -c 'while True: pass'\"\n    limits: {cpu: 1s}",
     "chatty": "run_command: head -c 5000 /dev/zero | tr '\\\\0' x\n    limits: {output: 1KiB}",
 }

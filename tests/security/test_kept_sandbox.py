@@ -96,6 +96,32 @@ def test_a_command_gets_the_environment_it_was_given_and_no_other(box):
     assert sorted(result.output.splitlines()) == ["MINE=x y", "PATH=/usr/bin:/bin"], result.output
 
 
+def test_a_plain_command_gets_what_bash_would_give_it(box):
+    """A plain command (plain_command.py: its environment names `_`) runs as bash -c would run
+    it: its `_` is the program as found, which only a plain run gives; a program that shares a
+    name with anything of the loop's is the command's own."""
+    step = workdirs.step_dir(box, "run-1", None)
+    step.path.mkdir(parents=True, exist_ok=True)
+    mine = step.path / "bin"
+    mine.mkdir(exist_ok=True)
+    (mine / "prelude").write_text("#!/bin/sh\necho mine\n")
+    (mine / "prelude").chmod(0o755)
+    given = {"PWD": str(step.path), "SHLVL": "0", "_": "/usr/bin/env"}
+    plain = run(box, "", argv=["env"], env=given)
+    expected = {"PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in given.items())}
+    assert set(plain.output.splitlines()) == expected, plain.output
+    path = f"{mine}:/usr/bin:/bin"
+    named = run(box, "", argv=["prelude"], env={**given, "PATH": path, "_": f"{mine}/prelude"})
+    assert named.output == "mine\n", named
+
+
+def test_a_command_killed_by_a_signal_says_nothing_of_the_loop(box):
+    """Its output is its own: the loop's bash reporting the signal ("Terminated") is not."""
+    killed = run(box, "echo mine; kill -TERM $$")
+    assert killed.exit_code == 128 + 15 and killed.output == "mine\n", killed
+    assert run(box, "echo next").output == "next\n"
+
+
 def test_the_loop_is_out_of_its_commands_reach(box):
     """The loop runs from a bash the step user may execute and not read: the kernel makes it
     non-dumpable, so no command may open its descriptors to forge a request or an answer."""

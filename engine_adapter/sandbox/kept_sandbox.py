@@ -48,43 +48,26 @@ MOST_KEPT = 16  # idle sandboxes a bots process keeps at most; the least recentl
 LOOP_DIR = ".loop"  # under the runs root: the loop's execute-only bash
 LOOP_PATH = "/run/threadline-loop"  # where a sandbox sees it
 SYSTEM_BASH = ("/usr/bin/bash", "/bin/bash")
+# What starts each command with exactly its environment: bash cannot (it reads some names as it
+# exports them: LC_ALL, SHELLOPTS, RANDOM, OPTIND as arithmetic ..., and never passes `_`).
+ENV_PROGRAM = "/usr/bin/env"
 # Requests on the loop's stdin: the working directory, the environment's count and entries, the
 # argv's count and entries, each ended by a NUL. Answers on its stdout: the exit status, a line.
 # The command's output goes to the pipe the loop has as stderr (its fd 3), which the bot reads.
 LOOP = r"""
 trap : TERM  # a command stopped gets its grace: the loop, and so the sandbox, outlive the SIGTERM
-# The loop's own exported names, read once: a command's subshell drops them without forking.
-inherited=($(compgen -e))
 # The commands' output on fd 3; the loop's own stderr nowhere, so that what the loop itself
 # would say (a command killed by a signal: "Terminated") is never a command's output.
 exec 3>&2 2>/dev/null
-# In a command's subshell: its directory and its environment, and nothing of the loop's.
-prelude() {
-  unset "${inherited[@]}" 2>/dev/null
-  cd -- "$dir" || exit 126
-  unset OLDPWD
-  for entry in "${env[@]}"; do export "$entry"; done
-  unset -f prelude  # a program of that name is the command's, not this
-}
 while IFS= read -r -d '' dir; do
   IFS= read -r -d '' count
   env=()
-  named=0  # the environment names `_`: a plain command, given what bash -c would give it
-  for ((i = 0; i < count; i++)); do
-    IFS= read -r -d '' entry
-    env+=("$entry")
-    [[ $entry == _=* ]] && named=1
-  done
+  for ((i = 0; i < count; i++)); do IFS= read -r -d '' entry; env+=("$entry"); done
   IFS= read -r -d '' count
   argv=()
   for ((i = 0; i < count; i++)); do IFS= read -r -d '' entry; argv+=("$entry"); done
-  # Either way the subshell becomes the command (no fork): `exec` passes the environment as it
-  # is; a last command run plainly gets bash's `_` (the program as found), which exec never sets.
-  if ((named)); then
-    (prelude; "${argv[@]}") </dev/null 1>&3 2>&3 3>&-
-  else
-    (prelude; exec "${argv[@]}") </dev/null 1>&3 2>&3 3>&-
-  fi
+  # The subshell becomes env, and env the command, with the environment given and no other.
+  (cd -- "$dir" && exec ENV_PROGRAM -i -- "${env[@]}" "${argv[@]}") </dev/null 1>&3 2>&3 3>&-
   status=$?
   kill -9 -1 2>/dev/null
   # The status only once they are gone, reaped by init too: then no process of the command's
@@ -95,7 +78,7 @@ while IFS= read -r -d '' dir; do
   done
   printf '%s\n' "$status"
 done
-"""
+""".replace("ENV_PROGRAM", ENV_PROGRAM)
 
 
 def enabled() -> bool:
@@ -148,6 +131,7 @@ def usable(box: Sandbox) -> bool:
         enabled()
         and bool(box.bwrap)
         and step_guard.enforcement(box).cgroup is None
+        and os.access(ENV_PROGRAM, os.X_OK)
         and loop_binary(box) is not None
     )
 
@@ -343,7 +327,7 @@ def run(
 ) -> ProcessResult | None:
     """The command in its run's kept sandbox (started now if there is none); None where no
     sandbox can be kept for it (the caller starts one of its own)."""
-    if not usable(box):
+    if not usable(box) or not argv or "=" in argv[0]:  # env would take that for a variable
         return None
     fitting = Fitting(run_id, step.path, step.mount, network, tuple(sorted(asked.items())))
     end_idle()

@@ -97,9 +97,9 @@ def test_a_command_gets_the_environment_it_was_given_and_no_other(box):
 
 
 def test_a_plain_command_gets_what_bash_would_give_it(box):
-    """A plain command (plain_command.py: its environment names `_`) runs as bash -c would run
-    it: its `_` is the program as found, which only a plain run gives; a program that shares a
-    name with anything of the loop's is the command's own."""
+    """A plain command (plain_command.py) gets what bash -c would have given it, `_` (the
+    program as found) included, which bash's exec never passes on; a program named like a
+    function a loop in bash might define is the command's own."""
     step = workdirs.step_dir(box, "run-1", None)
     step.path.mkdir(parents=True, exist_ok=True)
     mine = step.path / "bin"
@@ -113,6 +113,21 @@ def test_a_plain_command_gets_what_bash_would_give_it(box):
     path = f"{mine}:/usr/bin:/bin"
     named = run(box, "", argv=["prelude"], env={**given, "PATH": path, "_": f"{mine}/prelude"})
     assert named.output == "mine\n", named
+
+
+def test_names_bash_reads_reach_the_command_as_they_were_given(box):
+    """The loop's bash never exports a command's environment itself: it would read some names
+    as it did (a locale it warns of, readonly options, arithmetic where a $(…) runs)."""
+    given = {
+        "LC_ALL": "nowhere.UTF-8",
+        "SHELLOPTS": "xtrace",
+        "BASHOPTS": "extglob",
+        "RANDOM": "1 x",
+        "OPTIND": "a[$(echo evaluated >&2)]",
+        "SECONDS": "forty",
+    }
+    out = run(box, "", argv=["/usr/bin/env"], env=given).output
+    assert set(out.splitlines()) == {"PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in given.items())}
 
 
 def test_a_command_killed_by_a_signal_says_nothing_of_the_loop(box):

@@ -5,9 +5,11 @@ a step's start (docs/speed.md). So a bots process keeps one sandbox per run (and
 workdir, network, limits) and starts that run's commands in it, one at a time, as a CI job's
 container serves the job's steps. What a step is promised holds:
 - it is that run's own: another run, or another fitting of the same run, gets another;
+- a command gets what a sandbox of its own gives it: exactly its environment (`env -i` starts
+  it), its output alone (the loop's own stderr goes nowhere), no stdin;
 - nothing outlives its command: the loop inside that starts each command kills every other
   process of the sandbox once it has ended (`kill -9 -1` in the sandbox's PID namespace: all but
-  its init and the loop); what a command leaves in /tmp stays for the run's next (counted
+  its init and the loop); what a command leaves in /tmp may reach the run's next (counted
   against its `tmp` limit with the run's directory, as before);
 - the loop is out of its commands' reach: it runs from a copy of bash that the step user may
   execute but not read, which makes the kernel mark it non-dumpable, so no command may trace it

@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 
+from engine_adapter.sandbox.step_guard import process_tree
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -31,26 +33,11 @@ def process_cpu_s(pids: Iterable[int]) -> float:
     """User + system CPU of the given live processes and of all their descendants: each live
     one's own and that of its children that have exited (a bot's commands; a sandbox kept for a
     run's commands holds theirs until it ends)."""
-    total, stack = 0.0, list(pids)
-    while stack:
-        pid = stack.pop()
-        total += sum(own_and_children_s(pid))
-        stack += _children(pid)
-    return total
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            out += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
-        except OSError:
-            continue
-    return out
+    ticks = 0
+    for root in pids:
+        for _pid, fields in process_tree(root):
+            ticks += _own_ticks(fields) + int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / TICKS
 
 
 def server_cpu_s(conn: psycopg.Connection[Any]) -> float | None:

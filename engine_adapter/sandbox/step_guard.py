@@ -269,7 +269,7 @@ def _open_up_entry(name: str, dir_fd: int) -> int:
         os.close(fd)
 
 
-def _tree(leader: int) -> Iterator[tuple[int, list[str]]]:
+def process_tree(leader: int) -> Iterator[tuple[int, list[str]]]:
     """Leader and its descendants: each one's pid and /proc/PID/stat fields (after the command
     name)."""
     stack = [leader]
@@ -406,7 +406,7 @@ class Guard:
         assert self.leader is not None
         tasks = rss = ticks = 0
         parents: dict[int, int] = {}
-        for pid, fields in _tree(self.leader):
+        for pid, fields in process_tree(self.leader):
             parents[pid] = int(fields[1])
             if self.extra and parents.get(parents[pid]) == self.leader:  # init's child: the loop
                 continue

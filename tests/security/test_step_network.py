@@ -315,7 +315,6 @@ AS_ACCOUNT = r"""
 import sys
 from engine_adapter.sandbox import step_fit, step_limits, workdirs
 from engine_adapter.sandbox.process_runner import run_process
-from engine_adapter.sandbox import kept_sandbox
 from engine_adapter.sandbox.sandbox import detect
 
 box = detect()

@@ -21,8 +21,10 @@ from engine_adapter.testing import harness
 
 # Limits through rlimits: a kept sandbox is not used where they go through cgroup v2.
 KEEP = {kept_sandbox.KEEP_ENV: "on", "THREADLINE_STEP_LIMITS_VIA": "rlimit"}
-# The sandbox's identity: its init's start time (the same init, the same sandbox).
-SANDBOX_ID = "echo sandbox $(cut -d' ' -f22 /proc/1/stat)"
+# The sandbox's identity: its PID namespace, which no two living sandboxes share, and its init's
+# start time, which tells apart a sandbox from a later one that was given a freed namespace number.
+# (The start time alone counts in clock ticks: two runs' sandboxes started in one tick share it.)
+SANDBOX_ID = "echo sandbox $(readlink /proc/self/ns/pid) $(cut -d' ' -f22 /proc/1/stat)"
 
 
 @pytest.fixture(name="box")

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from engine_adapter.access import authorization
+from engine_adapter.sandbox import step_guard
 from engine_adapter.store import db, meeting, roles, schema
 from engine_adapter.testing import harness
 
@@ -102,6 +103,9 @@ def procs(
     )
     yield p
     p.kill_all()
+    # What the next bots process's start would do: a bots process killed while it started a
+    # sandbox can leave that sandbox's init behind (step_guard.end_strays).
+    step_guard.clear_leftovers(p.home / "runs")
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(p.log_tails())

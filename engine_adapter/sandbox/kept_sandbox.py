@@ -16,7 +16,8 @@ container serves the job's steps. What a step is promised holds:
   or open its descriptors (`/proc/PID/fd`) to forge a request or an answer; a command that kills
   it ends the sandbox (bubblewrap's init exits with it, and the namespace with the init);
 - a command that times out, is stopped or passes a limit ends the sandbox with it; a sandbox idle
-  for KEEP_IDLE_S ends, and every one ends with its bots process (--die-with-parent).
+  for KEEP_IDLE_S ends, and every one ends with its bots process (--die-with-parent; what a
+  SIGKILLed bots process's bubblewrap could not end, the next one's start ends: step_guard).
 A command with input on stdin, limits through cgroup v2, no bubblewrap, or
 THREADLINE_STEP_SANDBOX_KEEP=off: the command starts a sandbox of its own.
 """

@@ -186,14 +186,64 @@ def _events(path: Path, name: str) -> dict[str, int]:
 
 
 def clear_leftovers(runs_root: Path) -> None:
-    """At a bots process's start: the /tmp directories of commands whose bots process is gone."""
+    """At a bots process's start: the sandboxes and /tmp directories of commands whose bots
+    process is gone."""
     root = runs_root / TMP_DIR
     if not root.is_dir():
         return
+    end_strays(root)
     for entry in root.iterdir():
         pid = entry.name.split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             _remove_tree(entry)
+
+
+def end_strays(tmp_root: Path) -> list[int]:
+    """SIGKILL every sandbox left by a bots process that is gone; the pids killed. bubblewrap's
+    init waits for its outer process to let it go on, and only then asks to die with it: a bots
+    process killed in between (its outer bubblewrap dies with it) leaves an init that waits for
+    ever, or, a moment later, one that runs its command with no one to end it. Such a sandbox is
+    known by its command line, which binds its /tmp from a directory named for its bots process
+    (Guard.open), when that process is not its ancestor (gone, or its pid taken by another)."""
+    prefix = os.fsencode(tmp_root) + b"/"
+    killed = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue  # ended while we looked
+        if os.path.basename(args[0]) != b"bwrap":
+            continue
+        bound = next((a[len(prefix) :] for a in args if a.startswith(prefix)), b"")
+        owner = bound.split(b"-", 1)[0]
+        pid = int(entry.name)
+        if owner.isdigit() and int(owner) not in _ancestors(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                continue
+    if killed:
+        log.warning("ended %d sandbox processes left by a bots process that is gone", len(killed))
+    return killed
+
+
+def _ancestors(pid: int) -> set[int]:
+    """The pids above pid's, up to init's."""
+    found: set[int] = set()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break  # ended while we looked: what was found stands
+        if pid in found:
+            break
+        found.add(pid)
+    return found
 
 
 def _remove_tree(path: Path) -> None:

@@ -92,8 +92,12 @@ def stack(
     s.procs.kill_all()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
+    """One browser per module: while Playwright's sync API is open, its event loop is the
+    thread's running loop (asyncio.get_running_loop() returns it), and a live widget of a later
+    test in this process would hand its values to that loop, which runs only inside Playwright's
+    calls (test_explore_widgets, run after a UI module in one worker, never saw a redraw)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

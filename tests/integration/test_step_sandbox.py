@@ -18,6 +18,7 @@ import pytest
 from engine_adapter.runs.spawn import spawn
 from engine_adapter.sandbox import kept_sandbox, step_fit
 from engine_adapter.sandbox.sandbox import SandboxError, detect
+from engine_adapter.sandbox.step_guard import process_tree
 from engine_adapter.testing import harness
 from tests.accounts import ordinary_account, package_copy, run_python
 
@@ -303,21 +304,13 @@ def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
     )
     try:
         step = int(bot.stdout.readline())
-        # Kill the bot once the step is under way: the wrapper has set its death signal by the time
-        # it started what it wraps (a bot killed in that first instant is covered instead by the
-        # next bot, which kills the lost attempt's process group before it starts another).
+        # Kill the bot once the command runs: by then each wrapper has set its death signal, and
+        # bubblewrap's init has asked to die with its outer process (a bot killed before that can
+        # leave the init waiting: the next bots process's start ends it, step_guard.end_strays).
         harness.wait_for(
-            lambda: (
-                (
-                    any(Path(f"/proc/{step}/task").glob("*/children"))
-                    and any(
-                        t.read_text().strip() for t in Path(f"/proc/{step}/task").glob("*/children")
-                    )
-                )
-                or way == "python"
-            ),
+            lambda: any(_command_name(pid) == "sleep" for pid, _ in process_tree(step)),
             timeout=10,
-            what="the step to be under way",
+            what="the step's command to run",
         )
     finally:
         harness.kill(bot)
@@ -329,6 +322,13 @@ def test_a_step_dies_with_its_bot(tmp_path, monkeypatch, way):
             return True
 
     harness.wait_for(gone, timeout=10, what="the step to die with its bot")
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def host_processes_with(marker: str) -> list[int]:

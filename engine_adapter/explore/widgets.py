@@ -4,13 +4,16 @@ Each redraws itself when the client's feed says something changed, without its c
 again. The feed's thread reads the views; the widgets' values are then set on the kernel's
 event loop (call_soon_threadsafe), because widget state is not safe to change from another
 thread while the kernel serves its own messages. Outside a kernel there is no loop, and the
-values are set from the feed's thread under a lock.
+values are set from the feed's thread under a lock. Only the kernel's own loop counts: another
+loop running in the caller's thread (Playwright's sync API keeps one, running only inside its own
+calls) would hold the redraws until something ran it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,16 +82,24 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def kernel_loop() -> asyncio.AbstractEventLoop | None:
+    """The running Jupyter kernel's event loop, or None outside a kernel (a kernel has imported
+    ipykernel; a plain script that merely could has not started one)."""
+    kernelbase = sys.modules.get("ipykernel.kernelbase")
+    if kernelbase is None or not kernelbase.Kernel.initialized():
+        return None
+    io_loop = getattr(kernelbase.Kernel.instance(), "io_loop", None)
+    loop = getattr(io_loop, "asyncio_loop", None)  # tornado's IOLoop over asyncio
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+
+
 class _Live:
     """Redraws on the client's feed: reads off the kernel's thread, sets values on its loop."""
 
     def _follow(self, client: Client, wants: Callable[[frozenset[str]], bool]) -> None:
         self.client = client
         self._redraw_lock = threading.RLock()
-        try:
-            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            self._loop = None  # a plain script: no loop to hand values to
+        self._loop = kernel_loop()  # None in a plain script: no loop to hand values to
         self.redraws = 0
         self._set(self._read())  # drawn before the cell returns; then kept live
 

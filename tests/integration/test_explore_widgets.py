@@ -4,9 +4,12 @@ process run the runs and the CLI decides a gate."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from engine_adapter import connect
 from engine_adapter.testing import harness
@@ -91,3 +94,38 @@ def test_the_runs_table_filters_and_the_badge_counts_live_processes(recipes, pro
     harness.wait_for(lambda: table.count == 1, timeout=30, what="the waiting run")
     assert gated in table.table.value
     tl.close()
+
+
+def test_a_widget_made_where_another_loop_runs_still_follows(recipes, procs, db_url):
+    """Playwright's sync API keeps an event loop running in its caller's thread that runs only
+    inside its own calls: a widget made there must not hand its redraws to that loop, where they
+    would wait until something ran it. Here the loop is held by the blocking wait itself."""
+    procs.start("conductor")
+    procs.start("bots")
+    tl = connect(url=db_url, write=True)
+    run = tl.spawn("wait-for-reply")
+    harness.wait_for_state(db_url, run, "waiting")
+
+    async def followed_while_this_loop_runs_nothing() -> None:
+        w = tl.run_widget(run)
+        assert w.state == "waiting"
+        decided = harness.run_cli(db_url, "approve", run)
+        assert decided.returncode == 0, decided.stderr
+        harness.wait_for(lambda: w.state == "completed", timeout=30, what="the widget to follow")
+
+    asyncio.run(followed_while_this_loop_runs_nothing())
+    tl.close()
+
+
+def test_in_a_real_kernel_the_widgets_hand_their_redraws_to_its_loop(tmp_path):
+    """In a Jupyter kernel the widgets' values are set on the kernel's own loop: the one its
+    cells run in."""
+    cell = (
+        "import asyncio\n"
+        "from engine_adapter.explore.widgets import kernel_loop\n"
+        "assert kernel_loop() is asyncio.get_running_loop()"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+    NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()

@@ -95,9 +95,9 @@ def stack(
 @pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[Any]:
     """One browser per module: while Playwright's sync API is open, its event loop is the
-    thread's running loop (asyncio.get_running_loop() returns it), and a live widget of a later
-    test in this process would hand its values to that loop, which runs only inside Playwright's
-    calls (test_explore_widgets, run after a UI module in one worker, never saw a redraw)."""
+    thread's running loop, and a later test in this worker would meet it (asyncio.run refuses to
+    start inside a running loop; a live widget once handed its redraws to it, see
+    explore/widgets.py)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -77,8 +77,8 @@ def emit(
         listening = [] if switch else db.fetch_all(conn, "event_workflows", dict(name=name))
         for wf in listening:
             slug = wf["slug"]
-            key = f"event:{name}:{event_id}:{slug}"
-            spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=key)
+            once = f"event:{name}:{event_id}:{slug}"  # one run per event and workflow
+            spawned = spawn(conn, slug, payload, trigger=trigger, idempotency_key=once)
             runs.append(EventRun(slug, spawned.run_id, spawned.created))
         released = db.fetch_row(
             conn,

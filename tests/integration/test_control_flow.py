@@ -466,6 +466,30 @@ def test_wait_for_event_by_key_and_an_early_event_is_not_lost(conn, apply, procs
     )
 
 
+def test_a_keyed_event_that_also_starts_a_workflow_still_ends_its_wait(conn, apply, procs):
+    """An event that a workflow listens for (on_event) starts its run and still reaches the wait
+    keyed as the caller said: the listener's run key once took the caller's key's place, so
+    the wait was never ended and the event was kept under the wrong key."""
+    from engine_adapter.runs.events import emit
+
+    apply(WAIT)
+    apply("slug: listener\non_event: deploy.done\nsteps:\n  - id: s\n    run_command: echo heard\n")
+    procs.start("conductor")
+    procs.start("bots")
+    run = spawn(conn, "wait-deploy", {"sha": "ccc", "nap": 0}).run_id
+    harness.wait_for_state(procs.url, run, "waiting", timeout=30)
+    emitted = emit(conn, "deploy.done", {"url": "z"}, key="ccc")
+    assert [r.workflow for r in emitted.runs] == ["listener"] and emitted.key == "ccc"
+    assert len(emitted.released) == 1 and emitted.released[0].startswith(f"{run}:deployed:")
+    stored = conn.execute(
+        "select key from threadline.outside_events where event_id = %s", (emitted.event_id,)
+    ).fetchone()
+    assert stored["key"] == "ccc"
+    view = harness.wait_for_state(procs.url, run, "completed", timeout=30)
+    assert node(view, "after")["output"].strip() == 'got {"url": "z"}'
+    harness.wait_for_state(procs.url, emitted.runs[0].run_id, "completed", timeout=30)
+
+
 def test_wait_for_event_times_out_onto_its_path(conn, apply, procs):
     apply("""
 slug: wait-short

@@ -422,7 +422,9 @@ def envelope_of(
     output = view["outputs"] or next(
         (s["output"] for s in reversed(steps) if s["status"] == domain.COMPLETED), None
     )
-    failed = next((s for s in steps if s["status"] == domain.FAILED), None)
+    # The step the run failed at is its last failed one: a step failed before it under
+    # `on_failure: continue` did not end the run.
+    failed = next((s for s in reversed(steps) if s["status"] == domain.FAILED), None)
     return {
         "ok": status in (EnvelopeStatus.OK, EnvelopeStatus.NEEDS_APPROVAL),
         "status": status,

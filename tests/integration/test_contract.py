@@ -136,7 +136,10 @@ def test_a_denial_cancels_and_a_failure_fails_with_exit_zero(db_url, apply, runn
     )
     assert code == 0 and denied["status"] == "cancelled" and not denied["ok"]
     assert events[0]["type"] == "approval.denied"
-    apply("slug: broken\nsteps:\n  - id: boom\n    run_command: echo oops; exit 3\n")
+    apply(
+        "slug: broken\nsteps:\n  - id: lint\n    run_command: exit 1\n    on_failure: continue\n"
+        "  - id: boom\n    run_command: echo oops; exit 3\n"
+    )
     failed, _, code = call(db_url, "run", {"workflow": "broken"})
     assert code == 0 and failed["status"] == "failed" and not failed["ok"]
     assert failed["error"]["type"] == "step_failed"

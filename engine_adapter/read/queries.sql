@@ -117,15 +117,18 @@ select r.workflow,
  limit 20
 
 -- open_gates --
--- Every run waiting at a human gate, oldest first, with its question and deadline.
-select r.run_id, r.workflow, r.current_step as step, r.await_key as gate_key, r.updated_at as waiting_since,
+-- Every run waiting at a human gate, oldest first, with its question and deadline. It waits since
+-- its question was asked: the run's updated_at moves with every entry (a reply that decides
+-- nothing, a notifier's note).
+select r.run_id, r.workflow, r.current_step as step, r.await_key as gate_key,
+       coalesce(q.created_at, r.updated_at) as waiting_since,
        q.text as question, q.data ->> 'deadline' as deadline, q.data -> 'approvers' as approvers,
        q.data ->> 'accept' as accept
   from threadline.run_threads r
   left join threadline.thread_entries q
     on q.run_id = r.run_id and q.dedupe_key = 'question:' || r.await_key
  where r.awaiting and r.await_kind = 'gate' and r.state = 'waiting'
- order by r.updated_at, r.run_id
+ order by waiting_since, r.run_id
  limit %(limit)s
 
 -- thread_page --

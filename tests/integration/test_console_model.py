@@ -84,6 +84,27 @@ def test_chart_data_is_bounded_to_its_window(conn):
     assert all(r["runs"] > 0 for r in data["failures"])
 
 
+def test_a_gate_waits_since_its_question_whatever_its_thread_says_since(conn, db_url, procs, apply):
+    """Needs you lists gates oldest first by when each was asked: a reply that decides nothing
+    (or a notifier's note) in an older run's thread does not make it the newer."""
+    procs.start("conductor")
+    procs.start("bots")
+    apply(GATED)
+    older = spawn(conn, "gated", {"n": 1}).run_id
+    harness.wait_for_state(db_url, older, "waiting")
+    newer = spawn(conn, "gated", {"n": 2}).run_id
+    harness.wait_for_state(db_url, newer, "waiting")
+    asked = {
+        g["run_id"]: g["waiting_since"] for g in read_model.open_gates(conn)
+    }  # before the reply
+    replied = harness.run_cli(db_url, "reply", older, "who owns this?", "--as", "bob")
+    assert replied.returncode == 0, replied.stderr
+    gates_now = read_model.open_gates(conn)
+    assert [g["run_id"] for g in gates_now] == [older, newer]
+    assert {g["run_id"]: g["waiting_since"] for g in gates_now} == asked
+    assert asked[older] < asked[newer]
+
+
 def test_open_gates_debug_view_and_live_feed(conn, db_url, procs, apply):
     hub = LiveHub(db_url)
     changes: list[Change] = []

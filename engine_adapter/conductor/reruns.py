@@ -13,6 +13,8 @@ import psycopg
 from absurd_sdk import StepHandle, TaskContext
 
 from engine_adapter.access import authorization
+from engine_adapter.catalog import proposals
+from engine_adapter.catalog.workflows import get_workflow
 from engine_adapter.conductor.run_handler import RunHandler
 from engine_adapter.model import domain, names
 from engine_adapter.model.domain import HandlerParams
@@ -67,6 +69,7 @@ def rerun(
                     f"step {node['id']} is {node['status']} in run {run_id}: only steps that "
                     f"finished can be carried over (rerun from {node['id']} or earlier)"
                 )
+        _refuse_unreviewed(conn, run, before, payload)
         views, named = handed_on(conn, run, len(before))
         carried = {
             "run_id": run_id,
@@ -99,6 +102,38 @@ def rerun(
         )
         db.notify(conn, run_id, "thread")
     return spawned
+
+
+def _refuse_unreviewed(
+    conn: psycopg.Connection[Any],
+    run: dict[str, Any],
+    before: list[str],
+    payload: dict[str, Any] | None,
+) -> None:
+    """A rerun may not get past a person's decision or a protected workflow's review:
+    - a decision made at a carried step (in the run or in the runs its steps started) is not
+      carried into a rerun with another payload: the person decided about other input;
+    - a rerun runs its original's version, so a protected workflow's older version runs again
+      only where going back to it would not need a reviewed proposal (workflows.rollback)."""
+    if payload is not None and payload != run["payload"]:
+        decided = db.fetch_one(conn, "carried_decision", dict(run_id=run["run_id"], steps=before))
+        if decided is not None:
+            _, path, _ = names.split_step_key(decided["step_key"])
+            raise CommandRefused(
+                f"{decided['actor']} decided ({decided['decision']}) at step "
+                f"{names.step_id_of(path)} for the payload of run {run['run_id']}: a rerun "
+                f"with another payload must ask again (rerun from step {decided['top']} or "
+                "earlier)"
+            )
+    current = get_workflow(conn, run["workflow"])
+    if current["hash"] != run["recipe_hash"]:
+        why = proposals.refuse_direct(current["recipe"], run["recipe"])
+        if why:
+            raise CommandRefused(
+                f"run {run['run_id']} ran version {run['workflow_version']} of workflow "
+                f"{run['workflow']}, which is at version {current['version']}; a rerun runs "
+                f"the old version again: {why}"
+            )
 
 
 class _Unrecorded(Exception):

@@ -4,17 +4,21 @@ parent parked on their run.done events (migration 009)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from engine_adapter.conductor.handler_base import HandlerBase, branch_output
 from engine_adapter.model import domain, names
 from engine_adapter.model.domain import StepResult
+from engine_adapter.model.vocab import RunState
 from engine_adapter.recipes import expressions
 from engine_adapter.recipes.recipes import Step
 from engine_adapter.recipes.render import RenderError
 from engine_adapter.runs import child_runs
 from engine_adapter.store import db
+
+R = TypeVar("R")
 
 
 class ControlFlow(HandlerBase):
@@ -158,17 +162,21 @@ class ControlFlow(HandlerBase):
             for b in todo[start : start + wave]:
                 started[b.name] = self.ctx.step(
                     names.checkpoint(names.SPAWN, path, try_no, b.name),
-                    partial(
-                        child_runs.spawn_branch,
-                        self.conn,
-                        self.run_id,
-                        self.recipe,
-                        self.payload,
+                    self.at_step(
                         path,
                         try_no,
-                        b,
-                        {**inherited, "loop": b.loop or self.loop},
-                        notify=(first,) if any_mode else (),
+                        partial(
+                            child_runs.spawn_branch,
+                            self.conn,
+                            self.run_id,
+                            self.recipe,
+                            self.payload,
+                            path,
+                            try_no,
+                            b,
+                            {**inherited, "loop": b.loop or self.loop},
+                            notify=(first,) if any_mode else (),
+                        ),
                     ),
                 )["run_id"]
             if any_mode:
@@ -225,6 +233,17 @@ class ControlFlow(HandlerBase):
             },
         )
 
+    def at_step(self, path: str, try_no: int, start: Callable[[], R]) -> Callable[[], R]:
+        """`start` (a child run's spawn), the run first shown running at this step: while its
+        children run it parks on their ends, and every surface lists it at this step, not at
+        the one before (or, first, at none)."""
+
+        def started() -> R:
+            self.set_state(RunState.RUNNING, path, try_no)
+            return start()
+
+        return started
+
     def merge(self, finished: dict[str, Any]) -> None:
         """A branch's results become the parent's: its steps' views and named outputs."""
         outputs = finished.get("outputs") or {}
@@ -240,8 +259,12 @@ class ControlFlow(HandlerBase):
             return StepResult(domain.FAILED, str(err), reason=str(err))
         started = self.ctx.step(
             names.checkpoint(names.SPAWN, path, try_no, "run"),
-            lambda: child_runs.spawn_workflow(
-                self.conn, self.run_id, step.text, payload, path, try_no
+            self.at_step(
+                path,
+                try_no,
+                lambda: child_runs.spawn_workflow(
+                    self.conn, self.run_id, step.text, payload, path, try_no
+                ),
             ),
         )
         if "error" in started:

@@ -490,6 +490,38 @@ def test_a_keyed_event_that_also_starts_a_workflow_still_ends_its_wait(conn, app
     harness.wait_for_state(procs.url, emitted.runs[0].run_id, "completed", timeout=30)
 
 
+def test_a_run_whose_children_run_is_listed_at_the_step_that_started_them(conn, apply, procs):
+    """While a parallel step's branches (or a sub-workflow) run, their parent is listed running
+    at that step: it was listed at the step before (or, a sub-workflow first, pending at none),
+    though every branch ran and one waited at its gate."""
+    from engine_adapter.read.run_list import RunFilters, runs_page
+
+    apply(
+        "slug: fans\nsteps:\n  - id: build\n    run_command: echo built\n  - id: fan\n"
+        "    parallel:\n      a: [{id: ga, human_gate: 'A ok?'}]\n"
+        "      b: [{id: gb, run_command: 'true'}]\n"
+    )
+    apply("slug: asks\nsteps:\n  - id: ask\n    human_gate: 'Go?'\n")
+    apply("slug: calls\nsteps:\n  - id: call\n    workflow: asks\n")
+    procs.start("conductor")
+    procs.start("bots")
+    fans = spawn(conn, "fans", {}).run_id
+    calls = spawn(conn, "calls", {}).run_id
+    for parent in (fans, calls):
+        harness.wait_for(
+            lambda parent=parent: conn.execute(
+                "select 1 from threadline.run_threads where parent_run_id = %s"
+                " and state = 'waiting'",
+                (parent,),
+            ).fetchone(),
+            timeout=30,
+            what="a child waiting at its gate",
+        )
+    listed = {r.run_id: (r.state, r.current_step) for r in runs_page(conn, RunFilters()).rows}
+    assert listed[fans] == ("running", "fan")
+    assert listed[calls] == ("running", "call")
+
+
 def test_wait_for_event_times_out_onto_its_path(conn, apply, procs):
     apply("""
 slug: wait-short

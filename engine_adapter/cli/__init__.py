@@ -10,6 +10,7 @@ __all__ = [
     "common",
     "contract",
     "contract_cli",
+    "contract_follow",
     "main",
     "requests",
     "reset",

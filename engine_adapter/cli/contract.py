@@ -14,15 +14,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, overload
 
 import psycopg
 from referencing import Registry, Resource
 
+from engine_adapter.cli.contract_follow import STATUS, Emit, Follower
 from engine_adapter.cli.requests import (
     PolicyRequest,
     ProposeRequest,
@@ -34,7 +33,7 @@ from engine_adapter.cli.requests import (
 from engine_adapter.model import domain, errors
 from engine_adapter.model.errors import ThreadlineError
 from engine_adapter.model.identity import Actor
-from engine_adapter.model.vocab import EnvelopeStatus, GateDecision, RunState, TriggerKind
+from engine_adapter.model.vocab import EnvelopeStatus, GateDecision, TriggerKind
 from engine_adapter.read.read_model import show_run
 from engine_adapter.recipes.recipes import _SLUG as SLUG
 from engine_adapter.recipes.recipes import Recipe, RecipeError, load_recipe_text, walk_steps
@@ -52,22 +51,6 @@ EXIT_OK, EXIT_INVALID, EXIT_CONTRACT, EXIT_POLICY, EXIT_INTERNAL = (
     errors.CONTRACT_POLICY,
     errors.CONTRACT_INTERNAL,
 )
-POLL_S = 0.1
-STATUS = {  # run state -> envelope status, where the run has stopped
-    RunState.COMPLETED: EnvelopeStatus.OK,
-    RunState.FAILED: EnvelopeStatus.FAILED,
-    RunState.CANCELLED: EnvelopeStatus.CANCELLED,
-}
-
-Emit = Callable[[dict[str, Any]], None]
-# A step in one of these has started; one in these has ended, said as this event.
-STARTED = frozenset({domain.ACTIVE, domain.SLEEPING, domain.GATE, domain.WAITING})
-ENDED = {
-    domain.COMPLETED: "step.completed",
-    domain.FAILED: "step.failed",
-    domain.CANCELLED: "step.cancelled",
-    domain.SKIPPED: "step.skipped",
-}
 
 
 class ContractError(ThreadlineError):
@@ -257,62 +240,6 @@ def _width(step: Any) -> int:
     return 1
 
 
-@dataclass
-class Follower:
-    """Follows a run, saying each change as an NDJSON event, until it stops or pauses."""
-
-    conn: psycopg.Connection[Any]
-    run_id: str
-    emit: Emit
-    seen: dict[str, str] = field(default_factory=dict)  # step path -> last status said
-    started: dict[str, int] = field(default_factory=dict)  # step path -> last attempt started
-    gate: str | None = None
-
-    def follow(self, deadline: float | None) -> dict[str, Any]:
-        while True:
-            view = show_run(self.conn, self.run_id, thread_limit=0)
-            self.say(view)
-            if view["state"] in STATUS or view["gate"] is not None:
-                return view
-            if deadline is not None and time.monotonic() >= deadline:
-                return view
-            time.sleep(POLL_S)
-
-    def say(self, view: dict[str, Any]) -> None:
-        for node in view["steps"]:
-            self.say_started(node)
-            status = node["status"]
-            if self.seen.get(node["path"]) == status:
-                continue
-            self.seen[node["path"]] = status
-            event = ENDED.get(status)
-            if event:
-                self.emit(self.event(event, step=node["id"], attempt=node["attempts"]))
-        gate = (view["gate"] or {}).get("key")
-        if gate and gate != self.gate:
-            self.emit(self.event("approval.required", step=view["gate"]["step"]))
-        self.gate = gate
-
-    def say_started(self, node: dict[str, Any]) -> None:
-        """step.started once per attempt of a step that ran, before how it ended: a step that
-        starts and ends between two looks is still said to have started."""
-        status = node["status"]
-        ran = status in STARTED or (
-            status in ENDED and status != domain.SKIPPED and node["started_at"] is not None
-        )
-        attempt = max(node["attempts"] or 0, 1)
-        if ran and self.started.get(node["path"], 0) < attempt:
-            self.started[node["path"]] = attempt
-            self.emit(self.event("step.started", step=node["id"], attempt=attempt))
-
-    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, "run_id": self.run_id, **fields, "ts": _now()}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
 def run(
     conn: psycopg.Connection[Any], request: RunRequest, actor: Actor, emit: Emit
 ) -> tuple[dict[str, Any], int]:
@@ -467,12 +394,11 @@ def _step(node: dict[str, Any], policy: Policy) -> dict[str, Any]:
 
 def _approval(conn: psycopg.Connection[Any], view: dict[str, Any], actor: Actor) -> dict[str, Any]:
     """The open gate, with a fresh resume token that decides it as the caller."""
-    gate = view["gate"]
-    question = db.fetch_one(
-        conn, "gate_question", dict(run_id=view["run_id"], gate_key=gate["key"])
-    )
-    issued = resume_tokens.issue(conn, view["run_id"], gate["key"], actor.name, actor.via)
+    gate, run_id = view["gate"], view.get("gate_run_id") or view["run_id"]
+    question = db.fetch_one(conn, "gate_question", dict(run_id=run_id, gate_key=gate["key"]))
+    issued = resume_tokens.issue(conn, run_id, gate["key"], actor.name, actor.via)
     return {
+        "run_id": run_id,
         "step": gate["step"],
         "prompt": question["prompt"] if question else "",
         "resume_token": issued.token,

@@ -2930,7 +2930,17 @@ begin
      for update;
   v_refusal := case
     when v_token.token_hash is null then 'unknown'
-    when p_run_id is not null and v_token.run_id <> p_run_id then 'other run'
+    when p_run_id is not null and v_token.run_id <> p_run_id
+         and not exists (
+           with recursive above as (
+             select r.parent_run_id from threadline.run_threads r
+              where r.run_id = v_token.run_id
+             union
+             select r.parent_run_id from threadline.run_threads r
+               join above a on r.run_id = a.parent_run_id
+           )
+           select 1 from above where above.parent_run_id = p_run_id)
+      then 'other run'
     when v_token.used_at is not null then 'used'
     when v_token.expires_at <= now() then 'expired'
     when v_token.subject_account is not null

@@ -78,6 +78,38 @@ def test_a_run_that_completes(db_url, apply, running):
     assert {e["run_id"] for e in events} == {envelope["run_id"]}
 
 
+def test_a_gate_in_a_run_it_started_pauses_the_followed_run_and_resumes_it(
+    db_url, conn, apply, running
+):
+    """A gate in a sub-workflow (or a branch, an item) pauses the run the contract follows: it
+    said nothing of it, and a policy's timeout then cancelled the run that waited for approval.
+    The token is the child gate's; resuming names the followed run, and no unrelated run."""
+    apply(GATED)
+    apply(
+        "slug: outer\nsteps:\n  - id: call\n    workflow: gated\n"
+        "  - id: end\n    run_command: echo end\n"
+    )
+    paused, events, code = call(
+        db_url, "run", {"workflow": "outer", "policy": {"timeout_ms": 8000}}
+    )
+    assert code == 0 and paused["status"] == "needs_approval", paused
+    approval = paused["requires_approval"]
+    child = conn.execute(
+        "select run_id from threadline.run_threads where parent_run_id = %s", (paused["run_id"],)
+    ).fetchone()["run_id"]
+    assert approval["run_id"] == str(child) and approval["step"] == "ship"
+    assert approval["prompt"] == "Ship it?"
+    assert "approval.required" in [e["type"] for e in events]
+    harness.wait_for_state(db_url, paused["run_id"], "running")  # waiting, not cancelled
+    other, _, _ = call(db_url, "run", {"workflow": "gated"})
+    token = approval["resume_token"]
+    refused, _, code = call(db_url, "resume", {"run_id": other["run_id"], "resume_token": token})
+    assert code == 20 and "not one of run" in refused["error"]["message"]
+    done, events, code = call(db_url, "resume", {"run_id": paused["run_id"], "resume_token": token})
+    assert code == 0 and done["status"] == "ok" and done["output"] == "end\n", done
+    assert events[0]["type"] == "approval.approved"
+
+
 def test_pause_resume_by_token_and_a_token_used_twice(db_url, conn, apply, running):
     apply(GATED)
     paused, events, code = call(db_url, "run", {"workflow": "gated"})

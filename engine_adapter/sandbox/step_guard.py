@@ -198,14 +198,32 @@ def clear_leftovers(runs_root: Path) -> None:
             _remove_tree(entry)
 
 
+STRAY_LOOKS = 20  # at most, while each look ends some
+STRAY_LOOK_GAP_S = 0.05
+
+
 def end_strays(tmp_root: Path) -> list[int]:
     """SIGKILL every sandbox left by a bots process that is gone; the pids killed. bubblewrap's
     init waits for its outer process to let it go on, and only then asks to die with it: a bots
     process killed in between (its outer bubblewrap dies with it) leaves an init that waits for
     ever, or, a moment later, one that runs its command with no one to end it. Such a sandbox is
     known by its command line, which binds its /tmp from a directory named for its bots process
-    (Guard.open), when that process is not its ancestor (gone, or its pid taken by another)."""
-    prefix = os.fsencode(tmp_root) + b"/"
+    (Guard.open), when that process is not its ancestor (gone, or its pid taken by another).
+    Looked for again while a look finds any: an outer bubblewrap killed in its clone() still
+    leaves the init it was making, which may appear after the look that killed the outer."""
+    killed: list[int] = []
+    for _ in range(STRAY_LOOKS):
+        found = _kill_strays(os.fsencode(tmp_root) + b"/")
+        if not found:
+            break
+        killed += [pid for pid in found if pid not in killed]
+        time.sleep(STRAY_LOOK_GAP_S)
+    if killed:
+        log.warning("ended %d sandbox processes left by a bots process that is gone", len(killed))
+    return killed
+
+
+def _kill_strays(prefix: bytes) -> list[int]:
     killed = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -226,8 +244,6 @@ def end_strays(tmp_root: Path) -> list[int]:
                 killed.append(pid)
             except OSError:
                 continue
-    if killed:
-        log.warning("ended %d sandbox processes left by a bots process that is gone", len(killed))
     return killed
 
 

@@ -10,13 +10,8 @@ select q.text as prompt, q.data ->> 'deadline' as deadline
 -- gate_below --
 -- The first gate waiting in a run the given run started, or one those started (a parallel
 -- branch, a foreach item, a sub-workflow): where a run followed by the contract pauses too.
-with recursive below as (
-  select r.run_id from threadline.run_threads r where r.parent_run_id = %(run_id)s
-  union all
-  select r.run_id from threadline.run_threads r join below b on r.parent_run_id = b.run_id
-)
 select r.run_id
-  from threadline.run_threads r join below b using (run_id)
+  from threadline.run_threads r join threadline.runs_below(%(run_id)s) b using (run_id)
  where r.awaiting and r.await_kind = 'gate' and r.state = 'waiting'
  order by r.updated_at, r.run_id
  limit 1

@@ -85,25 +85,12 @@ select c.run_id, c.task_id, c.attempt, c.task_name, c.params, c.retry_strategy, 
 select should_suspend, payload
   from absurd.await_event(%(queue)s, %(task_id)s, %(run_id)s, %(checkpoint)s, %(event)s, null)
 
--- carried_decision --
--- A decision a person made at the given top-level steps of a run, or in the runs those steps
--- started (branches, items, sub-workflows, and theirs): what a rerun would carry over; `top` is
--- the top-level step it is under.
-with recursive below as (
-  select r.run_id, split_part(split_part(r.parent ->> 'step', '/', 1), '[', 1) as top
-    from threadline.run_threads r
-   where r.parent_run_id = %(run_id)s
-  union all
-  select r.run_id, b.top from threadline.run_threads r join below b on r.parent_run_id = b.run_id
-), made as (
-  select d.step_key, d.decision, d.actor, d.created_at,
-         coalesce(b.top, split_part(split_part(split_part(d.step_key, ':', 2), '/', 1), '[', 1))
-           as top
-    from threadline.decisions d
-    left join below b on b.run_id = d.run_id
-   where d.decision <> 'timeout' and (b.run_id is not null or d.run_id = %(run_id)s)
-)
-select step_key, decision, actor, top from made
- where top = any (%(steps)s)
- order by created_at
- limit 1
+-- decisions_in_tree --
+-- The decisions people made in a run and in the runs it started (branches, items,
+-- sub-workflows, and theirs), oldest first; `from_step`: for one below, the run's step it
+-- comes from.
+select d.run_id, d.step_key, d.decision, d.actor, b.from_step
+  from threadline.decisions d
+  left join threadline.runs_below(%(run_id)s) b using (run_id)
+ where d.decision <> 'timeout' and (b.run_id is not null or d.run_id = %(run_id)s)
+ order by d.created_at

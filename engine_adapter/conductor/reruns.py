@@ -26,6 +26,7 @@ from engine_adapter.recipes.recipes import find_step_doc, step_docs
 from engine_adapter.runs import run_state, thread_entries
 from engine_adapter.runs.commands import CommandRefused
 from engine_adapter.runs.spawn import Snapshot, Spawned, spawn
+from engine_adapter.runs.thread_entries import RunNotFound
 from engine_adapter.store import db
 
 R = TypeVar("R")
@@ -111,20 +112,42 @@ def _refuse_unreviewed(
     payload: dict[str, Any] | None,
 ) -> None:
     """A rerun may not get past a person's decision or a protected workflow's review:
-    - a decision made at a carried step (in the run or in the runs its steps started) is not
-      carried into a rerun with another payload: the person decided about other input;
+    - a decision made at a carried step (in the run or in the runs its steps started, or, for
+      steps the run itself carried over, in the run it carried them from) is not carried into a
+      rerun with another payload: the person decided about other input;
     - a rerun runs its original's version, so a protected workflow's older version runs again
       only where going back to it would not need a reviewed proposal (workflows.rollback)."""
-    if payload is not None and payload != run["payload"]:
-        decided = db.fetch_one(conn, "carried_decision", dict(run_id=run["run_id"], steps=before))
-        if decided is not None:
-            _, path, _ = names.split_step_key(decided["step_key"])
-            raise CommandRefused(
-                f"{decided['actor']} decided ({decided['decision']}) at step "
-                f"{names.step_id_of(path)} for the payload of run {run['run_id']}: a rerun "
-                f"with another payload must ask again (rerun from step {decided['top']} or "
-                "earlier)"
-            )
+    asked = run["payload"] if payload is None else payload
+    here, steps = run, before
+    while steps:
+        if asked != here["payload"]:
+            for d in db.fetch_all(conn, "decisions_in_tree", dict(run_id=here["run_id"])):
+                gate = names.split_step_key(d["step_key"])[1]
+                top = names.top_step_of(d["from_step"] or gate)
+                if top in steps:
+                    raise CommandRefused(
+                        f"{d['actor']} decided ({d['decision']}) at step "
+                        f"{names.step_id_of(gate)} for the payload of run {here['run_id']}: a "
+                        f"rerun with another payload must ask again (rerun from step {top} or "
+                        "earlier)"
+                    )
+        trigger = here["trigger"] or {}
+        if trigger.get("kind") != TriggerKind.RERUN:
+            break
+        ids = [s["id"] for s in here["recipe"]["steps"]]
+        steps = [s for s in steps if s in ids[: ids.index(trigger["from"])]]
+        if not steps:
+            break
+        try:  # what `here` carried over was decided, if at all, in its original
+            here = run_state.lock_run(conn, trigger["run_id"])
+        except RunNotFound:  # cleaned up: who decided there is no longer known
+            if asked != here["payload"]:
+                raise CommandRefused(
+                    f"run {here['run_id']} carried steps over from run {trigger['run_id']}, "
+                    f"which is cleaned up: a rerun with another payload runs from step "
+                    f"{steps[0]} or earlier"
+                ) from None
+            break
     current = get_workflow(conn, run["workflow"])
     if current["hash"] != run["recipe_hash"]:
         why = proposals.refuse_direct(current["recipe"], run["recipe"])
@@ -194,7 +217,7 @@ def handed_on(
         handler.run_list(handler.steps[:count], "")
     except _Unrecorded as missing:  # its journal lost a record (none of ours removes one)
         parsed = names.parse_checkpoint(str(missing))
-        step = names.step_id_of(parsed[1].split("/", 1)[0]) if parsed else "?"
+        step = names.top_step_of(parsed[1]) if parsed else "?"
         raise CommandRefused(
             f"run {run_id} no longer holds all that step {step} handed on: rerun from step "
             f"{step} or earlier"

@@ -86,6 +86,11 @@ def step_id_of(path: str) -> str:
     return path.rsplit("/", 1)[-1].split("[", 1)[0]
 
 
+def top_step_of(path: str) -> str:
+    """The top-level step a path lies under (`each[2]/deploy` -> `each`)."""
+    return step_id_of(path.split("/", 1)[0])
+
+
 # -- checkpoint names inside the one handler; the read model reads results back from them -------
 SEND, DONE, DONE_LATE, SLEEP, RETRY, FAILED = (
     "send",

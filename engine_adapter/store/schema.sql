@@ -2312,6 +2312,27 @@ end;
 $$;
 
 --
+-- Name: runs_below(uuid); Type: FUNCTION; Schema: threadline; Owner: -
+--
+
+CREATE FUNCTION threadline.runs_below(p_run_id uuid) RETURNS TABLE(run_id uuid, from_step text)
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  -- Each run the given one started, and theirs, with the path of the given run's step it comes
+  -- from.
+  with recursive below as (
+    select r.run_id, r.parent ->> 'step' as from_step
+      from threadline.run_threads r
+     where r.parent_run_id = p_run_id
+    union all
+    select r.run_id, b.from_step
+      from threadline.run_threads r join below b on r.parent_run_id = b.run_id
+  )
+  select below.run_id, below.from_step from below
+$$;
+
+--
 -- Name: runs_leave_no_entries(); Type: FUNCTION; Schema: threadline; Owner: -
 --
 
@@ -2931,15 +2952,7 @@ begin
   v_refusal := case
     when v_token.token_hash is null then 'unknown'
     when p_run_id is not null and v_token.run_id <> p_run_id
-         and not exists (
-           with recursive above as (
-             select r.parent_run_id from threadline.run_threads r
-              where r.run_id = v_token.run_id
-             union
-             select r.parent_run_id from threadline.run_threads r
-               join above a on r.run_id = a.parent_run_id
-           )
-           select 1 from above where above.parent_run_id = p_run_id)
+         and v_token.run_id not in (select b.run_id from threadline.runs_below(p_run_id) b)
       then 'other run'
     when v_token.used_at is not null then 'used'
     when v_token.expires_at <= now() then 'expired'

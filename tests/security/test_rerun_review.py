@@ -83,6 +83,9 @@ def test_a_gates_decision_is_carried_only_into_a_rerun_of_the_same_payload(
     # The same payload carries the decision: the rerun ships what alice approved, once more.
     again = reruns.rerun(conn, first, "ship", OPERATOR).run_id
     harness.wait_for_state(procs.url, again, "completed", timeout=30)
+    # A rerun of that rerun carries the same decision: it is alice's, made in the first run.
+    with pytest.raises(CommandRefused, match=rf"alice decided .* payload of run {first}"):
+        reruns.rerun(conn, again, "ship", OPERATOR, {"what": "DROP", "dir": str(tmp_path)})
     # Another payload from the gated step on asks alice again.
     asked = reruns.rerun(conn, first, "checks", OPERATOR, {"what": "v2", "dir": str(tmp_path)})
     waiting_branch(conn, asked.run_id, "the rerun's gate asking again")
